@@ -1,0 +1,384 @@
+/*
+ * libsrv: one C API for embedding an HTTP server, with interchangeable
+ * engines behind it (threadpool, mhd, h2o). This is the only header an
+ * application includes; it names no engine library type.
+ *
+ * Conventions used throughout:
+ * - Functions that can fail return 0 or a negative SRV_E... code
+ *   (srv_strerror() names it). When a function that takes a callback fails,
+ *   the callback is never called.
+ * - Strings passed in are copied unless a function says otherwise; strings
+ *   returned are owned by libsrv and stay valid for the lifetime stated.
+ */
+#ifndef SRV_H
+#define SRV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* libsrv is built with hidden visibility; only this header's API is
+ * exported from the shared library. */
+#if defined(SRV_BUILDING) && defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
+#define SRV_VERSION_MAJOR 0
+#define SRV_VERSION_MINOR 1
+#define SRV_VERSION_PATCH 0
+#define SRV_VERSION_STRING "0.1.0"
+
+/* ------------------------------------------------------------------ */
+/* Errors                                                              */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Every error code, its number and its message. Numbers are never reused
+ * and only ever appended.
+ */
+#define SRV_ERRNO_MAP(X)                                                     \
+    X(EINVAL, -1, "invalid argument")                                        \
+    X(ENOMEM, -2, "out of memory")                                           \
+    X(ENOENGINE, -3, "engine not built into this libsrv")                    \
+    X(EBIND, -4, "cannot listen on the configured address")                  \
+    X(ESTATE, -5, "not allowed in the server's current state")               \
+    X(EEXIST, -6, "route already registered")                                \
+    X(ETHREAD, -7, "cannot create a thread")                                 \
+    X(ETIMEDOUT, -8, "request already answered by the core (timeout or shutdown)") \
+    X(ESYS, -9, "system call failed")                                        \
+    X(EENGINE, -10, "engine failure")                                        \
+    X(ETOOBIG, -11, "over the configured limit")                             \
+    X(EADDR, -12, "host is not a numeric IPv4 or IPv6 address")              \
+    X(EBADREQ, -13, "malformed request")                                     \
+    X(EHEADER, -14, "header name or value not allowed")
+
+typedef enum srv_error {
+#define SRV__ERR_ENUM(name, num, msg) SRV_##name = (num),
+    SRV_ERRNO_MAP(SRV__ERR_ENUM)
+#undef SRV__ERR_ENUM
+} srv_error;
+
+/*
+ * srv_strerror: a short English message for an SRV_E... code
+ * ("unknown error" for anything else). srv_err_name: its name without the
+ * prefix, e.g. "EBIND". Both return static strings; any thread may call them.
+ */
+const char *srv_strerror(int err);
+const char *srv_err_name(int err);
+
+/* ------------------------------------------------------------------ */
+/* Opaque handles                                                      */
+/* ------------------------------------------------------------------ */
+
+typedef struct srv_engine srv_engine;   /* a transport, built in or not */
+typedef struct srv_server srv_server;   /* one listening HTTP server */
+typedef struct srv_request srv_request; /* one request, until answered */
+
+/* ------------------------------------------------------------------ */
+/* Engines                                                             */
+/* ------------------------------------------------------------------ */
+
+/*
+ * srv_engine_default: the engine this libsrv was built to prefer
+ * (threadpool in an `all` build, the only engine in a single-engine build).
+ * Never NULL. Static; any thread.
+ */
+const srv_engine *srv_engine_default(void);
+
+/*
+ * srv_engine_find: the built-in engine called `name` ("threadpool", "mhd",
+ * "h2o"), or NULL when this libsrv was built without it (or name is NULL).
+ * Case-sensitive. Any thread.
+ */
+const srv_engine *srv_engine_find(const char *name);
+
+/*
+ * srv_engine_select: the engine an application should run, by precedence:
+ * `name` when not NULL (e.g. from --engine), else the SRV_ENGINE environment
+ * variable when set and non-empty, else srv_engine_default().
+ * Stores it in *out and returns 0; returns SRV_ENOENGINE (leaving *out
+ * untouched) when the requested name is not built in - never falls back
+ * silently. Any thread (reads the environment).
+ */
+int srv_engine_select(const char *name, const srv_engine **out);
+
+/* srv_engine_name: the engine's name, a static string. */
+const char *srv_engine_name(const srv_engine *engine);
+
+/*
+ * srv_engine_count / srv_engine_at: the engines built in, in order of
+ * preference (index 0 is the default). srv_engine_at returns NULL past the
+ * end.
+ */
+size_t srv_engine_count(void);
+const srv_engine *srv_engine_at(size_t index);
+
+/* ------------------------------------------------------------------ */
+/* Configuration                                                       */
+/* ------------------------------------------------------------------ */
+
+typedef struct srv_config {
+    /* Numeric IPv4 or IPv6 address to bind ("0.0.0.0", "::", "127.0.0.1").
+     * The string is copied by srv_server_new. Default "0.0.0.0". */
+    const char *host;
+    /* TCP port; 0 asks the OS for a free one (see srv_server_port).
+     * Default 8080. */
+    int port;
+    /* Threads that run handlers (threadpool: threads that own a
+     * connection each). Default 200. */
+    unsigned worker_threads;
+    /* Event-loop / polling threads for the mhd and h2o engines; 0 means
+     * the number of CPUs. The threadpool engine ignores it. Default 0. */
+    unsigned io_threads;
+    /* Open connections served at once; past it new connections wait in
+     * the backlog or get a quick 503, never hang. Default 10000. */
+    unsigned max_connections;
+    /* listen() backlog, clamped by the kernel's somaxconn. Default 4096. */
+    int backlog;
+    /* Time allowed to receive a request's head once it started.
+     * Default 20000 ms (Tomcat's connectionTimeout). */
+    unsigned header_timeout_ms;
+    /* Idle time allowed between requests on a kept-alive connection.
+     * Default 20000 ms. */
+    unsigned keepalive_timeout_ms;
+    /* A handler that has not responded by then is answered 503 by the
+     * core. Default 60000 ms. */
+    unsigned request_timeout_ms;
+    /* Request line + headers over this: 431. Default 8192 (Tomcat's
+     * maxHttpHeaderSize). */
+    size_t max_header_bytes;
+    /* Request-target over this: 414. Default 8192. */
+    size_t max_uri_bytes;
+    /* Request body over this: 413. Default 2 MiB (Tomcat's maxPostSize). */
+    size_t max_body_bytes;
+    /* Non-zero: one Common Log Format line per response on stderr.
+     * Default 0 (off). */
+    int access_log;
+    /* Value of the Server response header; NULL sends none. Copied.
+     * Default "libsrv". */
+    const char *server_name;
+} srv_config;
+
+/*
+ * srv_config_init: fill *cfg with the defaults documented above. Call it
+ * first and change only what you need, so fields added later get their
+ * defaults. Any thread.
+ */
+void srv_config_init(srv_config *cfg);
+
+/* ------------------------------------------------------------------ */
+/* Server                                                              */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A handler answers one request. It runs on a worker thread, never on an
+ * engine's I/O thread, and may block. It must call srv_respond() exactly
+ * once, either before it returns (blocking style) or later from any thread
+ * (async style). `ctx` is the pointer given to srv_route.
+ */
+typedef void (*srv_handler_fn)(srv_request *req, void *ctx);
+
+/*
+ * srv_server_new: a stopped server on `engine` with a copy of *cfg (NULL
+ * cfg means the defaults). The configuration is validated by
+ * srv_server_start. Returns NULL when engine is NULL or memory runs out.
+ * The caller owns the server and frees it with srv_server_free.
+ * Any thread; the returned server is then used from one controlling thread
+ * (new/route/start/stop/free), except where a function says otherwise.
+ */
+srv_server *srv_server_new(const srv_engine *engine, const srv_config *cfg);
+
+/*
+ * srv_route: answer `method` requests (e.g. "GET", exact and
+ * case-sensitive) for the exact decoded `path` (e.g. "/greetings", no query)
+ * with handler(req, ctx). A GET route also answers HEAD (the body is
+ * dropped). Only before srv_server_start.
+ * Returns 0; SRV_EINVAL for NULL/empty arguments or a path not starting
+ * with '/'; SRV_EEXIST when the method+path is already routed; SRV_ESTATE
+ * once started; SRV_ENOMEM.
+ */
+int srv_route(srv_server *srv, const char *method, const char *path,
+              srv_handler_fn handler, void *ctx);
+
+/*
+ * srv_server_start: validate the configuration, start the worker pool, the
+ * timer thread and the engine, and return once the port accepts
+ * connections. Returns 0; SRV_EINVAL (bad configuration), SRV_EADDR,
+ * SRV_EBIND, SRV_ETHREAD, SRV_EENGINE, SRV_ENOMEM, or SRV_ESTATE when
+ * already started or stopped. On failure nothing keeps running and
+ * srv_server_last_error() says what and why, e.g.
+ * "cannot bind 0.0.0.0:8080: Address already in use". A server starts once.
+ */
+int srv_server_start(srv_server *srv);
+
+/*
+ * srv_server_port: the bound TCP port once started (the real one when
+ * port 0 was configured), else the configured port. Any thread.
+ */
+int srv_server_port(const srv_server *srv);
+
+/* srv_server_engine: the engine the server was created with. Any thread. */
+const srv_engine *srv_server_engine(const srv_server *srv);
+
+/*
+ * srv_server_last_error: a message for the last failure of
+ * srv_server_start/stop on this server, "" when none. Owned by the server,
+ * valid until the next call on it or srv_server_free.
+ */
+const char *srv_server_last_error(const srv_server *srv);
+
+/*
+ * srv_server_stop: stop gracefully. New connections are refused at once;
+ * idle kept-alive connections are closed; requests in flight (including
+ * those whose handler is still running or waiting on a timer) get up to
+ * grace_ms to be answered, with "Connection: close". After the grace period
+ * the core answers the rest 503 and the engine closes every connection.
+ * Returns when the engine has stopped; a blocking handler that is still
+ * running keeps its worker until it returns (its late response is dropped).
+ * Returns 0, or SRV_ESTATE when the server is not running.
+ * Must not be called from a handler or a timer callback.
+ */
+int srv_server_stop(srv_server *srv, unsigned grace_ms);
+
+/*
+ * srv_server_run: start the server if it is not running, wait for SIGINT or
+ * SIGTERM, then srv_server_stop(srv, grace_ms). Installs its own handlers for
+ * those two signals while it waits and restores the previous ones before it
+ * returns. Returns 0 or the error of start/stop. Controlling thread only.
+ */
+int srv_server_run(srv_server *srv, unsigned grace_ms);
+
+/*
+ * srv_server_free: stop the server if it runs (grace 0), wait for running
+ * handlers to return, drop srv_after callbacks that have not fired (they are
+ * never called), free every request still held, and free the server.
+ * NULL is a no-op. Controlling thread only.
+ */
+void srv_server_free(srv_server *srv);
+
+/* Counters, a consistent-enough snapshot (each field read atomically). */
+typedef struct srv_stats {
+    uint64_t requests;          /* requests received complete */
+    uint64_t responses_1xx;     /* responses produced, by status class */
+    uint64_t responses_2xx;
+    uint64_t responses_3xx;
+    uint64_t responses_4xx;
+    uint64_t responses_5xx;
+    uint64_t timeouts;          /* 503s the core sent for silent handlers */
+    uint64_t dropped;           /* late srv_respond calls discarded */
+    uint64_t connections_total; /* connections accepted since start */
+    unsigned connections_open;  /* connections open now */
+    unsigned requests_in_flight;/* received, not yet fully answered */
+    unsigned workers_busy;      /* worker threads running a job now */
+} srv_stats;
+
+/* srv_server_stats: fill *out. Any thread, any time after new. */
+void srv_server_stats(const srv_server *srv, srv_stats *out);
+
+/* ------------------------------------------------------------------ */
+/* Requests (valid from the handler call until srv_respond returns)    */
+/* ------------------------------------------------------------------ */
+
+/* The method, e.g. "GET". Never NULL. */
+const char *srv_request_method(const srv_request *req);
+
+/* The %-decoded path without the query, e.g. "/greetings". Never NULL. */
+const char *srv_request_path(const srv_request *req);
+
+/* The request-target as received, e.g. "/greetings?name=Ana". Never NULL. */
+const char *srv_request_target(const srv_request *req);
+
+/*
+ * srv_request_query: the decoded value of the first query parameter named
+ * exactly `name` ("+" is a space, %XX decoded, invalid escapes kept as
+ * sent), "" for a parameter given without "=", NULL when absent.
+ */
+const char *srv_request_query(const srv_request *req, const char *name);
+
+/*
+ * srv_request_query_count / srv_request_query_at: every query parameter in
+ * order, repeated names included. query_at returns 0 and sets *name and
+ * *value (either may be NULL to skip), or SRV_EINVAL past the end.
+ */
+size_t srv_request_query_count(const srv_request *req);
+int srv_request_query_at(const srv_request *req, size_t index,
+                         const char **name, const char **value);
+
+/* The first header named `name`, compared case-insensitively; NULL when
+ * absent. */
+const char *srv_request_header(const srv_request *req, const char *name);
+
+/*
+ * srv_request_body: the request body (de-chunked), NUL-terminated for
+ * convenience (the NUL is not counted). Sets *len when len is not NULL.
+ * Never NULL: an empty body is "".
+ */
+const void *srv_request_body(const srv_request *req, size_t *len);
+
+/* The client's address as "IP:port" or "[IPv6]:port". Never NULL. */
+const char *srv_request_peer(const srv_request *req);
+
+/* The protocol, "HTTP/1.0", "HTTP/1.1" or "HTTP/2". Never NULL. */
+const char *srv_request_protocol(const srv_request *req);
+
+/* The server the request arrived on. */
+srv_server *srv_request_server(const srv_request *req);
+
+/* ------------------------------------------------------------------ */
+/* Responses                                                           */
+/* ------------------------------------------------------------------ */
+
+/*
+ * srv_set_header: add a response header (copied). Call before srv_respond,
+ * from the thread that owns the request at that time (never concurrently
+ * with srv_respond). Framing headers are the core's: Content-Length,
+ * Transfer-Encoding, Connection, Date and Content-Type (pass it to
+ * srv_respond) are refused.
+ * Returns 0; SRV_EHEADER for an invalid name/value (CR, LF, NUL, a
+ * non-token name) or a framing header; SRV_EINVAL for NULL arguments;
+ * SRV_ENOMEM.
+ */
+int srv_set_header(srv_request *req, const char *name, const char *value);
+
+/*
+ * srv_respond: answer the request with `status` (100-599 except 1xx, i.e.
+ * 200-599), an optional Content-Type (NULL sends none) and `len` bytes of
+ * body (copied; body may be NULL when len is 0). Call it exactly once per
+ * request, from any thread, before or after the handler returns. After it
+ * returns the request belongs to libsrv again: do not touch `req`.
+ * If the client went away meanwhile the response is dropped safely.
+ * Returns 0 when the response was handed to the engine; SRV_ETIMEDOUT when
+ * the core had already answered 503 (request_timeout_ms or shutdown) and
+ * this response was dropped; SRV_EINVAL for a bad status or NULL body with
+ * len > 0 (the core then answers 500 so the client is not left waiting).
+ */
+int srv_respond(srv_request *req, int status, const char *content_type,
+                const void *body, size_t len);
+
+/* ------------------------------------------------------------------ */
+/* Timers                                                              */
+/* ------------------------------------------------------------------ */
+
+/*
+ * srv_after: call fn(arg) once on the server's timer thread about `ms`
+ * milliseconds from now - what an async handler uses instead of sleep().
+ * Keep fn short; it may call srv_respond. Any thread, while the server is
+ * started (also during srv_server_stop, so in-flight async requests can
+ * finish). Returns 0; SRV_ESTATE when the server is not started or is being
+ * freed; SRV_EINVAL for a NULL fn; SRV_ENOMEM. On error fn is never called.
+ * Callbacks not yet fired at srv_server_free are dropped, never called.
+ */
+int srv_after(srv_server *srv, unsigned ms, void (*fn)(void *arg), void *arg);
+
+#if defined(SRV_BUILDING) && defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SRV_H */

@@ -1,0 +1,292 @@
+/*
+ * The engine-facing contract of libsrv: the vtable an engine exports
+ * (struct srv_engine) and the core functions an engine may call (srv__*).
+ * Applications never include this header. An engine is transport only:
+ * every rule with HTTP meaning (routing, limits, framing, keep-alive) is
+ * decided here by the core so each request gets the same answer on every
+ * engine. docs/ARCHITECTURE.md tells the life of a request.
+ */
+#ifndef SRV_ENGINE_H
+#define SRV_ENGINE_H
+
+#include "srv.h"
+
+#include <stdarg.h>
+#include <sys/socket.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bumped on any change to struct srv_engine's layout; slots only appended. */
+#define SRV_ENGINE_VERSION 1
+
+/* Capability bits in srv_engine.caps. Tests check these, not names. */
+enum {
+    /* Serves HTTP/2 over cleartext (prior knowledge and/or h2c upgrade). */
+    SRV_ENGINE_CAP_HTTP2 = 1u << 0,
+    /* Answers an unsupported HTTP version with 505 (otherwise 400). */
+    SRV_ENGINE_CAP_VERSION_505 = 1u << 1,
+    /* Answers a garbage request line with 400 (otherwise just closes). */
+    SRV_ENGINE_CAP_GARBAGE_400 = 1u << 2
+};
+
+struct srv_engine {
+    /* SRV_ENGINE_VERSION the table was written for; checked at registry
+     * time, before any slot is called. */
+    int version;
+    /* Static, unique, lower case: "threadpool", "mhd", "h2o". */
+    const char *name;
+    /* SRV_ENGINE_CAP_* bits. */
+    unsigned caps;
+
+    /**
+     * start: called once by srv_server_start on the controlling thread,
+     * after the worker pool and timer thread run. Listen on the configured
+     * host/port (srv__listen does it and records the bound port), start the
+     * engine's threads and return 0 only once connections are accepted.
+     * Store the engine's private state in *state.
+     * On failure return a negative SRV_E... code after setting a message
+     * with srv__server_set_error; nothing may keep running, nothing is
+     * leaked, and no other slot is called for this server.
+     */
+    int (*start)(srv_server *srv, void **state);
+
+    /**
+     * respond: the core calls this exactly once for every request given to
+     * srv__request_dispatch / srv__request_run / srv__request_fail, once
+     * its response is final (read it with srv__response_*). Any thread may
+     * call it - a worker, the timer thread, an application thread, or the
+     * engine's own thread from inside srv__request_dispatch (404, 405).
+     * Hand the request to the thread that owns its connection without
+     * blocking long; that thread writes the response and then calls
+     * srv__request_release. If the connection is gone, just release.
+     */
+    void (*respond)(void *state, srv_request *req);
+
+    /**
+     * quiesce: first step of srv_server_stop, on the controlling thread.
+     * Stop accepting so new connects are refused, close idle kept-alive
+     * connections, and return promptly. Requests in flight carry on: respond
+     * is still called for them (srv__response_keep_alive now says close).
+     */
+    void (*quiesce)(void *state);
+
+    /**
+     * stop: last step of srv_server_stop, on the controlling thread, after
+     * the grace period and after the core has answered every outstanding
+     * request (so respond has been called for each one dispatched). Close
+     * every connection, release every request still held, and join the
+     * engine's threads (and wait for its jobs in the worker pool). After it
+     * returns no engine thread runs and no core function is called by the
+     * engine for this server.
+     */
+    void (*stop)(void *state);
+
+    /**
+     * destroy: free the state from start. Called once, on the controlling
+     * thread, after stop.
+     */
+    void (*destroy)(void *state);
+    /* Slots above are valid for version 1. */
+};
+
+/* ------------------------------------------------------------------ */
+/* Server information (any thread unless said otherwise)               */
+/* ------------------------------------------------------------------ */
+
+/* The validated configuration: io_threads is resolved (>= 1), host and
+ * server_name are never NULL (server_name may be ""). */
+const srv_config *srv__server_config(const srv_server *srv);
+
+/* Non-zero once srv_server_stop has begun. */
+int srv__server_stopping(const srv_server *srv);
+
+/* Record why start failed (printf-style); srv_server_last_error shows it. */
+void srv__server_set_error(srv_server *srv, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Record the port actually bound (start only). */
+void srv__server_set_port(srv_server *srv, int port);
+
+enum {
+    SRV__LISTEN_NONBLOCK = 1u << 0, /* the listening socket is O_NONBLOCK */
+    SRV__LISTEN_REUSEPORT = 1u << 1 /* set SO_REUSEPORT too */
+};
+
+/*
+ * srv__listen: a listening TCP socket on the configured host and port with
+ * SO_REUSEADDR, CLOEXEC and the configured backlog (IPv6 "::" is dual-stack
+ * where the system allows). Records the bound port with
+ * srv__server_set_port. Returns the fd, or SRV_EADDR / SRV_EBIND / SRV_ESYS
+ * with the reason set by srv__server_set_error. The caller owns the fd.
+ */
+int srv__listen(srv_server *srv, unsigned flags);
+
+/* Connection counters for srv_stats; call once per accepted connection
+ * and once when it is closed. */
+void srv__stats_connection_opened(srv_server *srv);
+void srv__stats_connection_closed(srv_server *srv);
+
+/* ------------------------------------------------------------------ */
+/* Worker pool                                                         */
+/* ------------------------------------------------------------------ */
+
+/* A unit of work for the pool, embedded in the caller's own struct. */
+typedef struct srv_job srv_job;
+struct srv_job {
+    void (*run)(srv_job *job); /* runs once on a worker thread */
+    srv_job *next;             /* owned by the pool while queued */
+};
+
+/*
+ * srv__pool_submit: queue `job` (FIFO) for the pool's worker_threads. Any
+ * thread. Returns 0, or SRV_ESTATE when the pool is shut down (the job is
+ * then not run). Jobs queued before shutdown all run: shutdown drains.
+ */
+int srv__pool_submit(srv_server *srv, srv_job *job);
+
+/* Jobs queued and not yet started (how many wait for a worker). */
+unsigned srv__pool_waiting(const srv_server *srv);
+
+/* ------------------------------------------------------------------ */
+/* Building a request (the engine's thread that owns the connection)   */
+/* ------------------------------------------------------------------ */
+
+/*
+ * The helpers below that validate return 0, a positive HTTP status the
+ * engine must answer with srv__request_fail (the connection then closes),
+ * or SRV_ENOMEM.
+ */
+
+/* A new empty request holding one reference, the engine's. NULL when out
+ * of memory. `peer` may be NULL (then the peer reads "-"). */
+srv_request *srv__request_new(srv_server *srv, const struct sockaddr *peer,
+                              socklen_t peer_len);
+
+/* The method token as received (any token; routing decides 405). 400 for
+ * an empty or non-token method. */
+int srv__request_set_method(srv_request *req, const char *method, size_t len);
+
+/* The raw request-target: origin-form ("/p?q"), absolute-form
+ * ("http://h/p?q") or "*". 414 over max_uri_bytes, 400 when malformed or
+ * the decoded path holds a NUL. */
+int srv__request_set_target(srv_request *req, const char *target, size_t len);
+
+/* The protocol version; (2, 0) for HTTP/2. Checked by headers_done. */
+void srv__request_set_version(srv_request *req, int major, int minor);
+
+/* One header (name without ':', value trimmed). 431 once the request line
+ * plus headers exceed max_header_bytes; 400 for an invalid name. */
+int srv__request_add_header(srv_request *req, const char *name, size_t name_len,
+                            const char *value, size_t value_len);
+
+/*
+ * srv__request_headers_done: the head is complete. Applies the rules of
+ * DESIGN.md that need the whole head: 505 for a version other than 1.0,
+ * 1.1 (or 2.0 when set by an HTTP/2 engine); 400 for Content-Length together
+ * with Transfer-Encoding, or a bad or repeated-and-different Content-Length;
+ * 501 for a transfer coding other than "chunked"; 413 when Content-Length
+ * exceeds max_body_bytes; 417 for an Expect other than 100-continue.
+ */
+int srv__request_headers_done(srv_request *req);
+
+/* Non-zero when the client sent "Expect: 100-continue" (the engine sends
+ * the interim 100 itself before reading the body, or lets its library). */
+int srv__request_expects_continue(const srv_request *req);
+
+/* Append de-chunked body bytes. 413 past max_body_bytes. */
+int srv__request_append_body(srv_request *req, const void *data, size_t len);
+
+/* The engine's own per-request pointer (e.g. its connection). */
+void srv__request_set_engine_data(srv_request *req, void *data);
+void *srv__request_engine_data(const srv_request *req);
+
+/* ------------------------------------------------------------------ */
+/* Handing a request to the core                                       */
+/* ------------------------------------------------------------------ */
+
+/*
+ * srv__request_dispatch: the request is complete; route it. 404/405 (and
+ * other answers the core gives itself) call the engine's respond slot before
+ * this returns; a routed request's handler is queued on the worker pool.
+ * Either way respond is called exactly once later or now. Any engine thread.
+ */
+void srv__request_dispatch(srv_request *req);
+
+/*
+ * srv__request_run: like dispatch, but the handler runs on the calling
+ * thread, which must be a worker-pool thread (the threadpool engine, whose
+ * connection jobs are the workers). Returns when the handler returns; the
+ * response may come later, through respond.
+ */
+void srv__request_run(srv_request *req);
+
+/*
+ * srv__request_fail: answer the request with `status` (4xx/5xx, a short
+ * text body from the core) and mark the connection to close. Calls respond
+ * before it returns. Use it for bad input found while reading the request.
+ */
+void srv__request_fail(srv_request *req, int status);
+
+/*
+ * srv__request_release: drop the engine's reference, once the response was
+ * written (or the connection died). The request must not be touched after.
+ * Every request from srv__request_new is released exactly once.
+ */
+void srv__request_release(srv_request *req);
+
+/* ------------------------------------------------------------------ */
+/* Reading the response (after respond, on the engine's thread)        */
+/* ------------------------------------------------------------------ */
+
+int srv__response_status(const srv_request *req);
+
+/* Non-zero when the connection may stay open after this response: the
+ * client allows it (HTTP/1.1 default, or 1.0 with keep-alive), the response
+ * is not an error that closes, the server is not stopping, and the engine did
+ * not call srv__request_set_close. */
+int srv__response_keep_alive(const srv_request *req);
+
+/* Ask the core to close this connection after the response (e.g. other
+ * connections wait for a worker). Call before reading the head. */
+void srv__request_set_close(srv_request *req);
+
+/* The body bytes to send: empty for HEAD, 1xx, 204 and 304. */
+const void *srv__response_body(const srv_request *req, size_t *len);
+
+/* The Content-Length to advertise (for HEAD, the length a GET would send). */
+size_t srv__response_content_length(const srv_request *req);
+
+/* The non-framing response headers (application headers, Content-Type,
+ * Server) in order: name of entry `index` and its *value, NULL past the
+ * end. Engines whose library frames the response (mhd, h2o) add these. */
+size_t srv__response_header_count(const srv_request *req);
+const char *srv__response_header_at(const srv_request *req, size_t index,
+                                    const char **value);
+
+/*
+ * srv__response_http1_head: the complete HTTP/1.x response head - status
+ * line in the request's minor version, the headers above, Content-Length,
+ * Date and Connection - built on first call and owned by the request.
+ * Engines that write raw HTTP/1 (threadpool) send it followed by the body.
+ */
+const char *srv__response_http1_head(srv_request *req, size_t *len);
+
+/* ------------------------------------------------------------------ */
+/* HTTP helpers                                                        */
+/* ------------------------------------------------------------------ */
+
+/* The reason phrase of a status ("Not Found"), "Unknown" when none. */
+const char *srv__status_reason(int status);
+
+/* The current time as an IMF-fixdate ("Sun, 06 Nov 1994 08:49:37 GMT"),
+ * 29 characters plus NUL. */
+#define SRV__HTTP_DATE_SIZE 30
+void srv__http_date(char out[SRV__HTTP_DATE_SIZE]);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SRV_ENGINE_H */
