@@ -1,0 +1,62 @@
+#!/bin/sh
+# The whole test suite, as `make test` and CI run it:
+#   1. the default build (all engines) and its full meson test suite;
+#   2. the same suite under AddressSanitizer + UndefinedBehaviorSanitizer;
+#   3. the conformance suite under ThreadSanitizer;
+#   4. each single-engine configuration builds and links only its engine;
+#   5. libsrv installs and an out-of-tree program builds against it with
+#      pkg-config and answers a request.
+set -eu
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+step() { printf '\n==== %s\n' "$*"; }
+setup() { # dir, meson options...
+    dir=$1; shift
+    [ -f "$dir/build.ninja" ] || meson setup "$dir" "$@" >"$dir.setup.log" 2>&1 \
+        || { cat "$dir.setup.log"; exit 1; }
+    ninja -C "$dir"
+}
+
+# The engines this tree implements, from meson.build (single source).
+engines=$(sed -n "s/^implemented_engines = \[\(.*\)\]/\1/p" meson.build | sed "s/[',]/ /g")
+
+step "default build (engines:$engines) and full suite"
+setup build
+meson test -C build --print-errorlogs
+
+step "AddressSanitizer + UndefinedBehaviorSanitizer"
+setup build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 \
+LSAN_OPTIONS=suppressions=$root/tests/lsan.supp:print_suppressions=0 \
+UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    meson test -C build-asan --print-errorlogs
+
+step "ThreadSanitizer (conformance suite)"
+setup build-tsan -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debug
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/tsan.supp \
+    meson test -C build-tsan --print-errorlogs --suite conformance
+
+step "single-engine builds link only their engine"
+for e in $engines; do
+    setup "build-only-$e" -Dengine="$e" -Dtests=false
+    bin="build-only-$e/examples/greetings/greetings"
+    libs=$(ldd "$bin" "build-only-$e/libsrv.so")
+    for other in threadpool:libhttp_parser mhd:libmicrohttpd h2o:libh2o; do
+        name=${other%%:*}; lib=${other#*:}
+        if [ "$name" = "$e" ]; then
+            echo "$libs" | grep -q "$lib" || { echo "FAIL: $e build does not link $lib"; exit 1; }
+        else
+            if echo "$libs" | grep -q "$lib"; then
+                echo "FAIL: the $e-only build links $lib"; exit 1
+            fi
+        fi
+    done
+    "$bin" --help | grep -q "$e" || { echo "FAIL: $bin --help does not name $e"; exit 1; }
+    echo "ok: $e-only build links only its engine"
+done
+
+step "install and build an out-of-tree program with pkg-config"
+sh tests/install/run.sh "$root"
+
+printf '\nall test stages passed\n'
