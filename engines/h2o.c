@@ -414,7 +414,7 @@ static void eh2o_on_accept(h2o_socket_t *listener, const char *err)
             eh2o_refuse(t, sock);
             continue;
         }
-        eh2o_conn *c = malloc(sizeof *c);
+        eh2o_conn *c = calloc(1, sizeof *c); /* h2o_linklist_insert wants an unlinked (zeroed) node */
         if (c == NULL) {
             atomic_fetch_sub(&s->conns, 1);
             h2o_socket_close(sock);
@@ -602,11 +602,6 @@ static void eh2o_stop_threads(eh2o_server *s, unsigned started)
         pthread_join(s->threads[i].tid, NULL);
 }
 
-static size_t eh2o_sat_add(size_t a, size_t b)
-{
-    return a > SIZE_MAX - b ? SIZE_MAX : a + b;
-}
-
 static int eh2o_start(srv_server *srv, void **state)
 {
     const srv_config *cfg = srv__server_config(srv);
@@ -633,11 +628,10 @@ static int eh2o_start(srv_server *srv, void **state)
         cfg->header_timeout_ms < cfg->keepalive_timeout_ms ? cfg->header_timeout_ms : cfg->keepalive_timeout_ms;
     s->globalconf.http2.idle_timeout = cfg->keepalive_timeout_ms;
     s->globalconf.http1.upgrade_to_http2 = 1;
-    /* h2o buffers whole bodies (1 GiB by default). Over its limit HTTP/1 gets h2o's own 413
-     * but HTTP/2 gets RST_STREAM, so leave room for the core to answer 413 up to twice the
-     * limit on both protocols (docs/engines-h2o.md). */
-    s->globalconf.max_request_entity_size =
-        eh2o_sat_add(cfg->max_body_bytes, cfg->max_body_bytes > 65536 ? cfg->max_body_bytes : 65536);
+    /* h2o buffers whole bodies (1 GiB by default) before on_req. At the limit HTTP/1 gets
+     * h2o's own 413 straight from the head (Content-Length) or while de-chunking; HTTP/2
+     * gets RST_STREAM (REFUSED_STREAM) from h2o, documented in docs/engines-h2o.md. */
+    s->globalconf.max_request_entity_size = cfg->max_body_bytes;
     h2o_hostconf_t *host = h2o_config_register_host(&s->globalconf, h2o_iovec_init(H2O_STRLIT("default")), 65535);
     h2o_pathconf_t *path = h2o_config_register_path(host, "/", 0);
     eh2o_handler *handler = (eh2o_handler *)h2o_create_handler(path, sizeof *handler);
