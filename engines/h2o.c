@@ -669,6 +669,9 @@ static int eh2o_start(srv_server *srv, void **state)
      * the application. */
     sigset_t all, old;
     sigfillset(&all);
+    /* Before the first loop runs: the core reads its engine state (to call respond) as soon
+     * as a request arrives, and pthread_create orders this write before that. */
+    *state = s;
     pthread_sigmask(SIG_SETMASK, &all, &old);
     unsigned started = 0;
     for (; started < s->nthreads; started++) {
@@ -688,9 +691,9 @@ static int eh2o_start(srv_server *srv, void **state)
         srv__server_set_error(srv, "h2o engine: cannot create I/O thread: %s", strerror(rc));
         eh2o_stop_threads(s, started);
         eh2o_free(s);
+        *state = NULL;
         return SRV_ETHREAD;
     }
-    *state = s;
     return 0;
 }
 
