@@ -222,36 +222,46 @@ static void eh2o_respond(void *state, srv_request *sreq)
  * HTTP/1: h2o takes Host, Content-Length, Transfer-Encoding, Expect and Upgrade out of
  * req->headers, so the core could not apply its rules (400 for Content-Length together with
  * Transfer-Encoding, above all). The head is still at the start of the socket's input buffer
- * when on_req runs (h2o consumes it after the response), so parse it again with h2o's own
- * picohttpparser and give the core every header as sent. Used only when the result matches
- * what h2o parsed; otherwise the caller falls back to h2o's view.
+ * while h2o handles the request (it consumes it after the response), so parse it again with
+ * h2o's own picohttpparser. Used only when the result matches what h2o parsed.
  */
-static int eh2o_fill_http1_raw(srv_request *sreq, h2o_req_t *req, int *st)
+typedef struct eh2o_head {
+    const char *method, *target;
+    size_t method_len, target_len, nheaders;
+    int minor;
+    struct eh2o_phr_header headers[EH2O_MAX_HEADERS];
+} eh2o_head;
+
+static int eh2o_raw_head(h2o_req_t *req, eh2o_head *h)
 {
-    h2o_socket_t *sock = req->conn->callbacks->get_socket != NULL ? req->conn->callbacks->get_socket(req->conn) : NULL;
+    if (req->version >= 0x200 || req->conn->callbacks->get_socket == NULL)
+        return 0;
+    h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
     if (sock == NULL || sock->input == NULL || sock->input->size == 0)
         return 0;
-    struct eh2o_phr_header hd[EH2O_MAX_HEADERS];
-    size_t nh = EH2O_MAX_HEADERS, ml, pl;
-    const char *m, *p;
-    int minor;
-    if (phr_parse_request(sock->input->bytes, sock->input->size, &m, &ml, &p, &pl, &minor, hd, &nh, 0) <= 0)
+    h->nheaders = EH2O_MAX_HEADERS;
+    if (phr_parse_request(sock->input->bytes, sock->input->size, &h->method, &h->method_len, &h->target,
+                          &h->target_len, &h->minor, h->headers, &h->nheaders, 0) <= 0)
         return 0;
-    if (ml != req->input.method.len || memcmp(m, req->input.method.base, ml) != 0 || pl != req->input.path.len ||
-        memcmp(p, req->input.path.base, pl) != 0)
-        return 0;
-    if ((*st = srv__request_set_method(sreq, m, ml)) != 0 || (*st = srv__request_set_target(sreq, p, pl)) != 0)
-        return 1;
-    srv__request_set_version(sreq, 1, minor);
-    for (size_t i = 0; i < nh; i++) {
-        if (hd[i].name == NULL) { /* obs-fold continuation line */
-            *st = 400;
-            return 1;
-        }
-        if ((*st = srv__request_add_header(sreq, hd[i].name, hd[i].name_len, hd[i].value, hd[i].value_len)) != 0)
-            return 1;
+    return h->method_len == req->input.method.len && memcmp(h->method, req->input.method.base, h->method_len) == 0 &&
+           h->target_len == req->input.path.len && memcmp(h->target, req->input.path.base, h->target_len) == 0;
+}
+
+static int eh2o_fill_raw(srv_request *sreq, const eh2o_head *h)
+{
+    int st;
+    if ((st = srv__request_set_method(sreq, h->method, h->method_len)) != 0 ||
+        (st = srv__request_set_target(sreq, h->target, h->target_len)) != 0)
+        return st;
+    srv__request_set_version(sreq, 1, h->minor);
+    for (size_t i = 0; i < h->nheaders; i++) {
+        if (h->headers[i].name == NULL) /* obs-fold continuation line */
+            return 400;
+        if ((st = srv__request_add_header(sreq, h->headers[i].name, h->headers[i].name_len, h->headers[i].value,
+                                          h->headers[i].value_len)) != 0)
+            return st;
     }
-    return 1;
+    return 0;
 }
 
 /* HTTP/2 (and the fallback): h2o's parsed view. Host is :authority; HTTP/2's content-length
@@ -283,9 +293,8 @@ static int eh2o_fill_parsed(srv_request *sreq, h2o_req_t *req)
 
 static int eh2o_fill(srv_request *sreq, h2o_req_t *req)
 {
-    int st = 0;
-    if (!(req->version < 0x200 && eh2o_fill_http1_raw(sreq, req, &st)))
-        st = eh2o_fill_parsed(sreq, req);
+    eh2o_head head;
+    int st = eh2o_raw_head(req, &head) ? eh2o_fill_raw(sreq, &head) : eh2o_fill_parsed(sreq, req);
     if (st == 0)
         st = srv__request_headers_done(sreq);
     if (st == 0 && req->entity.base != NULL && req->entity.len != 0)
@@ -324,6 +333,45 @@ static int eh2o_on_req(h2o_handler_t *self, h2o_req_t *req)
     else
         srv__request_dispatch(sreq);
     return 0; /* the response comes through eh2o_on_messages; req must not be touched here */
+}
+
+/*
+ * h2o answers an unknown Transfer-Encoding with its own 400 before on_req; DESIGN.md and the
+ * core (srv__request_headers_done) say 501. h2o sends that error through the host's fallback
+ * path, so a filter there turns it into 501 when the raw head confirms the cause, with the
+ * core's precedence: Content-Length as well stays 400, a repeated coding is 501.
+ */
+static int eh2o_te_not_implemented(h2o_req_t *req)
+{
+    eh2o_head h;
+    if (!eh2o_raw_head(req, &h))
+        return 0;
+    const struct eh2o_phr_header *te = NULL;
+    int nte = 0, cl = 0;
+    for (size_t i = 0; i < h.nheaders; i++) {
+        const struct eh2o_phr_header *x = &h.headers[i];
+        if (x->name == NULL)
+            continue;
+        if (h2o_lcstris(x->name, x->name_len, H2O_STRLIT("transfer-encoding"))) {
+            te = x;
+            nte++;
+        } else if (h2o_lcstris(x->name, x->name_len, H2O_STRLIT("content-length"))) {
+            cl = 1;
+        }
+    }
+    if (te == NULL || cl)
+        return 0;
+    return nte > 1 || !h2o_lcstris(te->value, te->value_len, H2O_STRLIT("chunked"));
+}
+
+static void eh2o_on_setup_ostream(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t **slot)
+{
+    (void)self;
+    if (req->res.status == 400 && eh2o_te_not_implemented(req)) {
+        req->res.status = 501;
+        req->res.reason = "Not Implemented";
+    }
+    h2o_setup_next_ostream(req, slot);
 }
 
 /* ------------------------------------------------------------------ */
@@ -633,10 +681,15 @@ static int eh2o_start(srv_server *srv, void **state)
      * gets RST_STREAM (REFUSED_STREAM) from h2o, documented in docs/engines-h2o.md. */
     s->globalconf.max_request_entity_size = cfg->max_body_bytes;
     h2o_hostconf_t *host = h2o_config_register_host(&s->globalconf, h2o_iovec_init(H2O_STRLIT("default")), 65535);
-    h2o_pathconf_t *path = h2o_config_register_path(host, "/", 0);
-    eh2o_handler *handler = (eh2o_handler *)h2o_create_handler(path, sizeof *handler);
-    handler->super.on_req = eh2o_on_req;
-    handler->server = s;
+    /* Every request reaches the core: "/..." through the path, "*" and the rest through
+     * the fallback, where h2o's own early errors pass too (hence the filter). */
+    h2o_pathconf_t *paths[] = {h2o_config_register_path(host, "/", 0), &host->fallback_path};
+    for (size_t i = 0; i < 2; i++) {
+        eh2o_handler *handler = (eh2o_handler *)h2o_create_handler(paths[i], sizeof *handler);
+        handler->super.on_req = eh2o_on_req;
+        handler->server = s;
+    }
+    h2o_create_filter(&host->fallback_path, sizeof(h2o_filter_t))->on_setup_ostream = eh2o_on_setup_ostream;
 
     int rc = srv__listen(srv, SRV__LISTEN_NONBLOCK);
     if (rc < 0) {
