@@ -755,8 +755,8 @@ static void eh2o_quiesce(void *state)
     eh2o_server *s = state;
     /* Refuse new connects now, on every loop's dup at once (accept then fails with EINVAL);
      * each loop closes its own dup when it wakes up. */
+    atomic_store(&s->quiesce_req, 1); /* first: a loop woken by the shutdown sees it */
     shutdown(s->listen_fd, SHUT_RDWR);
-    atomic_store(&s->quiesce_req, 1);
     for (unsigned i = 0; i < s->nthreads; i++)
         eh2o_wake(&s->threads[i]);
 }
