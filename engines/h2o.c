@@ -613,6 +613,10 @@ static void *eh2o_thread_main(void *arg)
 
     eh2o_thread_run(t);
     eh2o_thread_teardown(t);
+    /* The socket buffers h2o keeps for reuse are per thread and die with it: free them. */
+    h2o_mem_recycle_t *recycled = &h2o_socket_buffer_prototype.allocator;
+    while (recycled->cnt != 0)
+        free(h2o_mem_alloc_recycle(recycled, 0));
     return NULL;
 }
 
