@@ -1276,6 +1276,11 @@ static void test_response_headers(void **state)
 static void test_keepalive_reuse(void **state)
 {
     fx *f = *state;
+    /* libcurl before 8.0.0 fails to reuse an HTTP/2 prior-knowledge
+     * connection ("Error in the HTTP2 framing layer", curl issue #10634,
+     * fixed by curl PR #10643); Debian 12 ships 7.88.1. */
+    if (f->m->http2 && curl_version_info(CURLVERSION_NOW)->version_num < 0x080000)
+        skip();
     srv_stats before = stats(f);
     CURL *h = easy_new(f);
     http_res a, b;
@@ -1754,7 +1759,8 @@ static void test_raw_http10(void **state)
     conn_expect(c, "HTTP/1.0 GET", 0, 200, "hello", &r);
     int minor = r.minor;
     rc_response_free(&r);
-    CHECK_INT("[HTTP/1.0] status line version HTTP/1.x", minor, 0);
+    /* 1.0, or 1.1 as RFC 7230 2.6 recommends (libh2o 2.2.5 always says 1.1). */
+    CHECK(minor == 0 || minor == 1, "[HTTP/1.0] status line version HTTP/1.%d", minor);
     conn_expect_closed(c, "HTTP/1.0 without keep-alive", 2000);
     rc_close(c);
 
