@@ -1,7 +1,8 @@
 /*
  * The "h2o" engine (Undertow's place): libh2o-evloop 2.2.5, HTTP/1.1 and cleartext HTTP/2.
  * Threads: io_threads event loops (one h2o_evloop + h2o_context each) accept, parse and write;
- * handlers run on the core's worker pool; responses come back to the owning loop as h2o_multithread messages.
+ * handlers run on the core's worker pool; responses come back to the owning loop as
+ * h2o_multithread messages.
  */
 #include "srv_engine.h"
 
@@ -31,16 +32,16 @@ struct eh2o_phr_header {
     const char *value;
     size_t value_len;
 };
-int phr_parse_request(const char *buf, size_t len, const char **method, size_t *method_len, const char **path,
-                      size_t *path_len, int *minor_version, struct eh2o_phr_header *headers, size_t *num_headers,
-                      size_t last_len);
+int phr_parse_request(const char *buf, size_t len, const char **method, size_t *method_len,
+                      const char **path, size_t *path_len, int *minor_version,
+                      struct eh2o_phr_header *headers, size_t *num_headers, size_t last_len);
 
-#define EH2O_MAX_HEADERS 100     /* H2O_MAX_HEADERS: h2o refuses more itself */
-#define EH2O_ACCEPT_BATCH 16     /* connections taken per listener wake-up, so loops share them */
-#define EH2O_REFUSE_LINGER_MS 1000 /* how long a refused connection may drain before it is closed */
-#define EH2O_STOP_POLL_MS 10     /* loop tick while stopping */
-#define EH2O_STOP_FORCE_MS 250   /* stop: then shutdown() the connections still open */
-#define EH2O_STOP_GIVEUP_MS 3000 /* stop: then leave the loop undisposed rather than free in-use memory */
+#define EH2O_MAX_HEADERS      100  /* H2O_MAX_HEADERS: h2o refuses more itself */
+#define EH2O_ACCEPT_BATCH     16   /* accepts per listener wake-up, so loops share them */
+#define EH2O_REFUSE_LINGER_MS 1000 /* a refused connection drains this long at most */
+#define EH2O_STOP_POLL_MS     10   /* loop tick while stopping */
+#define EH2O_STOP_FORCE_MS    250  /* stop: then shutdown() the connections still open */
+#define EH2O_STOP_GIVEUP_MS   3000 /* stop: then leave the loop undisposed, never free in use */
 
 typedef struct eh2o_server eh2o_server;
 typedef struct eh2o_thread eh2o_thread;
@@ -108,8 +109,8 @@ struct eh2o_server {
     atomic_int stop_req;
     pthread_mutex_t mu; /* guards the two fields below */
     pthread_cond_t cv;
-    unsigned ready;     /* loops that finished their setup */
-    int wakes_done;     /* the controlling thread sent its last wake-up: queues may go */
+    unsigned ready; /* loops that finished their setup */
+    int wakes_done; /* the controlling thread sent its last wake-up: queues may go */
 };
 
 static void eh2o_wake(eh2o_thread *t)
@@ -155,7 +156,7 @@ static void eh2o_send_response(eh2o_thread *t, h2o_req_t *req, srv_request *sreq
     req->res.status = status;
     req->res.reason = srv__status_reason(status);
     if (status < 200 || status == 204 || status == 304)
-        req->res.content_length = SIZE_MAX; /* no Content-Length, and h2o's chunked filter skips them */
+        req->res.content_length = SIZE_MAX; /* no Content-Length; h2o's chunked filter skips */
     else
         req->res.content_length = srv__response_content_length(sreq);
 
@@ -172,7 +173,8 @@ static void eh2o_send_response(eh2o_thread *t, h2o_req_t *req, srv_request *sreq
             if (tok != NULL && tok->http2_should_reject)
                 continue; /* connection-specific: a protocol error in HTTP/2 */
         }
-        h2o_add_header_by_str(&req->pool, &req->res.headers, lc, nlen, 1, eh2o_pool_strndup(&req->pool, name, nlen, 0),
+        h2o_add_header_by_str(&req->pool, &req->res.headers, lc, nlen, 1,
+                              eh2o_pool_strndup(&req->pool, name, nlen, 0),
                               eh2o_pool_strndup(&req->pool, value, vlen, 0), vlen);
     }
     if (!srv__response_keep_alive(sreq) || t->quiesced)
@@ -187,7 +189,8 @@ static void eh2o_send_response(eh2o_thread *t, h2o_req_t *req, srv_request *sreq
         buf.len = blen;
     }
     h2o_start_response(req, &generator);
-    h2o_send(req, &buf, blen != 0 ? 1 : 0, H2O_SEND_STATE_FINAL); /* may dispose req before it returns */
+    /* May dispose req before it returns. */
+    h2o_send(req, &buf, blen != 0 ? 1 : 0, H2O_SEND_STATE_FINAL);
 }
 
 /* Receiver callback, on the loop thread: the responses posted by the respond slot. */
@@ -198,8 +201,9 @@ static void eh2o_on_messages(h2o_multithread_receiver_t *receiver, h2o_linklist_
         eh2o_ticket *tk = H2O_STRUCT_FROM_MEMBER(eh2o_ticket, msg.link, messages->next);
         h2o_linklist_unlink(&tk->msg.link);
         srv_request *sreq = tk->sreq;
+        /* The guard may fire inside eh2o_send_response: our reference keeps tk alive. */
         if (tk->req != NULL)
-            eh2o_send_response(t, tk->req, sreq); /* the guard may fire inside: refs keep tk alive */
+            eh2o_send_response(t, tk->req, sreq);
         srv__request_release(sreq);
         t->live--;
         eh2o_ticket_unref(tk);
@@ -240,11 +244,13 @@ static int eh2o_raw_head(h2o_req_t *req, eh2o_head *h)
     if (sock == NULL || sock->input == NULL || sock->input->size == 0)
         return 0;
     h->nheaders = EH2O_MAX_HEADERS;
-    if (phr_parse_request(sock->input->bytes, sock->input->size, &h->method, &h->method_len, &h->target,
-                          &h->target_len, &h->minor, h->headers, &h->nheaders, 0) <= 0)
+    if (phr_parse_request(sock->input->bytes, sock->input->size, &h->method, &h->method_len,
+                          &h->target, &h->target_len, &h->minor, h->headers, &h->nheaders, 0) <= 0)
         return 0;
-    return h->method_len == req->input.method.len && memcmp(h->method, req->input.method.base, h->method_len) == 0 &&
-           h->target_len == req->input.path.len && memcmp(h->target, req->input.path.base, h->target_len) == 0;
+    return h->method_len == req->input.method.len &&
+           memcmp(h->method, req->input.method.base, h->method_len) == 0 &&
+           h->target_len == req->input.path.len &&
+           memcmp(h->target, req->input.path.base, h->target_len) == 0;
 }
 
 static int eh2o_fill_raw(srv_request *sreq, const eh2o_head *h)
@@ -257,8 +263,8 @@ static int eh2o_fill_raw(srv_request *sreq, const eh2o_head *h)
     for (size_t i = 0; i < h->nheaders; i++) {
         if (h->headers[i].name == NULL) /* obs-fold continuation line */
             return 400;
-        if ((st = srv__request_add_header(sreq, h->headers[i].name, h->headers[i].name_len, h->headers[i].value,
-                                          h->headers[i].value_len)) != 0)
+        if ((st = srv__request_add_header(sreq, h->headers[i].name, h->headers[i].name_len,
+                                          h->headers[i].value, h->headers[i].value_len)) != 0)
             return st;
     }
     return 0;
@@ -274,12 +280,14 @@ static int eh2o_fill_parsed(srv_request *sreq, h2o_req_t *req)
         return st;
     srv__request_set_version(sreq, req->version >> 8, http2 ? 0 : req->version & 0xff);
     if (req->input.authority.len != 0 &&
-        (st = srv__request_add_header(sreq, "host", 4, req->input.authority.base, req->input.authority.len)) != 0)
+        (st = srv__request_add_header(sreq, "host", 4, req->input.authority.base,
+                                      req->input.authority.len)) != 0)
         return st;
     for (size_t i = 0; i < req->headers.size; i++) {
         const h2o_header_t *h = req->headers.entries + i;
         const char *name = h->orig_name != NULL ? h->orig_name : h->name->base;
-        if ((st = srv__request_add_header(sreq, name, h->name->len, h->value.base, h->value.len)) != 0)
+        st = srv__request_add_header(sreq, name, h->name->len, h->value.base, h->value.len);
+        if (st != 0)
             return st;
     }
     if (http2 && req->entity.base != NULL) {
@@ -309,12 +317,14 @@ static int eh2o_on_req(h2o_handler_t *self, h2o_req_t *req)
     struct sockaddr_storage peer;
     socklen_t peer_len = req->conn->callbacks->get_peername(req->conn, (struct sockaddr *)&peer);
 
-    srv_request *sreq = srv__request_new(s->srv, peer_len != 0 ? (struct sockaddr *)&peer : NULL, peer_len);
+    srv_request *sreq =
+        srv__request_new(s->srv, peer_len != 0 ? (struct sockaddr *)&peer : NULL, peer_len);
     eh2o_ticket *tk = sreq != NULL ? calloc(1, sizeof *tk) : NULL;
     if (tk == NULL) {
         if (sreq != NULL)
             srv__request_release(sreq);
-        h2o_send_error_503(req, "Service Unavailable", "out of memory", H2O_SEND_ERROR_HTTP1_CLOSE_CONNECTION);
+        h2o_send_error_503(req, "Service Unavailable", "out of memory",
+                           H2O_SEND_ERROR_HTTP1_CLOSE_CONNECTION);
         return 0;
     }
     tk->thread = t;
@@ -462,7 +472,7 @@ static void eh2o_on_accept(h2o_socket_t *listener, const char *err)
             eh2o_refuse(t, sock);
             continue;
         }
-        eh2o_conn *c = calloc(1, sizeof *c); /* h2o_linklist_insert wants an unlinked (zeroed) node */
+        eh2o_conn *c = calloc(1, sizeof *c); /* zeroed: h2o_linklist_insert asserts unlinked */
         if (c == NULL) {
             atomic_fetch_sub(&s->conns, 1);
             h2o_socket_close(sock);
@@ -571,8 +581,10 @@ static void eh2o_thread_teardown(eh2o_thread *t)
     pthread_mutex_unlock(&s->mu);
     if (t->abandoned) {
         /* Disposing would free memory the remaining connections use. Leak instead. */
-        fprintf(stderr, "libsrv h2o: %u connection(s) and %u request(s) did not finish; "
-                        "leaving an event loop undisposed\n", t->nconns, t->live);
+        fprintf(stderr,
+                "libsrv h2o: %u connection(s) and %u request(s) did not finish; "
+                "leaving an event loop undisposed\n",
+                t->nconns, t->live);
         return;
     }
     /* Order matters (ENGINE-NOTES 1.8 step 6): request_shutdown linked this entry and
@@ -673,18 +685,20 @@ static int eh2o_start(srv_server *srv, void **state)
     pthread_cond_init(&s->cv, NULL);
 
     h2o_config_init(&s->globalconf);
-    s->globalconf.server_name = h2o_iovec_init("", 0); /* the core's Server header, if any, is enough */
+    s->globalconf.server_name = h2o_iovec_init("", 0); /* the core sends its own Server */
     /* h2o has one HTTP/1 timer from the end of a response (or the connect) to the end of the
      * next head: it is both the keep-alive and the header timeout. Use the stricter one. */
-    s->globalconf.http1.req_timeout =
-        cfg->header_timeout_ms < cfg->keepalive_timeout_ms ? cfg->header_timeout_ms : cfg->keepalive_timeout_ms;
+    s->globalconf.http1.req_timeout = cfg->header_timeout_ms < cfg->keepalive_timeout_ms
+                                          ? cfg->header_timeout_ms
+                                          : cfg->keepalive_timeout_ms;
     s->globalconf.http2.idle_timeout = cfg->keepalive_timeout_ms;
     s->globalconf.http1.upgrade_to_http2 = 1;
     /* h2o buffers whole bodies (1 GiB by default) before on_req. At the limit HTTP/1 gets
      * h2o's own 413 straight from the head (Content-Length) or while de-chunking; HTTP/2
      * gets RST_STREAM (REFUSED_STREAM) from h2o, documented in docs/engines-h2o.md. */
     s->globalconf.max_request_entity_size = cfg->max_body_bytes;
-    h2o_hostconf_t *host = h2o_config_register_host(&s->globalconf, h2o_iovec_init(H2O_STRLIT("default")), 65535);
+    h2o_hostconf_t *host =
+        h2o_config_register_host(&s->globalconf, h2o_iovec_init(H2O_STRLIT("default")), 65535);
     /* Every request reaches the core: "/..." through the path, "*" and the rest through
      * the fallback, where h2o's own early errors pass too (hence the filter). */
     h2o_pathconf_t *paths[] = {h2o_config_register_path(host, "/", 0), &host->fallback_path};
@@ -693,7 +707,8 @@ static int eh2o_start(srv_server *srv, void **state)
         handler->super.on_req = eh2o_on_req;
         handler->server = s;
     }
-    h2o_create_filter(&host->fallback_path, sizeof(h2o_filter_t))->on_setup_ostream = eh2o_on_setup_ostream;
+    h2o_create_filter(&host->fallback_path, sizeof(h2o_filter_t))->on_setup_ostream =
+        eh2o_on_setup_ostream;
 
     int rc = srv__listen(srv, SRV__LISTEN_NONBLOCK);
     if (rc < 0) {
@@ -715,7 +730,8 @@ static int eh2o_start(srv_server *srv, void **state)
         h2o_linklist_init_anchor(&t->refusals);
         t->listen_fd = fcntl(s->listen_fd, F_DUPFD_CLOEXEC, 0);
         if (t->listen_fd < 0) {
-            srv__server_set_error(srv, "h2o engine: cannot dup the listening socket: %s", strerror(errno));
+            srv__server_set_error(srv, "h2o engine: cannot dup the listening socket: %s",
+                                  strerror(errno));
             eh2o_free(s);
             return SRV_ESYS;
         }
@@ -732,7 +748,8 @@ static int eh2o_start(srv_server *srv, void **state)
     pthread_sigmask(SIG_SETMASK, &all, &old);
     unsigned started = 0;
     for (; started < s->nthreads; started++) {
-        if ((rc = pthread_create(&s->threads[started].tid, NULL, eh2o_thread_main, &s->threads[started])) != 0)
+        if ((rc = pthread_create(&s->threads[started].tid, NULL, eh2o_thread_main,
+                                 &s->threads[started])) != 0)
             break;
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
