@@ -177,8 +177,10 @@ static void eh2o_send_response(eh2o_thread *t, h2o_req_t *req, srv_request *sreq
                               eh2o_pool_strndup(&req->pool, name, nlen, 0),
                               eh2o_pool_strndup(&req->pool, value, vlen, 0), vlen);
     }
-    if (!srv__response_keep_alive(sreq) || t->quiesced)
-        req->http1_is_persistent = 0;
+    /* The core decides keep-alive (h2o 2.2.5 would close an HTTP/1.1 connection whose request
+     * had any Connection header without "keep-alive", e.g. "Connection: TE"). */
+    if (!http2)
+        req->http1_is_persistent = srv__response_keep_alive(sreq) && !t->quiesced;
 
     size_t blen;
     const void *body = srv__response_body(sreq, &blen);
