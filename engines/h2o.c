@@ -195,6 +195,21 @@ static void eh2o_send_response(eh2o_thread *t, h2o_req_t *req, srv_request *sreq
     h2o_send(req, &buf, blen != 0 ? 1 : 0, H2O_SEND_STATE_FINAL);
 }
 
+/* The loop this thread runs (NULL on other threads). */
+static _Thread_local eh2o_thread *eh2o_self;
+
+/* On the owning loop: write the response unless h2o disposed the request, then let go. */
+static void eh2o_complete(eh2o_thread *t, eh2o_ticket *tk)
+{
+    srv_request *sreq = tk->sreq;
+    /* The guard may fire inside eh2o_send_response: this reference keeps tk alive. */
+    if (tk->req != NULL)
+        eh2o_send_response(t, tk->req, sreq);
+    srv__request_release(sreq);
+    t->live--;
+    eh2o_ticket_unref(tk);
+}
+
 /* Receiver callback, on the loop thread: the responses posted by the respond slot. */
 static void eh2o_on_messages(h2o_multithread_receiver_t *receiver, h2o_linklist_t *messages)
 {
@@ -202,22 +217,23 @@ static void eh2o_on_messages(h2o_multithread_receiver_t *receiver, h2o_linklist_
     while (!h2o_linklist_is_empty(messages)) {
         eh2o_ticket *tk = H2O_STRUCT_FROM_MEMBER(eh2o_ticket, msg.link, messages->next);
         h2o_linklist_unlink(&tk->msg.link);
-        srv_request *sreq = tk->sreq;
-        /* The guard may fire inside eh2o_send_response: our reference keeps tk alive. */
-        if (tk->req != NULL)
-            eh2o_send_response(t, tk->req, sreq);
-        srv__request_release(sreq);
-        t->live--;
-        eh2o_ticket_unref(tk);
+        eh2o_complete(t, tk);
     }
 }
 
-/* respond slot: any thread. Only posts; everything else happens on the owning loop. */
+/*
+ * respond slot: any thread. From another thread it only posts the ticket to the owning loop.
+ * On the owning loop itself (404, 405 and bad input, answered inside on_req) there is nothing
+ * to hand over: respond at once, as h2o handlers do from on_req.
+ */
 static void eh2o_respond(void *state, srv_request *sreq)
 {
     (void)state;
     eh2o_ticket *tk = srv__request_engine_data(sreq);
-    h2o_multithread_send_message(&tk->thread->receiver, &tk->msg);
+    if (tk->thread == eh2o_self)
+        eh2o_complete(tk->thread, tk);
+    else
+        h2o_multithread_send_message(&tk->thread->receiver, &tk->msg);
 }
 
 /* ------------------------------------------------------------------ */
@@ -344,7 +360,7 @@ static int eh2o_on_req(h2o_handler_t *self, h2o_req_t *req)
         srv__request_fail(sreq, st > 0 ? st : 500); /* calls respond: the ticket is posted */
     else
         srv__request_dispatch(sreq);
-    return 0; /* the response comes through eh2o_on_messages; req must not be touched here */
+    return 0; /* the response may already be written: req must not be touched here */
 }
 
 /*
@@ -620,6 +636,7 @@ static void *eh2o_thread_main(void *arg)
     t->listener->data = t;
     h2o_socket_read_start(t->listener, eh2o_on_accept);
 
+    eh2o_self = t;
     pthread_mutex_lock(&s->mu);
     s->ready++;
     pthread_cond_broadcast(&s->cv);
