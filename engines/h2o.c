@@ -39,6 +39,7 @@ int phr_parse_request(const char *buf, size_t len, const char **method, size_t *
 #define EH2O_MAX_HEADERS      100  /* H2O_MAX_HEADERS: h2o refuses more itself */
 #define EH2O_ACCEPT_BATCH     16   /* accepts per listener wake-up, so loops share them */
 #define EH2O_REFUSE_LINGER_MS 1000 /* a refused connection drains this long at most */
+#define EH2O_ACCEPT_PAUSE_MS  100  /* out of fds: wait this long before accepting again */
 #define EH2O_STOP_POLL_MS     10   /* loop tick while stopping */
 #define EH2O_STOP_FORCE_MS    250  /* stop: then shutdown() the connections still open */
 #define EH2O_STOP_GIVEUP_MS   3000 /* stop: then leave the loop undisposed, never free in use */
@@ -84,6 +85,8 @@ struct eh2o_thread {
     h2o_socket_t *listener;
     h2o_multithread_receiver_t receiver; /* responses (tickets) and NULL wake-ups */
     h2o_timeout_t refuse_timeout;
+    h2o_timeout_t accept_pause; /* out of file descriptors: the listener rests */
+    h2o_timeout_entry_t accept_resume;
     h2o_linklist_t conns;
     h2o_linklist_t refusals;
     unsigned nconns; /* loop thread only */
@@ -475,6 +478,15 @@ static void eh2o_refuse(eh2o_thread *t, h2o_socket_t *sock)
     h2o_socket_write(sock, &buf, 1, eh2o_refusal_on_written);
 }
 
+static void eh2o_on_accept(h2o_socket_t *listener, const char *err);
+
+static void eh2o_on_accept_resume(h2o_timeout_entry_t *entry)
+{
+    eh2o_thread *t = H2O_STRUCT_FROM_MEMBER(eh2o_thread, accept_resume, entry);
+    if (t->listener != NULL)
+        h2o_socket_read_start(t->listener, eh2o_on_accept);
+}
+
 static void eh2o_on_accept(h2o_socket_t *listener, const char *err)
 {
     eh2o_thread *t = listener->data;
@@ -482,9 +494,16 @@ static void eh2o_on_accept(h2o_socket_t *listener, const char *err)
     if (err != NULL)
         return;
     for (int i = 0; i < EH2O_ACCEPT_BATCH; i++) {
-        h2o_socket_t *sock = h2o_evloop_socket_accept(listener);
-        if (sock == NULL)
+        h2o_socket_t *sock = h2o_evloop_socket_accept(listener); /* errno from accept4 */
+        if (sock == NULL) {
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                /* The pending connection stays readable: without a rest the loop would
+                 * spin until a descriptor is freed. The backlog holds the clients. */
+                h2o_socket_read_stop(listener);
+                h2o_timeout_link(t->loop, &t->accept_pause, &t->accept_resume);
+            }
             break;
+        }
         if (atomic_fetch_add(&s->conns, 1) >= s->cfg->max_connections) {
             atomic_fetch_sub(&s->conns, 1);
             eh2o_refuse(t, sock);
@@ -515,6 +534,7 @@ static void eh2o_on_accept(h2o_socket_t *listener, const char *err)
 static void eh2o_thread_quiesce(eh2o_thread *t)
 {
     t->quiesced = 1;
+    h2o_timeout_unlink(&t->accept_resume);
     if (t->listener != NULL) {
         h2o_socket_read_stop(t->listener);
         h2o_socket_close(t->listener); /* closes this loop's dup */
@@ -610,6 +630,7 @@ static void eh2o_thread_teardown(eh2o_thread *t)
     h2o_timeout_unlink(&t->ctx.http2._graceful_shutdown_timeout);
     h2o_multithread_unregister_receiver(t->ctx.queue, &t->receiver);
     h2o_timeout_dispose(t->loop, &t->refuse_timeout);
+    h2o_timeout_dispose(t->loop, &t->accept_pause);
     h2o_multithread_queue_t *queue = t->ctx.queue;
     h2o_context_dispose(&t->ctx);
     free(queue); /* 2.2.5's h2o_multithread_destroy_queue does not free the struct */
@@ -629,6 +650,8 @@ static void *eh2o_thread_main(void *arg)
     h2o_context_init(&t->ctx, t->loop, &s->globalconf);
     h2o_multithread_register_receiver(t->ctx.queue, &t->receiver, eh2o_on_messages);
     h2o_timeout_init(t->loop, &t->refuse_timeout, EH2O_REFUSE_LINGER_MS);
+    h2o_timeout_init(t->loop, &t->accept_pause, EH2O_ACCEPT_PAUSE_MS);
+    t->accept_resume.cb = eh2o_on_accept_resume;
     t->accept_ctx.ctx = &t->ctx;
     t->accept_ctx.hosts = s->globalconf.hosts;
     t->listener = h2o_evloop_socket_create(t->loop, t->listen_fd, H2O_SOCKET_FLAG_DONT_READ);
