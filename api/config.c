@@ -31,6 +31,7 @@ void srv_config_init(srv_config *cfg)
  * without limiting real deployments. */
 #define SRV__MAX_THREADS 100000u
 #define SRV__MAX_TIMEOUT_MS (24u * 3600u * 1000u)
+#define SRV__MAX_BYTES (SIZE_MAX / 4)
 
 #define SRV__CHECK(cond, ...)                                         \
     do {                                                              \
@@ -73,6 +74,13 @@ int srv__config_validate(srv_server *srv)
                c->max_header_bytes);
     SRV__CHECK(c->max_uri_bytes >= 16, "max_uri_bytes %zu is below the minimum of 16",
                c->max_uri_bytes);
+    /* Bodies are buffered in memory; the cap also keeps size arithmetic on
+     * network-supplied lengths far from overflow. */
+    SRV__CHECK(c->max_body_bytes <= SRV__MAX_BYTES,
+               "max_body_bytes %zu is over the maximum of %zu", c->max_body_bytes,
+               (size_t)SRV__MAX_BYTES);
+    SRV__CHECK(c->max_header_bytes <= SRV__MAX_BYTES && c->max_uri_bytes <= SRV__MAX_BYTES,
+               "max_header_bytes and max_uri_bytes must be at most %zu", (size_t)SRV__MAX_BYTES);
 
     if (c->io_threads == 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);

@@ -104,21 +104,34 @@ void srv__request_set_close(srv_request *req)
     atomic_store(&req->engine_close, true);
 }
 
+/* Whether any Connection header line holds `token`. A client may split the
+ * list over several lines ("Connection: keep-alive" then "Connection:
+ * close"); looking at the first line only kept such a connection open on
+ * engines whose library lets the core decide (h2o), while http-parser
+ * (threadpool) closed it. */
+static bool srv__connection_has(const srv_request *req, const char *token)
+{
+    for (size_t i = 0; i < req->header_count; i++)
+        if (strcasecmp(req->headers[i].name, "Connection") == 0 &&
+            srv__header_has_token(req->headers[i].value, token))
+            return true;
+    return false;
+}
+
 int srv__response_keep_alive(const srv_request *req)
 {
     srv_request *r = (srv_request *)req;
     if (r->keep_alive >= 0)
         return r->keep_alive;
     bool ka;
-    const char *conn = srv_request_header(req, "Connection");
     if (r->close_after || atomic_load(&r->engine_close) || srv__server_stopping(r->srv))
         ka = false;
     else if (r->major == 2)
         ka = true;
     else if (r->major == 1 && r->minor == 1)
-        ka = conn == NULL || !srv__header_has_token(conn, "close");
+        ka = !srv__connection_has(req, "close");
     else if (r->major == 1 && r->minor == 0)
-        ka = conn != NULL && srv__header_has_token(conn, "keep-alive");
+        ka = srv__connection_has(req, "keep-alive") && !srv__connection_has(req, "close");
     else
         ka = false;
     r->keep_alive = ka;

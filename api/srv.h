@@ -238,6 +238,8 @@ const char *srv_server_last_error(const srv_server *srv);
  * the core answers the rest 503 and the engine closes every connection.
  * Returns when the engine has stopped; a blocking handler that is still
  * running keeps its worker until it returns (its late response is dropped).
+ * On the threadpool engine, whose connection threads run the handlers, stop
+ * also waits for such a handler to return before it closes its connection.
  * Returns 0, or SRV_ESTATE when the server is not running.
  * Must not be called from a handler or a timer callback.
  */
@@ -339,7 +341,8 @@ srv_server *srv_request_server(const srv_request *req);
  * srv_respond) are refused.
  * Returns 0; SRV_EHEADER for an invalid name/value (CR, LF, NUL, a
  * non-token name) or a framing header; SRV_EINVAL for NULL arguments;
- * SRV_ENOMEM.
+ * SRV_ETIMEDOUT when the core already answered the request (timeout or
+ * shutdown: the header would be dropped anyway); SRV_ENOMEM.
  */
 int srv_set_header(srv_request *req, const char *name, const char *value);
 

@@ -51,6 +51,15 @@ static void *srv__pool_main(void *arg)
 
 int srv__pool_start(srv__pool *p, unsigned n)
 {
+    /* A failed srv_server_start shut the pool down and leaves the server
+     * NEW, so start may run again: accept jobs again (otherwise every
+     * submit would fail and every routed request be answered 503). No
+     * worker runs here, so nothing is queued. */
+    pthread_mutex_lock(&p->mu);
+    p->shutdown = false;
+    p->head = p->tail = NULL;
+    p->waiting = 0;
+    pthread_mutex_unlock(&p->mu);
     p->threads = calloc(n, sizeof *p->threads);
     if (p->threads == NULL)
         return SRV_ENOMEM;

@@ -734,6 +734,75 @@ static void test_engine_start_failure(void **state)
     assert_int_equal(never_calls, 0);
 }
 
+/* A start that failed (e.g. EBIND while the port was busy) leaves the server
+ * NEW, so the application may call srv_server_start again. If that second
+ * start succeeds the server must really serve: the first attempt's pool
+ * shutdown must not leave the worker pool refusing every job (then every
+ * routed request was answered 503 at once). */
+static void test_start_retry_after_engine_failure(void **state)
+{
+    fake *f = *state;
+    f->start_rc = SRV_EBIND;
+    srv_server *srv = fake_server(f, NULL);
+    assert_int_equal(srv_route(srv, "GET", "/x", fake_handler, NULL), 0);
+    assert_int_equal(srv_server_start(srv), SRV_EBIND);
+
+    pthread_mutex_lock(&f->mu);
+    f->start_rc = 0;
+    pthread_mutex_unlock(&f->mu);
+    int rc = srv_server_start(srv);
+    if (rc == 0) {
+        assert_int_equal(fake_roundtrip(f, "GET", "/x"), 200);
+        assert_int_equal(srv_after(srv, 1000, never_cb, NULL), 0); /* timer runs */
+    } else {
+        assert_int_equal(rc, SRV_ESTATE); /* refusing a retry is fine too */
+    }
+    fake_finish(f);
+    assert_int_equal(never_calls, 0);
+}
+
+/* "Connection: close" on a second Connection line still closes: the core
+ * decides keep-alive for every engine, so it must read every line. */
+static void test_connection_close_on_any_line(void **state)
+{
+    fake *f = *state;
+    srv_server *srv = fake_server(f, NULL);
+    assert_int_equal(srv_route(srv, "GET", "/x", fake_handler, NULL), 0);
+    fake_start(f, NULL);
+
+    fake_req *r = fake_req_new(f, "GET", "/x");
+    r->headers[0][0] = "Connection";
+    r->headers[0][1] = "keep-alive";
+    r->headers[1][0] = "Connection";
+    r->headers[1][1] = "close";
+    r->nheaders = 2;
+    assert_int_equal(fake_send(r), 0);
+    assert_int_equal(fake_wait(r, FAKE_WAIT_MS), 200);
+    assert_int_equal(r->keep_alive, 0);
+
+    fake_req *r10 = fake_req_new(f, "GET", "/x");
+    r10->minor = 0;
+    r10->headers[0][0] = "Connection";
+    r10->headers[0][1] = "keep-alive";
+    r10->headers[1][0] = "Connection";
+    r10->headers[1][1] = "close";
+    r10->nheaders = 2;
+    assert_int_equal(fake_send(r10), 0);
+    assert_int_equal(fake_wait(r10, FAKE_WAIT_MS), 200);
+    assert_int_equal(r10->keep_alive, 0);
+
+    fake_req *ok = fake_req_new(f, "GET", "/x");
+    ok->headers[0][0] = "Connection";
+    ok->headers[0][1] = "TE";
+    ok->headers[1][0] = "Connection";
+    ok->headers[1][1] = "keep-alive";
+    ok->nheaders = 2;
+    assert_int_equal(fake_send(ok), 0);
+    assert_int_equal(fake_wait(ok, FAKE_WAIT_MS), 200);
+    assert_int_equal(ok->keep_alive, 1);
+    fake_finish(f);
+}
+
 static void expect_rejected_table(fake *f, const char *what)
 {
     srv_server *srv = srv_server_new(&f->engine, NULL);
@@ -803,6 +872,8 @@ int main(void)
         T(test_many_concurrent_requests),
         T(test_lifecycle_states),
         T(test_engine_start_failure),
+        T(test_start_retry_after_engine_failure),
+        T(test_connection_close_on_any_line),
         T(test_engine_wrong_version_rejected),
         T(test_engine_version_zero_rejected),
         T(test_engine_missing_slot_rejected),
