@@ -1,0 +1,524 @@
+/*
+ * The "mhd" engine: GNU libmicrohttpd 0.9.75 in epoll mode. io_threads MHD
+ * polling threads accept, parse and write; handlers run on the core's worker
+ * pool while the connection is suspended, and respond resumes it.
+ */
+#include "srv_engine.h"
+
+#include <microhttpd.h>
+
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* One per accepted connection (MHD's socket_context). They are listed so
+ * quiesce can close the idle ones, which MHD itself would keep open. */
+typedef struct emhd_conn emhd_conn;
+struct emhd_conn {
+    emhd_conn *prev, *next;
+    int fd;
+    atomic_bool busy; /* a request line arrived and is not finished yet */
+    bool over_limit;  /* accepted past max_connections: answer 503 */
+};
+
+typedef struct emhd_server {
+    srv_server *srv;
+    struct MHD_Daemon *daemon;
+    int lfd;
+    unsigned max_connections;
+    unsigned header_timeout_s;    /* while a request is being received */
+    unsigned keepalive_timeout_s; /* while answering and between requests */
+    size_t swallow_limit;         /* body bytes discarded after a 413 */
+    bool quiesced;                /* controlling thread only */
+    bool log_all;                 /* SRV_MHD_LOG=1: print MHD's messages */
+    atomic_bool running;          /* MHD_start_daemon returned */
+    atomic_uint outstanding;      /* suspended, resume not yet called */
+    pthread_mutex_t lock;         /* conns, open, start_msg */
+    emhd_conn *conns;
+    unsigned open;
+    char start_msg[200]; /* MHD's last complaint while starting */
+} emhd_server;
+
+/* One per request, from the request line until MHD_OPTION_NOTIFY_COMPLETED
+ * (MHD's con_cls). Only the MHD thread of the connection touches it, except
+ * `ready`, and `suspended`/`conn` which respond reads. */
+typedef struct emhd_req {
+    emhd_server *es;
+    emhd_conn *ec;
+    struct MHD_Connection *conn;
+    srv_request *req; /* NULL until the head is complete */
+    int body_status;  /* a status found while reading the body (413) */
+    size_t swallowed; /* body bytes discarded after body_status */
+    bool suspended;   /* set before dispatch; respond then resumes */
+    atomic_bool ready; /* respond was called: the response is readable */
+    size_t target_len;
+    char target[]; /* the raw request-target, as MHD received it */
+} emhd_req;
+
+static unsigned emhd_seconds(unsigned ms)
+{
+    return ms / 1000u + (ms % 1000u != 0);
+}
+
+/* Switch a connection between the header and keep-alive timeouts; MHD's
+ * timeout is per connection and idle-based. Only on the connection's MHD
+ * thread, while it is not suspended. */
+static void emhd_set_timeout(emhd_server *es, struct MHD_Connection *conn, unsigned secs)
+{
+    if (es->header_timeout_s != es->keepalive_timeout_s)
+        MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, secs);
+}
+
+/* ------------------------------------------------------------------ */
+/* MHD callbacks (the MHD thread that owns the connection)             */
+/* ------------------------------------------------------------------ */
+
+/* MHD logs routine events (every error answer, the connection limit) as
+ * well as real failures; keep only what explains a failed start, and print
+ * everything when SRV_MHD_LOG=1 asks for it. */
+static void emhd_log(void *cls, const char *fmt, va_list ap)
+{
+    emhd_server *es = cls;
+    if (es->log_all) {
+        va_list aq;
+        va_copy(aq, ap);
+        fputs("libsrv mhd: ", stderr);
+        vfprintf(stderr, fmt, aq);
+        va_end(aq);
+    }
+    if (!atomic_load(&es->running)) {
+        pthread_mutex_lock(&es->lock);
+        vsnprintf(es->start_msg, sizeof es->start_msg, fmt, ap);
+        size_t n = strlen(es->start_msg);
+        while (n > 0 && (es->start_msg[n - 1] == '\n' || es->start_msg[n - 1] == '.'))
+            es->start_msg[--n] = '\0';
+        pthread_mutex_unlock(&es->lock);
+    }
+}
+
+static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                                   enum MHD_ConnectionNotificationCode toe)
+{
+    emhd_server *es = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        emhd_conn *ec = calloc(1, sizeof *ec);
+        if (ec != NULL) {
+            const union MHD_ConnectionInfo *ci =
+                MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+            ec->fd = ci != NULL ? ci->connect_fd : -1;
+            pthread_mutex_lock(&es->lock);
+            ec->next = es->conns;
+            if (es->conns != NULL)
+                es->conns->prev = ec;
+            es->conns = ec;
+            ec->over_limit = ++es->open > es->max_connections;
+            pthread_mutex_unlock(&es->lock);
+            /* Nothing to wait for from a connection we will refuse. */
+            if (ec->over_limit)
+                MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 1u);
+        }
+        *socket_context = ec;
+        srv__stats_connection_opened(es->srv);
+        return;
+    }
+    emhd_conn *ec = *socket_context;
+    if (ec != NULL) {
+        /* Under the lock, before MHD closes the fd: quiesce never shuts
+         * down a reused descriptor. */
+        pthread_mutex_lock(&es->lock);
+        if (ec->prev != NULL)
+            ec->prev->next = ec->next;
+        else
+            es->conns = ec->next;
+        if (ec->next != NULL)
+            ec->next->prev = ec->prev;
+        es->open--;
+        pthread_mutex_unlock(&es->lock);
+        free(ec);
+        *socket_context = NULL;
+    }
+    srv__stats_connection_closed(es->srv);
+}
+
+/* The request line is parsed: `uri` is the raw request-target, before MHD
+ * splits the query and unescapes it in place. Its return value becomes the
+ * request's con_cls. */
+static void *emhd_uri_log(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    emhd_server *es = cls;
+    size_t n = uri != NULL ? strlen(uri) : 0;
+    emhd_req *er = calloc(1, sizeof *er + n + 1);
+    if (er == NULL)
+        return NULL; /* the access handler then closes the connection */
+    er->es = es;
+    er->conn = conn;
+    er->target_len = n;
+    if (n > 0)
+        memcpy(er->target, uri, n);
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    er->ec = ci != NULL ? ci->socket_context : NULL;
+    if (er->ec != NULL)
+        atomic_store(&er->ec->busy, true);
+    emhd_set_timeout(es, conn, es->header_timeout_s);
+    return er;
+}
+
+/* Keep the path and query raw: the core decodes the target itself. */
+static size_t emhd_unescape(void *cls, struct MHD_Connection *conn, char *s)
+{
+    (void)cls;
+    (void)conn;
+    return strlen(s);
+}
+
+static void emhd_notify_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                                  enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    (void)conn;
+    (void)toe;
+    emhd_req *er = *con_cls;
+    if (er == NULL)
+        return;
+    *con_cls = NULL;
+    if (er->ec != NULL)
+        atomic_store(&er->ec->busy, false);
+    if (er->suspended && !atomic_load_explicit(&er->ready, memory_order_acquire)) {
+        /* MHD never closes a suspended connection (it panics in
+         * MHD_stop_daemon instead), so this cannot happen; if it did, a
+         * worker would still call respond with this request: leak it
+         * rather than free memory that respond will touch. */
+        fprintf(stderr, "libsrv mhd: request closed while suspended (leaked)\n");
+        return;
+    }
+    if (er->req != NULL)
+        srv__request_release(er->req);
+    free(er);
+}
+
+/* Body bytes of a HEAD (or 304) response are never read: MHD only uses the
+ * size for Content-Length. */
+static ssize_t emhd_no_body(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)cls;
+    (void)pos;
+    (void)buf;
+    (void)max;
+    return MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+/* Queue the response the core finished for er->req. MHD frames it (status
+ * line, Date, Content-Length, Connection); the body stays owned by the
+ * request, which lives until MHD_OPTION_NOTIFY_COMPLETED. */
+static enum MHD_Result emhd_send(emhd_req *er, struct MHD_Connection *conn, bool http10)
+{
+    srv_request *req = er->req;
+    size_t len = 0;
+    const void *body = srv__response_body(req, &len);
+    size_t clen = srv__response_content_length(req);
+    struct MHD_Response *r;
+    if (len == 0 && clen > 0) /* HEAD: advertise the length a GET sends */
+        r = MHD_create_response_from_callback(clen, 1024, emhd_no_body, NULL, NULL);
+    else
+        r = MHD_create_response_from_buffer(len, (void *)(len > 0 ? body : ""),
+                                            MHD_RESPMEM_PERSISTENT);
+    if (r == NULL)
+        return MHD_NO;
+    size_t count = srv__response_header_count(req);
+    for (size_t i = 0; i < count; i++) {
+        const char *value = NULL;
+        const char *name = srv__response_header_at(req, i, &value);
+        if (name != NULL && value != NULL)
+            (void)MHD_add_response_header(r, name, value);
+    }
+    if (!srv__response_keep_alive(req))
+        (void)MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    if (http10) /* answer in the request's version, as the core's framing does */
+        (void)MHD_set_response_options(r, MHD_RF_HTTP_1_0_SERVER, MHD_RO_END);
+    emhd_set_timeout(er->es, conn, er->es->keepalive_timeout_s);
+    enum MHD_Result ret = MHD_queue_response(conn, (unsigned)srv__response_status(req), r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+/* Answer with an error status found while reading (the core closes). */
+static enum MHD_Result emhd_fail(emhd_req *er, struct MHD_Connection *conn, int status,
+                                 bool http10)
+{
+    if (status < 100 || status > 599)
+        status = 500; /* SRV_ENOMEM from a request helper */
+    srv__request_fail(er->req, status); /* calls respond: not suspended */
+    return emhd_send(er, conn, http10);
+}
+
+typedef struct emhd_headers {
+    srv_request *req;
+    int status;
+} emhd_headers;
+
+static enum MHD_Result emhd_add_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                       size_t key_size, const char *value, size_t value_size)
+{
+    emhd_headers *h = cls;
+    (void)kind;
+    h->status = srv__request_add_header(h->req, key, key_size, value != NULL ? value : "",
+                                        value != NULL ? value_size : 0);
+    return h->status == 0 ? MHD_YES : MHD_NO;
+}
+
+/* First call: the head is complete. Build the request and let the core
+ * judge it before any body byte is consumed (MHD 0.9.75 lets
+ * Content-Length with chunked, unknown codings and more through). */
+static enum MHD_Result emhd_begin(emhd_server *es, emhd_req *er, struct MHD_Connection *conn,
+                                  const char *method, const char *version, bool http10)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci != NULL ? ci->client_addr : NULL;
+    socklen_t salen = 0;
+    if (sa != NULL)
+        salen = sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                          : sizeof(struct sockaddr_in);
+    er->req = srv__request_new(es->srv, sa, salen);
+    if (er->req == NULL)
+        return MHD_NO;
+    srv__request_set_engine_data(er->req, er);
+
+    int st = srv__request_set_method(er->req, method, strlen(method));
+    if (st == 0)
+        st = srv__request_set_target(er->req, er->target, er->target_len);
+    if (st == 0 && er->ec != NULL && er->ec->over_limit)
+        st = 503;
+    if (st == 0) {
+        /* MHD accepted only "HTTP/d.d" with major 1 (else it sent 400/505). */
+        int major = 1, minor = 1;
+        if (version != NULL && strlen(version) == 8) {
+            major = version[5] - '0';
+            minor = version[7] - '0';
+        }
+        srv__request_set_version(er->req, major, minor);
+        emhd_headers h = {er->req, 0};
+        MHD_get_connection_values_n(conn, MHD_HEADER_KIND, emhd_add_header, &h);
+        st = h.status;
+    }
+    if (st == 0)
+        st = srv__request_headers_done(er->req);
+    if (st != 0)
+        return emhd_fail(er, conn, st, http10);
+    /* Expect: 100-continue is answered by MHD once this call returns
+     * without a response. */
+    return MHD_YES;
+}
+
+static enum MHD_Result emhd_access(void *cls, struct MHD_Connection *conn, const char *url,
+                                   const char *method, const char *version,
+                                   const char *upload_data, size_t *upload_data_size,
+                                   void **con_cls)
+{
+    emhd_server *es = cls;
+    emhd_req *er = *con_cls;
+    (void)url; /* decoded by MHD; the raw target came through emhd_uri_log */
+    if (er == NULL)
+        return MHD_NO;
+    bool http10 = version != NULL && strcmp(version, MHD_HTTP_VERSION_1_0) == 0;
+
+    if (er->req == NULL)
+        return emhd_begin(es, er, conn, method, version, http10);
+
+    if (*upload_data_size != 0) {
+        size_t n = *upload_data_size;
+        *upload_data_size = 0;
+        if (er->body_status == 0) {
+            int st = srv__request_append_body(er->req, upload_data, n);
+            if (st != 0)
+                er->body_status = st < 0 ? 500 : st;
+            return MHD_YES;
+        }
+        /* MHD 0.9.75 refuses a response while the body is being read, so
+         * swallow the rest (bounded) and answer at the end. */
+        er->swallowed += n;
+        return er->swallowed <= es->swallow_limit ? MHD_YES : MHD_NO;
+    }
+
+    if (atomic_load_explicit(&er->ready, memory_order_acquire))
+        return emhd_send(er, conn, http10); /* resumed after respond */
+    if (er->suspended)
+        return MHD_YES; /* not reached: MHD does not call suspended ones */
+    if (er->body_status != 0)
+        return emhd_fail(er, conn, er->body_status, http10);
+
+    /* Suspend before dispatching: respond may run at once (404/405 on this
+     * thread, or a fast worker) and resumes the connection. */
+    emhd_set_timeout(es, conn, es->keepalive_timeout_s);
+    er->suspended = true;
+    atomic_fetch_add(&es->outstanding, 1);
+    MHD_suspend_connection(conn);
+    srv__request_dispatch(er->req);
+    return MHD_YES;
+}
+
+/* ------------------------------------------------------------------ */
+/* Slots                                                               */
+/* ------------------------------------------------------------------ */
+
+static int emhd_start(srv_server *srv, void **state)
+{
+    const srv_config *cfg = srv__server_config(srv);
+    emhd_server *es = calloc(1, sizeof *es);
+    if (es == NULL) {
+        srv__server_set_error(srv, "mhd: out of memory");
+        return SRV_ENOMEM;
+    }
+    es->srv = srv;
+    es->lfd = -1;
+    pthread_mutex_init(&es->lock, NULL);
+    const char *log = getenv("SRV_MHD_LOG");
+    es->log_all = log != NULL && log[0] == '1';
+    es->max_connections = cfg->max_connections;
+    es->header_timeout_s = emhd_seconds(cfg->header_timeout_ms);
+    es->keepalive_timeout_s = emhd_seconds(cfg->keepalive_timeout_ms);
+    es->swallow_limit = cfg->max_body_bytes > (1u << 20) ? cfg->max_body_bytes : (1u << 20);
+
+    /* Our own socket: host, IPv6, port 0, backlog and "cannot bind"
+     * messages are the same as on every engine. */
+    int lfd = srv__listen(srv, SRV__LISTEN_NONBLOCK);
+    if (lfd < 0) {
+        pthread_mutex_destroy(&es->lock);
+        free(es);
+        return lfd;
+    }
+    es->lfd = lfd;
+
+    unsigned threads = cfg->io_threads > 0 ? cfg->io_threads : 1;
+    /* MHD's default limit is FD_SETSIZE-4 even with epoll. Leave headroom
+     * above max_connections so the extra clients get a quick 503 instead of
+     * waiting in the backlog (MHD stops accepting at its limit), and so the
+     * per-thread split of MHD's limit never refuses below ours. */
+    unsigned limit = cfg->max_connections + cfg->max_connections / 4 + 16 * threads;
+    /* The connection's memory pool holds the head, the header table and the
+     * response head. Make room for a head of max_header_bytes (the core
+     * answers 431/414 exactly); far bigger heads MHD cuts with 431/414. */
+    size_t pool = 2 * (cfg->max_header_bytes + cfg->max_uri_bytes) + 8192;
+    if (pool < 32768)
+        pool = 32768;
+
+    es->daemon = MHD_start_daemon(
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
+            MHD_USE_ERROR_LOG,
+        0, NULL, NULL, emhd_access, es,
+        MHD_OPTION_EXTERNAL_LOGGER, emhd_log, es,
+        MHD_OPTION_LISTEN_SOCKET, (MHD_socket)lfd,
+        MHD_OPTION_THREAD_POOL_SIZE, threads,
+        MHD_OPTION_CONNECTION_LIMIT, limit,
+        MHD_OPTION_CONNECTION_TIMEOUT, es->header_timeout_s,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool,
+        MHD_OPTION_URI_LOG_CALLBACK, emhd_uri_log, es,
+        MHD_OPTION_UNESCAPE_CALLBACK, emhd_unescape, es,
+        MHD_OPTION_NOTIFY_COMPLETED, emhd_notify_completed, es,
+        MHD_OPTION_NOTIFY_CONNECTION, emhd_notify_connection, es,
+        MHD_OPTION_END);
+    if (es->daemon == NULL) {
+        srv__server_set_error(srv, "mhd: cannot start the daemon: %s",
+                              es->start_msg[0] != '\0' ? es->start_msg : "unknown reason");
+        close(lfd);
+        pthread_mutex_destroy(&es->lock);
+        free(es);
+        return SRV_EENGINE;
+    }
+    atomic_store(&es->running, true);
+    *state = es;
+    return 0;
+}
+
+/* Any thread: the response is final. Hand it to the MHD thread. */
+static void emhd_respond(void *state, srv_request *req)
+{
+    emhd_server *es = state;
+    emhd_req *er = srv__request_engine_data(req);
+    struct MHD_Connection *conn = er->conn;
+    bool suspended = er->suspended;
+    atomic_store_explicit(&er->ready, true, memory_order_release);
+    if (!suspended)
+        return; /* answered on the MHD thread by emhd_fail */
+    /* Once resumed MHD may finish and free er at any moment: touch only
+     * locals and es from here on. */
+    MHD_resume_connection(conn);
+    atomic_fetch_sub(&es->outstanding, 1);
+}
+
+static void emhd_quiesce(void *state)
+{
+    emhd_server *es = state;
+    if (es->quiesced)
+        return;
+    es->quiesced = true;
+    /* MHD stops polling the socket, which stays in LISTEN; shutdown makes
+     * new connects fail at once instead of hanging in the backlog. */
+    MHD_socket fd = MHD_quiesce_daemon(es->daemon);
+    if (fd != MHD_INVALID_SOCKET)
+        shutdown(fd, SHUT_RDWR);
+    /* Idle kept-alive connections: MHD would keep them until the stop, so
+     * shut them down; MHD sees the EOF and closes them. Busy ones get
+     * "Connection: close" with their response (srv__response_keep_alive). */
+    pthread_mutex_lock(&es->lock);
+    for (emhd_conn *ec = es->conns; ec != NULL; ec = ec->next)
+        if (!atomic_load(&ec->busy) && ec->fd >= 0)
+            shutdown(ec->fd, SHUT_RDWR);
+    pthread_mutex_unlock(&es->lock);
+}
+
+static void emhd_stop(void *state)
+{
+    emhd_server *es = state;
+    emhd_quiesce(es);
+    /* MHD_stop_daemon panics on a suspended connection. The core answered
+     * every request, so each was resumed; wait out a respond that is still
+     * between its store and its resume. */
+    for (int ms = 0; atomic_load(&es->outstanding) != 0; ms++) {
+        if (ms == 10000) { /* a core bug; MHD_stop_daemon will say so */
+            fprintf(stderr, "libsrv mhd: %u request(s) still suspended at stop\n",
+                    atomic_load(&es->outstanding));
+            break;
+        }
+        nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+    }
+    MHD_stop_daemon(es->daemon);
+    es->daemon = NULL;
+    close(es->lfd);
+    es->lfd = -1;
+}
+
+static void emhd_destroy(void *state)
+{
+    emhd_server *es = state;
+    if (es == NULL)
+        return;
+    /* MHD reported every connection closed during MHD_stop_daemon. */
+    while (es->conns != NULL) {
+        emhd_conn *next = es->conns->next;
+        free(es->conns);
+        es->conns = next;
+    }
+    pthread_mutex_destroy(&es->lock);
+    free(es);
+}
+
+const srv_engine srv_engine_mhd = {
+    .version = SRV_ENGINE_VERSION,
+    .name = "mhd",
+    /* 505: MHD answers HTTP/0.x and 2+ itself, the core 1.2-1.9. No
+     * GARBAGE_400: MHD closes on a request line without a space. */
+    .caps = SRV_ENGINE_CAP_VERSION_505,
+    .start = emhd_start,
+    .respond = emhd_respond,
+    .quiesce = emhd_quiesce,
+    .stop = emhd_stop,
+    .destroy = emhd_destroy,
+};
