@@ -1,0 +1,82 @@
+/* Configuration defaults (srv_config_init) and validation at start. */
+#include "srv_core.h"
+
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+void srv_config_init(srv_config *cfg)
+{
+    if (cfg == NULL)
+        return;
+    memset(cfg, 0, sizeof *cfg);
+    cfg->host = "0.0.0.0";
+    cfg->port = 8080;
+    cfg->worker_threads = 200;
+    cfg->io_threads = 0;
+    cfg->max_connections = 10000;
+    cfg->backlog = 4096;
+    cfg->header_timeout_ms = 20000;
+    cfg->keepalive_timeout_ms = 20000;
+    cfg->request_timeout_ms = 60000;
+    cfg->max_header_bytes = 8192;
+    cfg->max_uri_bytes = 8192;
+    cfg->max_body_bytes = 2u * 1024 * 1024;
+    cfg->access_log = 0;
+    cfg->server_name = "libsrv";
+}
+
+/* Upper bounds that catch unit mix-ups (seconds for ms, bytes for KiB)
+ * without limiting real deployments. */
+#define SRV__MAX_THREADS 100000u
+#define SRV__MAX_TIMEOUT_MS (24u * 3600u * 1000u)
+
+#define SRV__CHECK(cond, ...)                                         \
+    do {                                                              \
+        if (!(cond)) {                                                \
+            snprintf(srv->error, sizeof srv->error, __VA_ARGS__);     \
+            return SRV_EINVAL;                                        \
+        }                                                             \
+    } while (0)
+
+int srv__config_validate(srv_server *srv)
+{
+    srv_config *c = &srv->cfg;
+    unsigned char addr[sizeof(struct in6_addr)];
+
+    if (inet_pton(AF_INET, c->host, addr) != 1 && inet_pton(AF_INET6, c->host, addr) != 1) {
+        snprintf(srv->error, sizeof srv->error,
+                 "host \"%s\" is not a numeric IPv4 or IPv6 address (e.g. 0.0.0.0, ::, 127.0.0.1)",
+                 c->host);
+        return SRV_EADDR;
+    }
+    SRV__CHECK(c->port >= 0 && c->port <= 65535,
+               "port %d is out of range: use 0 (any free port) to 65535", c->port);
+    SRV__CHECK(c->worker_threads >= 1 && c->worker_threads <= SRV__MAX_THREADS,
+               "worker_threads %u is out of range: use 1 to %u", c->worker_threads,
+               SRV__MAX_THREADS);
+    SRV__CHECK(c->io_threads <= 1024, "io_threads %u is out of range: use 0 (one per CPU) to 1024",
+               c->io_threads);
+    SRV__CHECK(c->max_connections >= 1, "max_connections must be at least 1");
+    SRV__CHECK(c->backlog >= 1, "backlog %d must be at least 1", c->backlog);
+    SRV__CHECK(c->header_timeout_ms >= 1 && c->header_timeout_ms <= SRV__MAX_TIMEOUT_MS,
+               "header_timeout_ms %u is out of range: use 1 to %u", c->header_timeout_ms,
+               SRV__MAX_TIMEOUT_MS);
+    SRV__CHECK(c->keepalive_timeout_ms >= 1 && c->keepalive_timeout_ms <= SRV__MAX_TIMEOUT_MS,
+               "keepalive_timeout_ms %u is out of range: use 1 to %u", c->keepalive_timeout_ms,
+               SRV__MAX_TIMEOUT_MS);
+    SRV__CHECK(c->request_timeout_ms >= 1 && c->request_timeout_ms <= SRV__MAX_TIMEOUT_MS,
+               "request_timeout_ms %u is out of range: use 1 to %u", c->request_timeout_ms,
+               SRV__MAX_TIMEOUT_MS);
+    SRV__CHECK(c->max_header_bytes >= 256, "max_header_bytes %zu is below the minimum of 256",
+               c->max_header_bytes);
+    SRV__CHECK(c->max_uri_bytes >= 16, "max_uri_bytes %zu is below the minimum of 16",
+               c->max_uri_bytes);
+
+    if (c->io_threads == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        c->io_threads = n > 0 ? (unsigned)n : 1;
+    }
+    return 0;
+}

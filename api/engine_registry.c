@@ -1,0 +1,81 @@
+/*
+ * The engines compiled into this libsrv, in order of preference (libevent's
+ * eventops array). Which ones are built is decided by meson's `engine`
+ * option through srv_build_config.h.
+ */
+#include "srv_build_config.h"
+#include "srv_engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#if SRV_HAVE_ENGINE_THREADPOOL
+extern const srv_engine srv_engine_threadpool;
+#endif
+#if SRV_HAVE_ENGINE_MHD
+extern const srv_engine srv_engine_mhd;
+#endif
+#if SRV_HAVE_ENGINE_H2O
+extern const srv_engine srv_engine_h2o;
+#endif
+
+static const srv_engine *const srv__engines[] = {
+#if SRV_HAVE_ENGINE_THREADPOOL
+    &srv_engine_threadpool,
+#endif
+#if SRV_HAVE_ENGINE_MHD
+    &srv_engine_mhd,
+#endif
+#if SRV_HAVE_ENGINE_H2O
+    &srv_engine_h2o,
+#endif
+};
+
+#define SRV__ENGINE_COUNT (sizeof srv__engines / sizeof srv__engines[0])
+_Static_assert(SRV__ENGINE_COUNT > 0, "libsrv needs at least one engine");
+
+const srv_engine *srv_engine_default(void)
+{
+    return srv__engines[0];
+}
+
+const srv_engine *srv_engine_find(const char *name)
+{
+    if (name == NULL)
+        return NULL;
+    for (size_t i = 0; i < SRV__ENGINE_COUNT; i++)
+        if (strcmp(srv__engines[i]->name, name) == 0)
+            return srv__engines[i];
+    return NULL;
+}
+
+int srv_engine_select(const char *name, const srv_engine **out)
+{
+    if (out == NULL)
+        return SRV_EINVAL;
+    if (name == NULL) {
+        const char *env = getenv("SRV_ENGINE");
+        if (env != NULL && env[0] != '\0')
+            name = env;
+    }
+    const srv_engine *e = name != NULL ? srv_engine_find(name) : srv_engine_default();
+    if (e == NULL)
+        return SRV_ENOENGINE;
+    *out = e;
+    return 0;
+}
+
+const char *srv_engine_name(const srv_engine *engine)
+{
+    return engine != NULL ? engine->name : "(none)";
+}
+
+size_t srv_engine_count(void)
+{
+    return SRV__ENGINE_COUNT;
+}
+
+const srv_engine *srv_engine_at(size_t index)
+{
+    return index < SRV__ENGINE_COUNT ? srv__engines[index] : NULL;
+}

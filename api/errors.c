@@ -1,0 +1,32 @@
+/* Error codes: messages and names from the one SRV_ERRNO_MAP table. */
+#include "srv.h"
+
+const char *srv_strerror(int err)
+{
+    switch (err) {
+    case 0:
+        return "success";
+#define SRV__ERR_MSG(name, num, msg) \
+    case num:                        \
+        return msg;
+        SRV_ERRNO_MAP(SRV__ERR_MSG)
+#undef SRV__ERR_MSG
+    default:
+        return "unknown error";
+    }
+}
+
+const char *srv_err_name(int err)
+{
+    switch (err) {
+    case 0:
+        return "OK";
+#define SRV__ERR_NAME(name, num, msg) \
+    case num:                         \
+        return #name;
+        SRV_ERRNO_MAP(SRV__ERR_NAME)
+#undef SRV__ERR_NAME
+    default:
+        return "UNKNOWN";
+    }
+}

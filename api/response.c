@@ -1,0 +1,231 @@
+/*
+ * Response framing, once for every engine: which headers go out, the
+ * HTTP/1.x head (status line, Content-Length, Date, Connection), HEAD and
+ * bodiless statuses, and the keep-alive decision.
+ */
+#include "srv_core.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+const char *srv__status_reason(int status)
+{
+    switch (status) {
+    case 100: return "Continue";
+    case 101: return "Switching Protocols";
+    case 200: return "OK";
+    case 201: return "Created";
+    case 202: return "Accepted";
+    case 203: return "Non-Authoritative Information";
+    case 204: return "No Content";
+    case 205: return "Reset Content";
+    case 206: return "Partial Content";
+    case 300: return "Multiple Choices";
+    case 301: return "Moved Permanently";
+    case 302: return "Found";
+    case 303: return "See Other";
+    case 304: return "Not Modified";
+    case 307: return "Temporary Redirect";
+    case 308: return "Permanent Redirect";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 402: return "Payment Required";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 406: return "Not Acceptable";
+    case 408: return "Request Timeout";
+    case 409: return "Conflict";
+    case 410: return "Gone";
+    case 411: return "Length Required";
+    case 412: return "Precondition Failed";
+    case 413: return "Content Too Large";
+    case 414: return "URI Too Long";
+    case 415: return "Unsupported Media Type";
+    case 416: return "Range Not Satisfiable";
+    case 417: return "Expectation Failed";
+    case 421: return "Misdirected Request";
+    case 422: return "Unprocessable Content";
+    case 426: return "Upgrade Required";
+    case 428: return "Precondition Required";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    case 505: return "HTTP Version Not Supported";
+    default: return "Unknown";
+    }
+}
+
+uint64_t srv__now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+void srv__http_date(char out[SRV__HTTP_DATE_SIZE])
+{
+    /* Formatted once per second per thread; names spelled out because
+     * strftime would follow the application's locale. */
+    static const char days[7][4] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+    static const char months[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                       "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+    static _Thread_local time_t cached_at = (time_t)-1;
+    static _Thread_local char cached[SRV__HTTP_DATE_SIZE];
+    time_t now = time(NULL);
+    if (now != cached_at) {
+        struct tm tm;
+        gmtime_r(&now, &tm);
+        char tmp[64]; /* roomy: the compiler cannot bound the int fields */
+        snprintf(tmp, sizeof tmp, "%s, %02d %s %04d %02d:%02d:%02d GMT", days[tm.tm_wday],
+                 tm.tm_mday, months[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min,
+                 tm.tm_sec);
+        memcpy(cached, tmp, SRV__HTTP_DATE_SIZE - 1);
+        cached[SRV__HTTP_DATE_SIZE - 1] = '\0';
+        cached_at = now;
+    }
+    memcpy(out, cached, SRV__HTTP_DATE_SIZE);
+}
+
+int srv__response_status(const srv_request *req)
+{
+    return req->status;
+}
+
+void srv__request_set_close(srv_request *req)
+{
+    atomic_store(&req->engine_close, true);
+}
+
+int srv__response_keep_alive(const srv_request *req)
+{
+    srv_request *r = (srv_request *)req;
+    if (r->keep_alive >= 0)
+        return r->keep_alive;
+    bool ka;
+    const char *conn = srv_request_header(req, "Connection");
+    if (r->close_after || atomic_load(&r->engine_close) || srv__server_stopping(r->srv))
+        ka = false;
+    else if (r->major == 2)
+        ka = true;
+    else if (r->major == 1 && r->minor == 1)
+        ka = conn == NULL || !srv__header_has_token(conn, "close");
+    else if (r->major == 1 && r->minor == 0)
+        ka = conn != NULL && srv__header_has_token(conn, "keep-alive");
+    else
+        ka = false;
+    r->keep_alive = ka;
+    return ka;
+}
+
+static bool srv__bodiless_status(int status)
+{
+    return (status >= 100 && status < 200) || status == 204 || status == 304;
+}
+
+const void *srv__response_body(const srv_request *req, size_t *len)
+{
+    if (req->is_head || srv__bodiless_status(req->status) || req->resp_body == NULL) {
+        *len = 0;
+        return "";
+    }
+    *len = req->resp_len;
+    return req->resp_body;
+}
+
+size_t srv__response_content_length(const srv_request *req)
+{
+    return srv__bodiless_status(req->status) ? 0 : req->resp_len;
+}
+
+/* The application's own Server header replaces the configured one. */
+static bool srv__core_server_header(const srv_request *req)
+{
+    if (req->srv->cfg.server_name[0] == '\0')
+        return false;
+    for (size_t i = 0; i < req->app_header_count; i++)
+        if (strcasecmp(req->app_headers[i].name, "Server") == 0)
+            return false;
+    return true;
+}
+
+size_t srv__response_header_count(const srv_request *req)
+{
+    return req->app_header_count + (req->extra_header != NULL) + (req->content_type != NULL) +
+           srv__core_server_header(req);
+}
+
+const char *srv__response_header_at(const srv_request *req, size_t index, const char **value)
+{
+    if (index < req->app_header_count) {
+        *value = req->app_headers[index].value;
+        return req->app_headers[index].name;
+    }
+    index -= req->app_header_count;
+    if (req->extra_header != NULL && index-- == 0) {
+        *value = req->extra_header->value;
+        return req->extra_header->name;
+    }
+    if (req->content_type != NULL && index-- == 0) {
+        *value = req->content_type;
+        return "Content-Type";
+    }
+    if (srv__core_server_header(req) && index-- == 0) {
+        *value = req->srv->cfg.server_name;
+        return "Server";
+    }
+    *value = NULL;
+    return NULL;
+}
+
+const char *srv__response_http1_head(srv_request *req, size_t *len)
+{
+    if (req->head != NULL) {
+        *len = req->head_len;
+        return req->head;
+    }
+    int minor = req->major == 1 ? req->minor : 1;
+    bool ka = srv__response_keep_alive(req);
+    char date[SRV__HTTP_DATE_SIZE];
+    srv__http_date(date);
+
+    size_t n = srv__response_header_count(req);
+    size_t cap = 128 + strlen(srv__status_reason(req->status));
+    for (size_t i = 0; i < n; i++) {
+        const char *v, *name = srv__response_header_at(req, i, &v);
+        cap += strlen(name) + strlen(v) + 4;
+    }
+    char *buf = malloc(cap);
+    if (buf == NULL) {
+        static const char fallback[] =
+            "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+        req->keep_alive = 0;
+        *len = sizeof fallback - 1;
+        return fallback;
+    }
+    size_t o = (size_t)snprintf(buf, cap, "HTTP/1.%d %d %s\r\n", minor, req->status,
+                                srv__status_reason(req->status));
+    for (size_t i = 0; i < n; i++) {
+        const char *v, *name = srv__response_header_at(req, i, &v);
+        o += (size_t)snprintf(buf + o, cap - o, "%s: %s\r\n", name, v);
+    }
+    o += (size_t)snprintf(buf + o, cap - o, "Date: %s\r\n", date);
+    if (!srv__bodiless_status(req->status))
+        o += (size_t)snprintf(buf + o, cap - o, "Content-Length: %zu\r\n", req->resp_len);
+    if (!ka)
+        o += (size_t)snprintf(buf + o, cap - o, "Connection: close\r\n");
+    else if (minor == 0)
+        o += (size_t)snprintf(buf + o, cap - o, "Connection: keep-alive\r\n");
+    o += (size_t)snprintf(buf + o, cap - o, "\r\n");
+    req->head = buf;
+    req->head_len = o;
+    *len = o;
+    return buf;
+}

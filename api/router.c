@@ -1,0 +1,99 @@
+/* Routing table: exact method + exact decoded path, registered before
+ * start and read-only afterwards (so lookups need no lock). */
+#include "srv_core.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool srv__is_token(const char *s)
+{
+    if (*s == '\0')
+        return false;
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c <= 0x20 || c >= 0x7f || strchr("()<>@,;:\\\"/[]?={}", c) != NULL)
+            return false;
+    }
+    return true;
+}
+
+int srv__router_add(srv__router *r, const char *method, const char *path,
+                    srv_handler_fn handler, void *ctx)
+{
+    if (method == NULL || path == NULL || handler == NULL || !srv__is_token(method) ||
+        path[0] != '/')
+        return SRV_EINVAL;
+    for (size_t i = 0; i < r->count; i++)
+        if (strcmp(r->routes[i].method, method) == 0 && strcmp(r->routes[i].path, path) == 0)
+            return SRV_EEXIST;
+    if (r->count == r->cap) {
+        size_t cap = r->cap ? r->cap * 2 : 8;
+        srv__route *n = realloc(r->routes, cap * sizeof *n);
+        if (n == NULL)
+            return SRV_ENOMEM;
+        r->routes = n;
+        r->cap = cap;
+    }
+    srv__route *rt = &r->routes[r->count];
+    rt->method = strdup(method);
+    rt->path = strdup(path);
+    if (rt->method == NULL || rt->path == NULL) {
+        free(rt->method);
+        free(rt->path);
+        return SRV_ENOMEM;
+    }
+    rt->handler = handler;
+    rt->ctx = ctx;
+    r->count++;
+    return 0;
+}
+
+const srv__route *srv__router_find(const srv__router *r, const char *method,
+                                   const char *path, bool *path_known)
+{
+    const srv__route *get = NULL;
+    *path_known = false;
+    for (size_t i = 0; i < r->count; i++) {
+        const srv__route *rt = &r->routes[i];
+        if (strcmp(rt->path, path) != 0)
+            continue;
+        *path_known = true;
+        if (strcmp(rt->method, method) == 0)
+            return rt;
+        if (strcmp(rt->method, "GET") == 0)
+            get = rt;
+    }
+    return strcmp(method, "HEAD") == 0 ? get : NULL;
+}
+
+void srv__router_allow(const srv__router *r, const char *path, char *buf, size_t cap)
+{
+    size_t len = 0;
+    bool get = false, head = false;
+    buf[0] = '\0';
+    for (size_t i = 0; i < r->count; i++) {
+        const srv__route *rt = &r->routes[i];
+        if (strcmp(rt->path, path) != 0)
+            continue;
+        get |= strcmp(rt->method, "GET") == 0;
+        head |= strcmp(rt->method, "HEAD") == 0;
+        int n = snprintf(buf + len, cap - len, "%s%s", len ? ", " : "", rt->method);
+        if (n < 0 || (size_t)n >= cap - len)
+            return;
+        len += (size_t)n;
+    }
+    if (get && !head)
+        snprintf(buf + len, cap - len, "%sHEAD", len ? ", " : "");
+}
+
+void srv__router_free(srv__router *r)
+{
+    for (size_t i = 0; i < r->count; i++) {
+        free(r->routes[i].method);
+        free(r->routes[i].path);
+    }
+    free(r->routes);
+    r->routes = NULL;
+    r->count = r->cap = 0;
+}

@@ -1,0 +1,325 @@
+/*
+ * Server lifecycle: new -> route -> start -> stop -> free, the run loop
+ * that waits for SIGINT/SIGTERM, srv_after, and the stats. Threads started
+ * here: the worker pool and the timer thread; the engine starts its own.
+ */
+#include "srv_core.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* How often the timer thread looks for handlers past request_timeout_ms. */
+#define SRV__SWEEP_MS 50
+
+srv_server *srv_server_new(const srv_engine *engine, const srv_config *cfg)
+{
+    if (engine == NULL)
+        return NULL;
+    srv_server *srv = calloc(1, sizeof *srv);
+    if (srv == NULL)
+        return NULL;
+    srv_config defaults;
+    if (cfg == NULL) {
+        srv_config_init(&defaults);
+        cfg = &defaults;
+    }
+    srv->engine = engine;
+    srv->cfg = *cfg;
+    srv->host = strdup(cfg->host ? cfg->host : "");
+    srv->server_name = strdup(cfg->server_name ? cfg->server_name : "");
+    if (srv->host == NULL || srv->server_name == NULL)
+        goto fail;
+    srv->cfg.host = srv->host;
+    srv->cfg.server_name = srv->server_name;
+    atomic_init(&srv->state, SRV__NEW);
+    atomic_init(&srv->port, cfg->port);
+    if (pthread_mutex_init(&srv->mu, NULL) != 0)
+        goto fail;
+    if (pthread_cond_init(&srv->cv, NULL) != 0) {
+        pthread_mutex_destroy(&srv->mu);
+        goto fail;
+    }
+    if (srv__pool_init(&srv->pool) != 0) {
+        pthread_cond_destroy(&srv->cv);
+        pthread_mutex_destroy(&srv->mu);
+        goto fail;
+    }
+    return srv;
+fail:
+    free(srv->host);
+    free(srv->server_name);
+    free(srv);
+    return NULL;
+}
+
+int srv_route(srv_server *srv, const char *method, const char *path, srv_handler_fn handler,
+              void *ctx)
+{
+    if (srv == NULL)
+        return SRV_EINVAL;
+    if (atomic_load(&srv->state) != SRV__NEW)
+        return SRV_ESTATE;
+    return srv__router_add(&srv->router, method, path, handler, ctx);
+}
+
+static int srv__engine_check(srv_server *srv)
+{
+    const srv_engine *e = srv->engine;
+    if (e->version < 1 || e->version > SRV_ENGINE_VERSION || e->name == NULL) {
+        srv__server_set_error(srv, "engine table has version %d; this libsrv supports 1 to %d",
+                              e->version, SRV_ENGINE_VERSION);
+        return SRV_EENGINE;
+    }
+    if (!e->start || !e->respond || !e->quiesce || !e->stop || !e->destroy) {
+        srv__server_set_error(srv, "engine \"%s\" leaves a version-%d slot empty", e->name,
+                              e->version);
+        return SRV_EENGINE;
+    }
+    return 0;
+}
+
+int srv_server_start(srv_server *srv)
+{
+    if (srv == NULL)
+        return SRV_EINVAL;
+    if (atomic_load(&srv->state) != SRV__NEW) {
+        srv__server_set_error(srv, "server already started (a server starts once)");
+        return SRV_ESTATE;
+    }
+    srv->error[0] = '\0';
+    int rc = srv__engine_check(srv);
+    if (rc == 0)
+        rc = srv__config_validate(srv);
+    if (rc != 0)
+        return rc;
+
+    rc = srv__pool_start(&srv->pool, srv->cfg.worker_threads);
+    if (rc != 0) {
+        srv__server_set_error(srv, "cannot start %u worker threads: %s", srv->cfg.worker_threads,
+                              srv_strerror(rc));
+        return rc;
+    }
+    srv->pool_started = true;
+    rc = srv__timer_start(&srv->timer, SRV__SWEEP_MS, srv__server_sweep, srv);
+    if (rc != 0) {
+        srv__server_set_error(srv, "cannot start the timer thread: %s", srv_strerror(rc));
+        goto fail_pool;
+    }
+    rc = srv->engine->start(srv, &srv->engine_state);
+    if (rc != 0) {
+        if (srv->error[0] == '\0')
+            srv__server_set_error(srv, "engine %s failed to start: %s", srv->engine->name,
+                                  srv_strerror(rc));
+        srv__timer_stop(&srv->timer);
+        goto fail_pool;
+    }
+    srv->engine_started = true;
+    atomic_store(&srv->state, SRV__RUNNING);
+    return 0;
+
+fail_pool:
+    srv__pool_shutdown(&srv->pool);
+    srv->pool_started = false;
+    return rc;
+}
+
+int srv_server_port(const srv_server *srv)
+{
+    return srv ? atomic_load(&srv->port) : 0;
+}
+
+const srv_engine *srv_server_engine(const srv_server *srv)
+{
+    return srv ? srv->engine : NULL;
+}
+
+const char *srv_server_last_error(const srv_server *srv)
+{
+    return srv ? srv->error : "";
+}
+
+int srv_server_stop(srv_server *srv, unsigned grace_ms)
+{
+    if (srv == NULL)
+        return SRV_EINVAL;
+    int expected = SRV__RUNNING;
+    if (!atomic_compare_exchange_strong(&srv->state, &expected, SRV__STOPPING))
+        return SRV_ESTATE;
+
+    srv->engine->quiesce(srv->engine_state);
+
+    /* Grace: wait until every request the engine handed over is answered
+     * and written, or the time is up. */
+    uint64_t deadline = srv__now_ms() + grace_ms;
+    pthread_mutex_lock(&srv->mu);
+    while (srv->in_flight > 0) {
+        uint64_t now = srv__now_ms();
+        if (now >= deadline)
+            break;
+        uint64_t wait = deadline - now;
+        if (wait > SRV__SWEEP_MS) /* re-check: in_flight also drops off-lock */
+            wait = SRV__SWEEP_MS;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += (time_t)(wait / 1000);
+        ts.tv_nsec += (long)(wait % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&srv->cv, &srv->mu, &ts);
+    }
+    pthread_mutex_unlock(&srv->mu);
+
+    srv__server_answer_all(srv);
+    srv->engine->stop(srv->engine_state);
+    atomic_store(&srv->state, SRV__STOPPED);
+    return 0;
+}
+
+/* ---- run: wait for SIGINT/SIGTERM ---------------------------------------- */
+
+static int srv__signal_pipe[2] = {-1, -1};
+static pthread_mutex_t srv__run_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void srv__on_signal(int sig)
+{
+    int saved = errno;
+    unsigned char b = (unsigned char)sig;
+    ssize_t w = write(srv__signal_pipe[1], &b, 1);
+    (void)w;
+    errno = saved;
+}
+
+int srv_server_run(srv_server *srv, unsigned grace_ms)
+{
+    if (srv == NULL)
+        return SRV_EINVAL;
+    if (atomic_load(&srv->state) == SRV__NEW) {
+        int rc = srv_server_start(srv);
+        if (rc != 0)
+            return rc;
+    }
+    if (atomic_load(&srv->state) != SRV__RUNNING)
+        return SRV_ESTATE;
+
+    /* A self-pipe works whichever thread the signal lands on. */
+    pthread_mutex_lock(&srv__run_mu);
+    if (pipe2(srv__signal_pipe, O_CLOEXEC) != 0) {
+        pthread_mutex_unlock(&srv__run_mu);
+        srv__server_set_error(srv, "cannot create the signal pipe: %s", strerror(errno));
+        return SRV_ESYS;
+    }
+    struct sigaction sa, old_int, old_term;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = srv__on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+
+    unsigned char b;
+    while (read(srv__signal_pipe[0], &b, 1) < 0 && errno == EINTR)
+        ;
+
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    close(srv__signal_pipe[0]);
+    close(srv__signal_pipe[1]);
+    srv__signal_pipe[0] = srv__signal_pipe[1] = -1;
+    pthread_mutex_unlock(&srv__run_mu);
+    return srv_server_stop(srv, grace_ms);
+}
+
+void srv_server_free(srv_server *srv)
+{
+    if (srv == NULL)
+        return;
+    if (atomic_load(&srv->state) == SRV__RUNNING)
+        srv_server_stop(srv, 0);
+    /* Handlers still running (blocking ones cannot be interrupted) finish
+     * here; their late answers are dropped. Then no thread of ours runs. */
+    if (srv->pool_started)
+        srv__pool_shutdown(&srv->pool);
+    srv__timer_stop(&srv->timer);
+    srv__server_drop_orphans(srv);
+    if (srv->engine_started)
+        srv->engine->destroy(srv->engine_state);
+    srv__pool_destroy(&srv->pool);
+    srv__router_free(&srv->router);
+    pthread_cond_destroy(&srv->cv);
+    pthread_mutex_destroy(&srv->mu);
+    free(srv->host);
+    free(srv->server_name);
+    free(srv);
+}
+
+/* ---- timers, stats, engine-facing accessors ------------------------------- */
+
+int srv_after(srv_server *srv, unsigned ms, void (*fn)(void *arg), void *arg)
+{
+    if (srv == NULL || fn == NULL)
+        return SRV_EINVAL;
+    int state = atomic_load(&srv->state);
+    if (state == SRV__NEW)
+        return SRV_ESTATE;
+    return srv__timer_add(&srv->timer, ms, fn, arg);
+}
+
+void srv_server_stats(const srv_server *srv, srv_stats *out)
+{
+    srv_server *s = (srv_server *)srv;
+    memset(out, 0, sizeof *out);
+    out->requests = atomic_load(&s->requests);
+    out->responses_1xx = atomic_load(&s->responses[0]);
+    out->responses_2xx = atomic_load(&s->responses[1]);
+    out->responses_3xx = atomic_load(&s->responses[2]);
+    out->responses_4xx = atomic_load(&s->responses[3]);
+    out->responses_5xx = atomic_load(&s->responses[4]);
+    out->timeouts = atomic_load(&s->timeouts);
+    out->dropped = atomic_load(&s->dropped);
+    out->connections_total = atomic_load(&s->connections_total);
+    out->connections_open = atomic_load(&s->connections_open);
+    out->workers_busy = atomic_load(&s->pool.busy);
+    pthread_mutex_lock(&s->mu);
+    out->requests_in_flight = s->in_flight;
+    pthread_mutex_unlock(&s->mu);
+}
+
+const srv_config *srv__server_config(const srv_server *srv)
+{
+    return &srv->cfg;
+}
+
+int srv__server_stopping(const srv_server *srv)
+{
+    return atomic_load(&((srv_server *)srv)->state) >= SRV__STOPPING;
+}
+
+void srv__server_set_error(srv_server *srv, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(srv->error, sizeof srv->error, fmt, ap);
+    va_end(ap);
+}
+
+void srv__server_set_port(srv_server *srv, int port)
+{
+    atomic_store(&srv->port, port);
+}
+
+void srv__stats_connection_opened(srv_server *srv)
+{
+    atomic_fetch_add(&srv->connections_total, 1);
+    atomic_fetch_add(&srv->connections_open, 1);
+}
+
+void srv__stats_connection_closed(srv_server *srv)
+{
+    atomic_fetch_sub(&srv->connections_open, 1);
+}

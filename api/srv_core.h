@@ -1,0 +1,238 @@
+/*
+ * Core-internal declarations shared by the core sources in api/: the server and
+ * request structs, the router, the worker pool and the timer service.
+ * Engines never include this; they see srv_engine.h only.
+ */
+#ifndef SRV_CORE_H
+#define SRV_CORE_H
+
+#include "srv_engine.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* ---- small helpers ------------------------------------------------ */
+
+/* Monotonic clock in milliseconds. */
+uint64_t srv__now_ms(void);
+
+/* ASCII case-insensitive compare of a NUL-terminated and a sized string. */
+bool srv__ieq(const char *a, const char *b, size_t blen);
+
+/* Non-zero when `list` (a comma-separated header value) holds `token`
+ * (case-insensitive), e.g. Connection: "keep-alive, Upgrade". */
+bool srv__header_has_token(const char *list, const char *token);
+
+/* ---- router ---------------------------------------------------------- */
+
+typedef struct srv__route {
+    char *method;
+    char *path;
+    srv_handler_fn handler;
+    void *ctx;
+} srv__route;
+
+typedef struct srv__router {
+    srv__route *routes;
+    size_t count;
+    size_t cap;
+} srv__router;
+
+int srv__router_add(srv__router *r, const char *method, const char *path,
+                    srv_handler_fn handler, void *ctx);
+/* The route for method+path; HEAD falls back to GET. *path_known tells
+ * whether any method is routed for the path (405 rather than 404). */
+const srv__route *srv__router_find(const srv__router *r, const char *method,
+                                   const char *path, bool *path_known);
+/* The Allow header value for `path` ("GET, HEAD, POST") into buf. */
+void srv__router_allow(const srv__router *r, const char *path, char *buf,
+                       size_t cap);
+void srv__router_free(srv__router *r);
+
+/* ---- worker pool ------------------------------------------------------ */
+
+typedef struct srv__pool {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    srv_job *head;
+    srv_job *tail;
+    unsigned waiting;
+    bool shutdown;
+    pthread_t *threads;
+    unsigned nthreads;
+    atomic_uint busy;
+} srv__pool;
+
+int srv__pool_init(srv__pool *p);
+/* Start n workers; SRV_ETHREAD (nothing left running) on failure. */
+int srv__pool_start(srv__pool *p, unsigned n);
+/* Refuse new jobs, run every queued job, join the workers. */
+void srv__pool_shutdown(srv__pool *p);
+void srv__pool_destroy(srv__pool *p);
+
+/* ---- timer service (libevent thread) ---------------------------------- */
+
+typedef struct srv__timer_entry srv__timer_entry;
+
+typedef struct srv__timer {
+    struct event_base *base;
+    struct event *tick;
+    void (*tick_fn)(void *arg);
+    void *tick_arg;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    srv__timer_entry *entries;
+    bool running;
+    bool closing;
+} srv__timer;
+
+/* Start the timer thread; tick_fn(tick_arg) runs every tick_ms on it. */
+int srv__timer_start(srv__timer *t, unsigned tick_ms,
+                     void (*tick_fn)(void *), void *tick_arg);
+int srv__timer_add(srv__timer *t, unsigned ms, void (*fn)(void *), void *arg);
+/* Stop the thread and drop the callbacks that have not fired. */
+void srv__timer_stop(srv__timer *t);
+
+/* ---- server ------------------------------------------------------------ */
+
+enum srv__state { SRV__NEW, SRV__RUNNING, SRV__STOPPING, SRV__STOPPED };
+
+/* Which bookkeeping list a request sits on (server mutex). */
+enum srv__list { SRV__LIST_NONE, SRV__LIST_PENDING, SRV__LIST_ORPHAN };
+
+struct srv_server {
+    const srv_engine *engine;
+    void *engine_state;
+    bool engine_started;
+
+    srv_config cfg; /* validated copy; host/server_name point below */
+    char *host;
+    char *server_name;
+    srv__router router;
+    srv__pool pool;
+    srv__timer timer;
+    bool pool_started;
+
+    atomic_int state;
+    atomic_int port;
+    char error[256];
+
+    /* Guards the request lists and the counters below. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    /* Awaiting a response from the application, in deadline order. */
+    srv_request *pending_head;
+    srv_request *pending_tail;
+    /* Answered by the core while the application still holds them. */
+    srv_request *orphans;
+    unsigned in_flight;  /* dispatched, not yet released by the engine */
+    unsigned delivering; /* answered, engine respond slot not yet returned */
+    bool final_phase;    /* grace is over: new dispatches get 503 at once */
+
+    atomic_uint_fast64_t requests;
+    atomic_uint_fast64_t responses[5];
+    atomic_uint_fast64_t timeouts;
+    atomic_uint_fast64_t dropped;
+    atomic_uint_fast64_t connections_total;
+    atomic_uint connections_open;
+};
+
+/* Periodic check for handlers past request_timeout_ms (timer thread). */
+void srv__server_sweep(void *srv);
+/* Answer every request still awaiting its handler with 503 and wait until
+ * every answer reached the engine (srv_server_stop's final phase). */
+void srv__server_answer_all(srv_server *srv);
+/* Release the application's hold on every orphan (srv_server_free). */
+void srv__server_drop_orphans(srv_server *srv);
+
+/* ---- request ------------------------------------------------------------ */
+
+typedef struct srv__kv {
+    char *name;
+    char *value;
+} srv__kv;
+
+/* Bump allocator for the parts of a request built on the engine's thread. */
+typedef struct srv__arena_chunk srv__arena_chunk;
+typedef struct srv__arena {
+    srv__arena_chunk *chunks;
+} srv__arena;
+void *srv__arena_alloc(srv__arena *a, size_t n);
+char *srv__arena_strndup(srv__arena *a, const char *s, size_t n);
+void srv__arena_free(srv__arena *a);
+
+struct srv_request {
+    srv_server *srv;
+    atomic_int refs;
+    srv__arena arena;
+
+    /* Request, written by the engine's thread before dispatch, read-only
+     * after it. */
+    char *method;
+    char *target;
+    char *path;
+    srv__kv *query;
+    size_t query_count;
+    srv__kv *headers;
+    size_t header_count;
+    size_t header_cap;
+    size_t head_bytes;
+    char *body;
+    size_t body_len;
+    size_t body_cap;
+    char peer[64];
+    int major;
+    int minor;
+    bool is_head;
+    bool counted; /* in srv->in_flight */
+    void *engine_data;
+    const srv__route *route;
+    uint64_t started_ms;
+
+    /* The answer: `answered` flips once, under mu, by srv_respond or by
+     * the core (404/405/fail/timeout/stop); the winner fills the fields
+     * below, which are read-only afterwards. */
+    pthread_mutex_t mu;
+    bool answered;
+    bool close_after;   /* error answers close the connection */
+    atomic_bool engine_close;
+    srv__kv *app_headers; /* srv_set_header, malloc'd */
+    size_t app_header_count;
+    size_t app_header_cap;
+    int status;
+    char *content_type;
+    srv__kv *extra_header; /* core-added (Allow), malloc'd, 0 or 1 */
+    char *resp_body;
+    size_t resp_len;
+    signed char keep_alive; /* -1 until decided, then fixed (engine thread) */
+    char *head; /* srv__response_http1_head, built lazily */
+    size_t head_len;
+
+    /* Server bookkeeping (srv->mu). */
+    enum srv__list list;
+    srv_request *prev;
+    srv_request *next;
+    uint64_t deadline_ms;
+    srv_job job;
+};
+
+/* Parse and decode a request-target into req (query.c). Returns 0 or an
+ * HTTP status. */
+int srv__target_parse(srv_request *req, const char *target, size_t len);
+
+/* Percent-decode s[0..n) into out (which holds n + 1 bytes); '+' becomes
+ * a space when plus_is_space. Invalid escapes are kept as sent. Returns the
+ * decoded length, or (size_t)-1 when the result would hold a NUL. */
+size_t srv__percent_decode(const char *s, size_t n, char *out,
+                           bool plus_is_space);
+
+/* Access log line for a delivered response (access_log.c). */
+void srv__access_log(const srv_request *req);
+
+/* Validate a configuration and resolve io_threads; returns 0 or
+ * SRV_EINVAL/SRV_EADDR with the reason in srv->error. */
+int srv__config_validate(srv_server *srv);
+
+#endif /* SRV_CORE_H */
