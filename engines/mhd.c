@@ -409,6 +409,9 @@ static int emhd_start(srv_server *srv, void **state)
     if (pool < 32768)
         pool = 32768;
 
+    /* Publish the state before MHD's threads exist: a request they accept
+     * reaches respond(state) through the core before start returns. */
+    *state = es;
     es->daemon = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
             MHD_USE_ERROR_LOG,
@@ -430,10 +433,10 @@ static int emhd_start(srv_server *srv, void **state)
         close(lfd);
         pthread_mutex_destroy(&es->lock);
         free(es);
+        *state = NULL;
         return SRV_EENGINE;
     }
     atomic_store(&es->running, true);
-    *state = es;
     return 0;
 }
 
