@@ -1,13 +1,15 @@
 /*
  * The "mhd" engine: GNU libmicrohttpd 0.9.75 in epoll mode. io_threads MHD
  * polling threads accept, parse and write; handlers run on the core's worker
- * pool while the connection is suspended, and respond resumes it.
+ * pool while the connection is suspended, and respond resumes it. One small
+ * watchdog thread of ours enforces the header and keep-alive deadlines.
  */
 #include "srv_engine.h"
 
 #include <microhttpd.h>
 
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -17,14 +19,25 @@
 #include <time.h>
 #include <unistd.h>
 
-/* One per accepted connection (MHD's socket_context). They are listed so
- * quiesce can close the idle ones, which MHD itself would keep open. */
+/* Where a connection is, for the watchdog and quiesce. */
+enum {
+    EMHD_IDLE,  /* no request yet, or between requests */
+    EMHD_HEAD,  /* request line received, head not complete */
+    EMHD_ACTIVE /* head complete: body, handler, response */
+};
+
+/* One per accepted connection (MHD's socket_context), listed so the
+ * watchdog and quiesce can shut down the ones that must go: MHD's own
+ * timeout is an idle timeout, reset by every byte (slowloris), and MHD
+ * keeps idle kept-alive connections open until it stops. */
 typedef struct emhd_conn emhd_conn;
 struct emhd_conn {
     emhd_conn *prev, *next;
     int fd;
-    atomic_bool busy; /* a request line arrived and is not finished yet */
-    bool over_limit;  /* accepted past max_connections: answer 503 */
+    bool over_limit;         /* accepted past max_connections */
+    bool reused;             /* MHD thread only: a request completed on it */
+    atomic_int phase;        /* EMHD_IDLE, EMHD_HEAD, EMHD_ACTIVE */
+    atomic_llong deadline;   /* ms (CLOCK_MONOTONIC) for IDLE/HEAD; 0: none */
 };
 
 typedef struct emhd_server {
@@ -32,17 +45,21 @@ typedef struct emhd_server {
     struct MHD_Daemon *daemon;
     int lfd;
     unsigned max_connections;
-    unsigned header_timeout_s;    /* while a request is being received */
-    unsigned keepalive_timeout_s; /* while answering and between requests */
-    size_t swallow_limit;         /* body bytes discarded after a 413 */
-    bool quiesced;                /* controlling thread only */
-    bool log_all;                 /* SRV_MHD_LOG=1: print MHD's messages */
-    atomic_bool running;          /* MHD_start_daemon returned */
-    atomic_uint outstanding;      /* suspended, resume not yet called */
-    pthread_mutex_t lock;         /* conns, open, start_msg */
+    long long header_ms;     /* a head must arrive within this */
+    long long keepalive_ms;  /* idle time allowed between requests */
+    size_t swallow_limit;    /* body bytes discarded after a 413 */
+    bool quiesced;           /* controlling thread only */
+    bool log_all;            /* SRV_MHD_LOG=1: print MHD's messages */
+    atomic_bool running;     /* MHD_start_daemon returned */
+    atomic_uint outstanding; /* suspended, resume not yet called */
+    pthread_mutex_t lock;    /* conns, open, start_msg, wd_stop */
     emhd_conn *conns;
     unsigned open;
     char start_msg[200]; /* MHD's last complaint while starting */
+    pthread_t watchdog;
+    bool watchdog_started;
+    bool wd_stop;
+    pthread_cond_t wd_cond;
 } emhd_server;
 
 /* One per request, from the request line until MHD_OPTION_NOTIFY_COMPLETED
@@ -57,22 +74,53 @@ typedef struct emhd_req {
     size_t swallowed; /* body bytes discarded after body_status */
     bool suspended;   /* set before dispatch; respond then resumes */
     atomic_bool ready; /* respond was called: the response is readable */
+    const char *uri;  /* MHD's copy of the target, in its read buffer */
     size_t target_len;
     char target[]; /* the raw request-target, as MHD received it */
 } emhd_req;
 
-static unsigned emhd_seconds(unsigned ms)
+static long long emhd_now_ms(void)
 {
-    return ms / 1000u + (ms % 1000u != 0);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Switch a connection between the header and keep-alive timeouts; MHD's
- * timeout is per connection and idle-based. Only on the connection's MHD
- * thread, while it is not suspended. */
-static void emhd_set_timeout(emhd_server *es, struct MHD_Connection *conn, unsigned secs)
+static void emhd_phase(emhd_conn *ec, int phase, long long deadline)
 {
-    if (es->header_timeout_s != es->keepalive_timeout_s)
-        MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, secs);
+    if (ec == NULL)
+        return;
+    atomic_store(&ec->deadline, deadline);
+    atomic_store(&ec->phase, phase);
+}
+
+/* Every 100 ms: shut down connections past their header or keep-alive
+ * deadline. MHD then reads EOF and closes them on its own thread. */
+static void *emhd_watchdog(void *arg)
+{
+    emhd_server *es = arg;
+    pthread_mutex_lock(&es->lock);
+    while (!es->wd_stop) {
+        long long now = emhd_now_ms();
+        for (emhd_conn *ec = es->conns; ec != NULL; ec = ec->next) {
+            long long d = atomic_load(&ec->deadline);
+            if (d != 0 && now >= d && atomic_load(&ec->phase) != EMHD_ACTIVE) {
+                atomic_store(&ec->deadline, 0);
+                if (ec->fd >= 0)
+                    shutdown(ec->fd, SHUT_RDWR);
+            }
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += 100 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&es->wd_cond, &es->lock, &ts);
+    }
+    pthread_mutex_unlock(&es->lock);
+    return NULL;
 }
 
 /* ------------------------------------------------------------------ */
@@ -118,10 +166,13 @@ static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void 
                 es->conns->prev = ec;
             es->conns = ec;
             ec->over_limit = ++es->open > es->max_connections;
+            /* The first head is due header_timeout after the accept (like
+             * Tomcat's connectionTimeout); one we will refuse, within 1 s. */
+            long long wait = es->header_ms;
+            if (ec->over_limit && wait > 1000)
+                wait = 1000;
+            emhd_phase(ec, EMHD_IDLE, emhd_now_ms() + wait);
             pthread_mutex_unlock(&es->lock);
-            /* Nothing to wait for from a connection we will refuse. */
-            if (ec->over_limit)
-                MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 1u);
         }
         *socket_context = ec;
         srv__stats_connection_opened(es->srv);
@@ -158,15 +209,20 @@ static void *emhd_uri_log(void *cls, const char *uri, struct MHD_Connection *con
         return NULL; /* the access handler then closes the connection */
     er->es = es;
     er->conn = conn;
+    er->uri = uri;
     er->target_len = n;
     if (n > 0)
         memcpy(er->target, uri, n);
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     er->ec = ci != NULL ? ci->socket_context : NULL;
-    if (er->ec != NULL)
-        atomic_store(&er->ec->busy, true);
-    emhd_set_timeout(es, conn, es->header_timeout_s);
+    if (er->ec != NULL) {
+        /* The first head keeps the deadline set at the accept; a later one
+         * gets header_timeout from its request line. */
+        long long d = er->ec->reused ? emhd_now_ms() + es->header_ms
+                                     : atomic_load(&er->ec->deadline);
+        emhd_phase(er->ec, EMHD_HEAD, d);
+    }
     return er;
 }
 
@@ -181,15 +237,17 @@ static size_t emhd_unescape(void *cls, struct MHD_Connection *conn, char *s)
 static void emhd_notify_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                                   enum MHD_RequestTerminationCode toe)
 {
-    (void)cls;
     (void)conn;
     (void)toe;
+    emhd_server *es = cls;
     emhd_req *er = *con_cls;
     if (er == NULL)
         return;
     *con_cls = NULL;
-    if (er->ec != NULL)
-        atomic_store(&er->ec->busy, false);
+    if (er->ec != NULL) {
+        er->ec->reused = true;
+        emhd_phase(er->ec, EMHD_IDLE, emhd_now_ms() + es->keepalive_ms);
+    }
     if (er->suspended && !atomic_load_explicit(&er->ready, memory_order_acquire)) {
         /* MHD never closes a suspended connection (it panics in
          * MHD_stop_daemon instead), so this cannot happen; if it did, a
@@ -242,7 +300,6 @@ static enum MHD_Result emhd_send(emhd_req *er, struct MHD_Connection *conn, bool
         (void)MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     if (http10) /* answer in the request's version, as the core's framing does */
         (void)MHD_set_response_options(r, MHD_RF_HTTP_1_0_SERVER, MHD_RO_END);
-    emhd_set_timeout(er->es, conn, er->es->keepalive_timeout_s);
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)srv__response_status(req), r);
     MHD_destroy_response(r);
     return ret;
@@ -273,6 +330,91 @@ static enum MHD_Result emhd_add_header(void *cls, enum MHD_ValueKind kind, const
     return h->status == 0 ? MHD_YES : MHD_NO;
 }
 
+/*
+ * A connection accepted past max_connections is refused with 503 at its
+ * first request unless slots freed meanwhile. Clients that already hung up
+ * do not hold a slot even if their MHD thread has not read the EOF yet
+ * (another polling thread, or later in the same epoll batch): a client that
+ * closes and reconnects at the limit is served, not refused.
+ */
+static bool emhd_over_limit(emhd_server *es, emhd_conn *self)
+{
+    pthread_mutex_lock(&es->lock);
+    unsigned open = es->open;
+    if (open > es->max_connections) {
+        struct pollfd *p = malloc(open * sizeof *p);
+        nfds_t n = 0;
+        for (emhd_conn *ec = es->conns; p != NULL && ec != NULL && n < open; ec = ec->next)
+            if (ec != self && ec->fd >= 0)
+                p[n++] = (struct pollfd){.fd = ec->fd, .events = POLLRDHUP};
+        if (p != NULL && n > 0 && poll(p, n, 0) > 0)
+            for (nfds_t i = 0; i < n; i++)
+                if (p[i].revents & (POLLRDHUP | POLLHUP | POLLERR))
+                    open--;
+        free(p);
+    }
+    pthread_mutex_unlock(&es->lock);
+    return open > es->max_connections;
+}
+
+/* Bytes [a, b) are between min and max long and each is a NUL (one of
+ * MHD's separators) or, when ws is set, also a space or tab. */
+static bool emhd_gap(const char *a, const char *b, size_t min, size_t max, bool ws)
+{
+    if (b < a || (size_t)(b - a) < min || (size_t)(b - a) > max)
+        return false;
+    for (; a < b; a++)
+        if (*a != '\0' && !(ws && (*a == ' ' || *a == '\t')))
+            return false;
+    return true;
+}
+
+typedef struct emhd_walk {
+    const char *pos; /* end of the previous piece of the head */
+    bool ok;
+} emhd_walk;
+
+static enum MHD_Result emhd_walk_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                        size_t key_size, const char *value, size_t value_size)
+{
+    emhd_walk *w = cls;
+    (void)kind;
+    /* line end(s) before the name; the colon and blanks before the value */
+    w->ok = value != NULL && emhd_gap(w->pos, key, 1, 2, false) &&
+            emhd_gap(key + key_size, value, 1, SIZE_MAX, true) && key[key_size] == '\0';
+    w->pos = value != NULL ? value + value_size : key;
+    return w->ok ? MHD_YES : MHD_NO;
+}
+
+/*
+ * MHD 0.9.75 parses the head in place as C strings, so a NUL byte silently
+ * cuts a method, target or header value short ("X-User: admin\0junk" reads
+ * "admin"). MHD's own NULs sit only where a separator was: after the
+ * method, before the version, at each colon and line end. Walk the pieces
+ * in order and require exactly that between them; anything else is a NUL
+ * the client sent, or a folded (obs-fold) line that MHD moved out of the
+ * head, and either is a 400 (RFC 9112 allows rejecting obs-fold).
+ */
+static bool emhd_head_intact(emhd_req *er, struct MHD_Connection *conn, const char *method,
+                             const char *version)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+    if (ci == NULL || method == NULL || version == NULL || er->uri == NULL)
+        return false;
+    const char *end = method + ci->header_size;
+    const char *m_end = method + strlen(method);
+    /* "METHOD\0 *target\0HTTP/x.y" */
+    if (!(m_end < er->uri && er->uri + er->target_len + 1 == version && version + 8 <= end))
+        return false;
+    for (const char *p = m_end + 1; p < er->uri; p++)
+        if (*p != ' ')
+            return false;
+    emhd_walk w = {version + 8, true};
+    MHD_get_connection_values_n(conn, MHD_HEADER_KIND, emhd_walk_header, &w);
+    return w.ok && w.pos <= end && emhd_gap(w.pos, end, 2, 4, false);
+}
+
 /* First call: the head is complete. Build the request and let the core
  * judge it before any body byte is consumed (MHD 0.9.75 lets
  * Content-Length with chunked, unknown codings and more through). */
@@ -291,11 +433,17 @@ static enum MHD_Result emhd_begin(emhd_server *es, emhd_req *er, struct MHD_Conn
         return MHD_NO;
     srv__request_set_engine_data(er->req, er);
 
-    int st = srv__request_set_method(er->req, method, strlen(method));
+    int st = emhd_head_intact(er, conn, method, version) ? 0 : 400;
+    if (st == 0)
+        st = srv__request_set_method(er->req, method, strlen(method));
     if (st == 0)
         st = srv__request_set_target(er->req, er->target, er->target_len);
-    if (st == 0 && er->ec != NULL && er->ec->over_limit)
-        st = 503;
+    if (st == 0 && er->ec != NULL && er->ec->over_limit) {
+        if (emhd_over_limit(es, er->ec))
+            st = 503;
+        else
+            er->ec->over_limit = false; /* a slot freed: it holds one now */
+    }
     if (st == 0) {
         /* MHD accepted only "HTTP/d.d" with major 1 (else it sent 400/505). */
         int major = 1, minor = 1;
@@ -329,8 +477,10 @@ static enum MHD_Result emhd_access(void *cls, struct MHD_Connection *conn, const
         return MHD_NO;
     bool http10 = version != NULL && strcmp(version, MHD_HTTP_VERSION_1_0) == 0;
 
-    if (er->req == NULL)
+    if (er->req == NULL) {
+        emhd_phase(er->ec, EMHD_ACTIVE, 0);
         return emhd_begin(es, er, conn, method, version, http10);
+    }
 
     if (*upload_data_size != 0) {
         size_t n = *upload_data_size;
@@ -356,7 +506,6 @@ static enum MHD_Result emhd_access(void *cls, struct MHD_Connection *conn, const
 
     /* Suspend before dispatching: respond may run at once (404/405 on this
      * thread, or a fast worker) and resumes the connection. */
-    emhd_set_timeout(es, conn, es->keepalive_timeout_s);
     er->suspended = true;
     atomic_fetch_add(&es->outstanding, 1);
     MHD_suspend_connection(conn);
@@ -381,15 +530,21 @@ static int emhd_start(srv_server *srv, void **state)
     pthread_mutex_init(&es->lock, NULL);
     const char *log = getenv("SRV_MHD_LOG");
     es->log_all = log != NULL && log[0] == '1';
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the watchdog's clock */
+    pthread_cond_init(&es->wd_cond, &ca);
+    pthread_condattr_destroy(&ca);
     es->max_connections = cfg->max_connections;
-    es->header_timeout_s = emhd_seconds(cfg->header_timeout_ms);
-    es->keepalive_timeout_s = emhd_seconds(cfg->keepalive_timeout_ms);
+    es->header_ms = cfg->header_timeout_ms;
+    es->keepalive_ms = cfg->keepalive_timeout_ms;
     es->swallow_limit = cfg->max_body_bytes > (1u << 20) ? cfg->max_body_bytes : (1u << 20);
 
     /* Our own socket: host, IPv6, port 0, backlog and "cannot bind"
      * messages are the same as on every engine. */
     int lfd = srv__listen(srv, SRV__LISTEN_NONBLOCK);
     if (lfd < 0) {
+        pthread_cond_destroy(&es->wd_cond);
         pthread_mutex_destroy(&es->lock);
         free(es);
         return lfd;
@@ -408,6 +563,12 @@ static int emhd_start(srv_server *srv, void **state)
     size_t pool = 2 * (cfg->max_header_bytes + cfg->max_uri_bytes) + 8192;
     if (pool < 32768)
         pool = 32768;
+    /* MHD's idle timeout only backs up the watchdog (body upload, a client
+     * that does not read its response). */
+    unsigned idle_ms = cfg->header_timeout_ms > cfg->keepalive_timeout_ms
+                           ? cfg->header_timeout_ms
+                           : cfg->keepalive_timeout_ms;
+    unsigned idle_s = idle_ms / 1000u + (idle_ms % 1000u != 0);
 
     /* Publish the state before MHD's threads exist: a request they accept
      * reaches respond(state) through the core before start returns. */
@@ -420,7 +581,7 @@ static int emhd_start(srv_server *srv, void **state)
         MHD_OPTION_LISTEN_SOCKET, (MHD_socket)lfd,
         MHD_OPTION_THREAD_POOL_SIZE, threads,
         MHD_OPTION_CONNECTION_LIMIT, limit,
-        MHD_OPTION_CONNECTION_TIMEOUT, es->header_timeout_s,
+        MHD_OPTION_CONNECTION_TIMEOUT, idle_s,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool,
         MHD_OPTION_URI_LOG_CALLBACK, emhd_uri_log, es,
         MHD_OPTION_UNESCAPE_CALLBACK, emhd_unescape, es,
@@ -431,12 +592,24 @@ static int emhd_start(srv_server *srv, void **state)
         srv__server_set_error(srv, "mhd: cannot start the daemon: %s",
                               es->start_msg[0] != '\0' ? es->start_msg : "unknown reason");
         close(lfd);
+        pthread_cond_destroy(&es->wd_cond);
         pthread_mutex_destroy(&es->lock);
         free(es);
         *state = NULL;
         return SRV_EENGINE;
     }
     atomic_store(&es->running, true);
+    if (pthread_create(&es->watchdog, NULL, emhd_watchdog, es) != 0) {
+        srv__server_set_error(srv, "mhd: cannot create the watchdog thread");
+        MHD_stop_daemon(es->daemon);
+        close(lfd);
+        pthread_cond_destroy(&es->wd_cond);
+        pthread_mutex_destroy(&es->lock);
+        free(es);
+        *state = NULL;
+        return SRV_ETHREAD;
+    }
+    es->watchdog_started = true;
     return 0;
 }
 
@@ -472,7 +645,7 @@ static void emhd_quiesce(void *state)
      * "Connection: close" with their response (srv__response_keep_alive). */
     pthread_mutex_lock(&es->lock);
     for (emhd_conn *ec = es->conns; ec != NULL; ec = ec->next)
-        if (!atomic_load(&ec->busy) && ec->fd >= 0)
+        if (atomic_load(&ec->phase) == EMHD_IDLE && ec->fd >= 0)
             shutdown(ec->fd, SHUT_RDWR);
     pthread_mutex_unlock(&es->lock);
 }
@@ -481,6 +654,14 @@ static void emhd_stop(void *state)
 {
     emhd_server *es = state;
     emhd_quiesce(es);
+    if (es->watchdog_started) {
+        pthread_mutex_lock(&es->lock);
+        es->wd_stop = true;
+        pthread_cond_signal(&es->wd_cond);
+        pthread_mutex_unlock(&es->lock);
+        pthread_join(es->watchdog, NULL);
+        es->watchdog_started = false;
+    }
     /* MHD_stop_daemon panics on a suspended connection. The core answered
      * every request, so each was resumed; wait out a respond that is still
      * between its store and its resume. */
@@ -509,6 +690,7 @@ static void emhd_destroy(void *state)
         free(es->conns);
         es->conns = next;
     }
+    pthread_cond_destroy(&es->wd_cond);
     pthread_mutex_destroy(&es->lock);
     free(es);
 }
