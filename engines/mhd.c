@@ -8,6 +8,7 @@
 
 #include <microhttpd.h>
 
+#include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -556,7 +557,8 @@ static int emhd_start(srv_server *srv, void **state)
      * above max_connections so the extra clients get a quick 503 instead of
      * waiting in the backlog (MHD stops accepting at its limit), and so the
      * per-thread split of MHD's limit never refuses below ours. */
-    unsigned limit = cfg->max_connections + cfg->max_connections / 4 + 16 * threads;
+    unsigned long long want = cfg->max_connections + cfg->max_connections / 4ull + 16ull * threads;
+    unsigned limit = want < UINT_MAX ? (unsigned)want : UINT_MAX;
     /* The connection's memory pool holds the head, the header table and the
      * response head. Make room for a head of max_header_bytes (the core
      * answers 431/414 exactly); far bigger heads MHD cuts with 431/414. */
