@@ -559,12 +559,15 @@ static int emhd_start(srv_server *srv, void **state)
      * per-thread split of MHD's limit never refuses below ours. */
     unsigned long long want = cfg->max_connections + cfg->max_connections / 4ull + 16ull * threads;
     unsigned limit = want < UINT_MAX ? (unsigned)want : UINT_MAX;
-    /* The connection's memory pool holds the head, the header table and the
-     * response head. Make room for a head of max_header_bytes (the core
-     * answers 431/414 exactly); far bigger heads MHD cuts with 431/414. */
-    size_t pool = 2 * (cfg->max_header_bytes + cfg->max_uri_bytes) + 8192;
-    if (pool < 32768)
-        pool = 32768;
+    /* The connection's memory pool holds the read buffer (the whole head),
+     * the header table and the response head. Room for a head at the
+     * limits, so the core answers 431/414 by its exact rules; far bigger
+     * heads MHD cuts itself, with the same 431/414. */
+    size_t head = cfg->max_header_bytes > cfg->max_uri_bytes ? cfg->max_header_bytes
+                                                             : cfg->max_uri_bytes;
+    size_t pool = 2 * head + 8192;
+    if (pool < 16384)
+        pool = 16384;
     /* MHD's idle timeout only backs up the watchdog (body upload, a client
      * that does not read its response). */
     unsigned idle_ms = cfg->header_timeout_ms > cfg->keepalive_timeout_ms
