@@ -2,8 +2,12 @@
 #   make run    build and start Greetings on the default engine (port 8080)
 #   make test   the whole suite: default build, ASan+UBSan build, each
 #               single-engine build, and an out-of-tree install check
+#   make bench  the engine comparison (bench/compare): tables on stdout,
+#               CSV/JSON/charts in bench/results/<date-time>/; pass options
+#               with BENCH_ARGS, e.g. BENCH_ARGS="--engines h2o --no-hello"
 BUILD ?= build
 ARGS ?=
+BENCH_ARGS ?=
 
 .PHONY: all deps build run test install bench clean
 
@@ -21,6 +25,9 @@ run: build
 
 test: deps
 	./scripts/test.sh
+
+bench: build
+	./bench/compare --build-dir $(BUILD) $(BENCH_ARGS)
 
 install: build
 	meson install -C $(BUILD)

@@ -471,11 +471,13 @@ static bool srv__answer(srv_request *req, int status, bool close, const char *ex
     return true;
 }
 
-/* Count a request the engine handed over (stop waits for these). */
-static void srv__request_count(srv_request *req)
+/* Count a request the engine handed over (stop waits for these); only
+ * complete ones count in srv_stats.requests. */
+static void srv__request_count(srv_request *req, bool complete)
 {
     srv_server *srv = req->srv;
-    atomic_fetch_add(&srv->requests, 1);
+    if (complete)
+        atomic_fetch_add(&srv->requests, 1);
     pthread_mutex_lock(&srv->mu);
     srv->in_flight++;
     req->counted = true;
@@ -486,7 +488,7 @@ void srv__request_fail(srv_request *req, int status)
 {
     if (status < 400 || status > 599)
         status = 500;
-    srv__request_count(req);
+    srv__request_count(req, false);
     srv__answer(req, status, true, NULL, NULL);
 }
 
@@ -510,7 +512,7 @@ static void srv__handler_job(srv_job *job)
 static void srv__request_route(srv_request *req, bool run_here)
 {
     srv_server *srv = req->srv;
-    srv__request_count(req);
+    srv__request_count(req, true);
 
     bool path_known;
     const char *method = req->method ? req->method : "";

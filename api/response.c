@@ -191,7 +191,9 @@ const char *srv__response_http1_head(srv_request *req, size_t *len)
         *len = req->head_len;
         return req->head;
     }
-    int minor = req->major == 1 ? req->minor : 1;
+    /* Echo 1.0 to 1.0 clients; anything else (HTTP/2, or a bogus version
+     * being answered 505) gets HTTP/1.1. */
+    int minor = req->major == 1 && req->minor == 0 ? 0 : 1;
     bool ka = srv__response_keep_alive(req);
     char date[SRV__HTTP_DATE_SIZE];
     srv__http_date(date);

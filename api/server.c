@@ -265,7 +265,7 @@ int srv_after(srv_server *srv, unsigned ms, void (*fn)(void *arg), void *arg)
     if (srv == NULL || fn == NULL)
         return SRV_EINVAL;
     int state = atomic_load(&srv->state);
-    if (state == SRV__NEW)
+    if (state != SRV__RUNNING && state != SRV__STOPPING)
         return SRV_ESTATE;
     return srv__timer_add(&srv->timer, ms, fn, arg);
 }

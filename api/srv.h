@@ -365,10 +365,11 @@ int srv_respond(srv_request *req, int status, const char *content_type,
 /*
  * srv_after: call fn(arg) once on the server's timer thread about `ms`
  * milliseconds from now - what an async handler uses instead of sleep().
- * Keep fn short; it may call srv_respond. Any thread, while the server is
- * started (also during srv_server_stop, so in-flight async requests can
- * finish). Returns 0; SRV_ESTATE when the server is not started or is being
- * freed; SRV_EINVAL for a NULL fn; SRV_ENOMEM. On error fn is never called.
+ * Keep fn short; it may call srv_respond. Any thread, while the server runs
+ * and while srv_server_stop is in progress (so in-flight async requests can
+ * finish). Returns 0; SRV_ESTATE before srv_server_start or once
+ * srv_server_stop has returned; SRV_EINVAL for a NULL fn; SRV_ENOMEM.
+ * On error fn is never called.
  * Callbacks not yet fired at srv_server_free are dropped, never called.
  */
 int srv_after(srv_server *srv, unsigned ms, void (*fn)(void *arg), void *arg);

@@ -79,6 +79,7 @@ typedef struct srv__timer_entry srv__timer_entry;
 typedef struct srv__timer {
     struct event_base *base;
     struct event *tick;
+    struct event *stop;
     void (*tick_fn)(void *arg);
     void *tick_arg;
     pthread_t thread;

@@ -45,7 +45,9 @@ struct srv_engine {
      * after the worker pool and timer thread run. Listen on the configured
      * host/port (srv__listen does it and records the bound port), start the
      * engine's threads and return 0 only once connections are accepted.
-     * Store the engine's private state in *state.
+     * Store the engine's private state in *state before starting any
+     * thread that may call the core (the core reads it from other threads
+     * when it calls respond).
      * On failure return a negative SRV_E... code after setting a message
      * with srv__server_set_error; nothing may keep running, nothing is
      * leaked, and no other slot is called for this server.

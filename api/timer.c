@@ -60,6 +60,16 @@ static void srv__timer_tick(evutil_socket_t fd, short what, void *arg)
     t->tick_fn(t->tick_arg);
 }
 
+/* Runs inside the loop, so the break cannot be lost: event_base_loop
+ * clears a loopbreak requested before the loop started. */
+static void srv__timer_on_stop(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    srv__timer *t = arg;
+    event_base_loopbreak(t->base);
+}
+
 static void *srv__timer_main(void *arg)
 {
     srv__timer *t = arg;
@@ -90,10 +100,12 @@ int srv__timer_start(srv__timer *t, unsigned tick_ms, void (*tick_fn)(void *), v
         goto fail_mu;
 
     t->tick = event_new(t->base, -1, EV_PERSIST, srv__timer_tick, t);
+    t->stop = event_new(t->base, -1, 0, srv__timer_on_stop, t);
     struct timeval tv = {.tv_sec = tick_ms / 1000, .tv_usec = (tick_ms % 1000) * 1000};
-    if (t->tick == NULL || event_add(t->tick, &tv) != 0)
+    if (t->tick == NULL || t->stop == NULL || event_add(t->tick, &tv) != 0)
         goto fail_base;
     if (pthread_create(&t->thread, NULL, srv__timer_main, t) != 0) {
+        event_free(t->stop);
         event_free(t->tick);
         event_base_free(t->base);
         pthread_mutex_destroy(&t->mu);
@@ -103,6 +115,8 @@ int srv__timer_start(srv__timer *t, unsigned tick_ms, void (*tick_fn)(void *), v
     return 0;
 
 fail_base:
+    if (t->stop != NULL)
+        event_free(t->stop);
     if (t->tick != NULL)
         event_free(t->tick);
     event_base_free(t->base);
@@ -157,7 +171,7 @@ void srv__timer_stop(srv__timer *t)
     pthread_mutex_lock(&t->mu);
     t->closing = true;
     pthread_mutex_unlock(&t->mu);
-    event_base_loopbreak(t->base);
+    event_active(t->stop, EV_TIMEOUT, 0);
     pthread_join(t->thread, NULL);
     t->running = false;
 
@@ -170,6 +184,7 @@ void srv__timer_stop(srv__timer *t)
         e = next;
     }
     t->entries = NULL;
+    event_free(t->stop);
     event_free(t->tick);
     event_base_free(t->base);
     pthread_mutex_destroy(&t->mu);

@@ -1,0 +1,267 @@
+/*
+ * Greetings: the seeds' demo API on libsrv, and the example to copy.
+ *   GET /greetings?name=Ana  ->  "Hello Ana!" (or Hi, Olá, Oi, Hallo) after --sleep-ms
+ *   GET /health              ->  "UP"
+ * Blocking mode sleeps on the worker thread; --async waits with srv_after so
+ * no worker is held. SIGINT/SIGTERM stop the server gracefully.
+ */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, nanosleep under -std=c11 */
+
+#include <srv.h>
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct greetings {
+    unsigned sleep_ms;
+    int async;
+} greetings;
+
+static const char *const words[] = {"Hello", "Hi", "Olá", "Oi", "Hallo"};
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* A per-thread xorshift64 generator: no lock, no shared state after the
+ * seed, which mixes the clock with a process-wide counter so two threads
+ * seeded in the same nanosecond still differ. */
+static uint64_t random_u64(void)
+{
+    static atomic_uint_fast64_t seeds;
+    static _Thread_local uint64_t state;
+
+    if (state == 0) {
+        uint64_t z = now_ns() + (atomic_fetch_add(&seeds, 1) + 1) * 0x9E3779B97F4A7C15u;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u; /* splitmix64 finalizer */
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+        state = (z ^ (z >> 31)) | 1;
+    }
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+}
+
+/* Sleep on the calling thread, resuming after signal interruptions. */
+static void sleep_ms(unsigned ms)
+{
+    struct timespec left = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
+    while (nanosleep(&left, &left) != 0 && errno == EINTR)
+        continue;
+}
+
+/* "<Word> <name>!", with World when the name is missing or empty. */
+static void greet(srv_request *req)
+{
+    const char *name = srv_request_query(req, "name");
+    if (name == NULL || name[0] == '\0')
+        name = "World";
+    const char *word = words[random_u64() % (sizeof words / sizeof words[0])];
+
+    size_t cap = strlen(word) + strlen(name) + 3;
+    char *body = malloc(cap);
+    if (body == NULL) {
+        srv_respond(req, 500, "text/plain; charset=utf-8", "out of memory\n", 14);
+        return;
+    }
+    int len = snprintf(body, cap, "%s %s!", word, name);
+    srv_respond(req, 200, "text/plain; charset=utf-8", body, (size_t)len);
+    free(body); /* srv_respond copied it */
+}
+
+/* --async: the timer thread answers once the wait is over. */
+static void greet_later(void *arg)
+{
+    greet(arg);
+}
+
+static void handle_greetings(srv_request *req, void *ctx)
+{
+    const greetings *app = ctx;
+
+    if (!app->async) {
+        sleep_ms(app->sleep_ms); /* holds this worker, like the seeds' servers */
+        greet(req);
+        return;
+    }
+    /* Return at once; greet_later responds. If the timer refuses (the server
+     * is stopping), answer now so the client is not left waiting. */
+    if (srv_after(srv_request_server(req), app->sleep_ms, greet_later, req) != 0)
+        srv_respond(req, 503, "text/plain; charset=utf-8", "shutting down\n", 14);
+}
+
+static void handle_health(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    srv_respond(req, 200, "text/plain; charset=utf-8", "UP", 2);
+}
+
+static void print_engines(FILE *out)
+{
+    for (size_t i = 0; i < srv_engine_count(); i++)
+        fprintf(out, "%s%s%s", i ? ", " : "", srv_engine_name(srv_engine_at(i)),
+                i == 0 ? " (default)" : "");
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: greetings [options]\n"
+            "Serves GET /greetings?name=NAME and GET /health.\n"
+            "\n"
+            "  --engine NAME          engine to run (default: $SRV_ENGINE, else the default)\n"
+            "  --host ADDR            numeric IPv4/IPv6 address to bind (default 0.0.0.0)\n"
+            "  --port N               TCP port, 0 for any free one (default 8080)\n"
+            "  --threads N            worker threads running handlers (default 200)\n"
+            "  --io-threads N         I/O threads for event-loop engines, 0 = CPUs (default 0)\n"
+            "  --max-connections N    connections served at once (default 10000)\n"
+            "  --sleep-ms N           delay before each greeting (default 1000)\n"
+            "  --async                wait with a timer instead of holding a worker\n"
+            "  --access-log           one Common Log Format line per response on stderr\n"
+            "  --help                 show this help\n"
+            "\n"
+            "Engines built in: ");
+    print_engines(out);
+    fprintf(out, "\n");
+}
+
+/* Say what is wrong with the command line and how to fix it; exit 2. */
+__attribute__((format(printf, 1, 2), noreturn)) static void bad_usage(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "greetings: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\nRun 'greetings --help' for the list of options.\n");
+    va_end(ap);
+    exit(2);
+}
+
+/* A whole decimal number in [min, max], or exit 2 naming the flag. */
+static long parse_number(const char *flag, const char *text, long min, long max)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    /* strtol alone accepts " 5", "+5" and "5x"; a flag value must be digits. */
+    if (!isdigit((unsigned char)text[0]) || errno != 0 || *end != '\0' || v < min || v > max)
+        bad_usage("%s '%s' is not valid: give a whole number from %ld to %ld", flag, text, min,
+                  max);
+    return v;
+}
+
+int main(int argc, char **argv)
+{
+    uint64_t t0 = now_ns();
+    const char *engine_name = NULL;
+    greetings app = {.sleep_ms = 1000, .async = 0};
+    srv_config cfg;
+    srv_config_init(&cfg);
+
+    for (int i = 1; i < argc; i++) {
+        const char *flag = argv[i];
+        if (strcmp(flag, "--help") == 0 || strcmp(flag, "-h") == 0) {
+            usage(stdout);
+            return 0;
+        }
+        if (strcmp(flag, "--async") == 0) {
+            app.async = 1;
+            continue;
+        }
+        if (strcmp(flag, "--access-log") == 0) {
+            cfg.access_log = 1;
+            continue;
+        }
+        int takes_value = strcmp(flag, "--engine") == 0 || strcmp(flag, "--host") == 0 ||
+                          strcmp(flag, "--port") == 0 || strcmp(flag, "--threads") == 0 ||
+                          strcmp(flag, "--io-threads") == 0 ||
+                          strcmp(flag, "--max-connections") == 0 ||
+                          strcmp(flag, "--sleep-ms") == 0;
+        if (!takes_value)
+            bad_usage("unknown option '%s'", flag);
+        if (i + 1 >= argc)
+            bad_usage("%s needs a value", flag);
+        const char *val = argv[++i];
+
+        if (strcmp(flag, "--engine") == 0)
+            engine_name = val;
+        else if (strcmp(flag, "--host") == 0)
+            cfg.host = val;
+        else if (strcmp(flag, "--port") == 0)
+            cfg.port = (int)parse_number(flag, val, 0, 65535);
+        else if (strcmp(flag, "--threads") == 0)
+            cfg.worker_threads = (unsigned)parse_number(flag, val, 1, 100000);
+        else if (strcmp(flag, "--io-threads") == 0)
+            cfg.io_threads = (unsigned)parse_number(flag, val, 0, 1024);
+        else if (strcmp(flag, "--max-connections") == 0)
+            cfg.max_connections = (unsigned)parse_number(flag, val, 1, 10000000);
+        else
+            app.sleep_ms = (unsigned)parse_number(flag, val, 0, 3600000);
+    }
+
+    unsigned char addr[sizeof(struct in6_addr)];
+    if (inet_pton(AF_INET, cfg.host, addr) != 1 && inet_pton(AF_INET6, cfg.host, addr) != 1)
+        bad_usage("--host '%s' is not a numeric IPv4 or IPv6 address: use e.g. 0.0.0.0, :: "
+                  "or 127.0.0.1", cfg.host);
+
+    const srv_engine *engine;
+    if (srv_engine_select(engine_name, &engine) != 0) {
+        const char *asked = engine_name ? engine_name : getenv("SRV_ENGINE");
+        fprintf(stderr, "greetings: engine '%s'%s is not built into this libsrv; built: ", asked,
+                engine_name ? "" : " (from SRV_ENGINE)");
+        print_engines(stderr);
+        fprintf(stderr, "\n");
+        return 2;
+    }
+
+    /* A greeting must not outlive the core's request timeout. */
+    if (cfg.request_timeout_ms < app.sleep_ms + 10000u)
+        cfg.request_timeout_ms = app.sleep_ms + 10000u;
+
+    srv_server *srv = srv_server_new(engine, &cfg);
+    if (srv == NULL) {
+        fprintf(stderr, "greetings: out of memory\n");
+        return 1;
+    }
+    if (srv_route(srv, "GET", "/greetings", handle_greetings, &app) != 0 ||
+        srv_route(srv, "GET", "/health", handle_health, NULL) != 0) {
+        fprintf(stderr, "greetings: cannot register the routes\n");
+        srv_server_free(srv);
+        return 1;
+    }
+    int rc = srv_server_start(srv);
+    if (rc != 0) {
+        fprintf(stderr, "greetings: %s\n", *srv_server_last_error(srv)
+                                                ? srv_server_last_error(srv)
+                                                : srv_strerror(rc));
+        srv_server_free(srv);
+        return 1;
+    }
+    double startup_ms = (double)(now_ns() - t0) / 1e6;
+
+    int v6 = strchr(cfg.host, ':') != NULL;
+    printf("greetings: engine=%s listening on http://%s%s%s:%d workers=%u mode=%s "
+           "startup=%.1fms\n",
+           srv_engine_name(engine), v6 ? "[" : "", cfg.host, v6 ? "]" : "",
+           srv_server_port(srv), cfg.worker_threads, app.async ? "async" : "blocking",
+           startup_ms);
+    fflush(stdout);
+
+    rc = srv_server_run(srv, 10000); /* until SIGINT/SIGTERM, then 10 s grace */
+    if (rc != 0)
+        fprintf(stderr, "greetings: %s\n", srv_strerror(rc));
+    srv_server_free(srv);
+    return rc == 0 ? 0 : 1;
+}

@@ -1,0 +1,2374 @@
+/*
+ * libsrv conformance suite: the SAME cases against every engine built.
+ * Run as `conformance ENGINE` (meson registers it once per engine). Clients
+ * are libcurl (HTTP-level cases, run again over HTTP/2 prior knowledge when
+ * the engine has SRV_ENGINE_CAP_HTTP2) and a raw socket (framing and bad
+ * input, raw_client.c). Every server binds 127.0.0.1 port 0 and every test
+ * ends with srv_server_stop + srv_server_free and a check of the counters.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "srv.h"
+#include "srv_engine.h" /* struct srv_engine: the capability bits */
+#include "raw_client.h"
+
+/* ------------------------------------------------------------------ */
+/* Checks with a message saying which case failed                      */
+/* ------------------------------------------------------------------ */
+
+#define CHECK(cond, ...)                                                   \
+    do {                                                                   \
+        if (!(cond)) {                                                     \
+            print_error("%s:%d: check failed: %s\n    ", __FILE__,         \
+                        __LINE__, #cond);                                  \
+            print_error(__VA_ARGS__);                                      \
+            print_error("\n");                                             \
+            fail();                                                        \
+        }                                                                  \
+    } while (0)
+
+#define CHECK_INT(what, got, want)                                         \
+    do {                                                                   \
+        long long got_ = (long long)(got), want_ = (long long)(want);      \
+        if (got_ != want_) {                                               \
+            print_error("%s:%d: %s: expected %lld, got %lld\n", __FILE__,  \
+                        __LINE__, (what), want_, got_);                    \
+            fail();                                                        \
+        }                                                                  \
+    } while (0)
+
+#define CHECK_STR(what, got, want)                                         \
+    do {                                                                   \
+        const char *got_ = (got), *want_ = (want);                         \
+        if (got_ == NULL || strcmp(got_, want_) != 0) {                    \
+            print_error("%s:%d: %s: expected \"%s\", got %s%s%s\n",        \
+                        __FILE__, __LINE__, (what), want_,                 \
+                        got_ ? "\"" : "", got_ ? got_ : "NULL",            \
+                        got_ ? "\"" : "");                                 \
+            fail();                                                        \
+        }                                                                  \
+    } while (0)
+
+/* ------------------------------------------------------------------ */
+/* Globals                                                             */
+/* ------------------------------------------------------------------ */
+
+static const char *g_engine_name;
+static const srv_engine *g_engine;
+static int g_timing; /* CONFORMANCE_TIMING=1 prints a few durations */
+
+static unsigned engine_caps(void)
+{
+    return g_engine ? g_engine->caps : 0;
+}
+
+/* Which protocol the libcurl cases speak; the group state. */
+typedef struct mode {
+    int http2;
+    const char *name;
+} mode;
+static const mode MODE_H1 = {0, "HTTP/1.1"};
+static const mode MODE_H2 = {1, "HTTP/2"};
+
+/* ------------------------------------------------------------------ */
+/* Fixture: one server per test                                        */
+/* ------------------------------------------------------------------ */
+
+#define FX_MAX_CONNS 48
+#define FX_MAX_THREADS 32
+#define FX_MAX_LATE 16
+
+typedef struct fx {
+    const mode *m;
+    srv_config cfg;
+    srv_server *srv;
+    int port;
+    int stopped;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    unsigned entered;   /* handlers of /slow, /late*, /never entered */
+    unsigned late_done; /* late srv_respond calls made */
+    int late_rc[FX_MAX_LATE];
+    pthread_t threads[FX_MAX_THREADS]; /* started by /async/thread */
+    size_t nthreads;
+    rc_conn conns[FX_MAX_CONNS]; /* raw connections, closed at teardown */
+} fx;
+
+static void fx_bump(fx *f, unsigned *counter)
+{
+    pthread_mutex_lock(&f->mu);
+    (*counter)++;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+}
+
+/* Wait until *counter >= target; returns 1 when reached in time. */
+static int fx_wait(fx *f, const unsigned *counter, unsigned target,
+                   int timeout_ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += timeout_ms / 1000;
+    ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&f->mu);
+    int rc = 0;
+    while (*counter < target && rc == 0)
+        rc = pthread_cond_timedwait(&f->cv, &f->mu, &ts);
+    int ok = *counter >= target;
+    pthread_mutex_unlock(&f->mu);
+    return ok;
+}
+
+static unsigned fx_read(fx *f, const unsigned *counter)
+{
+    pthread_mutex_lock(&f->mu);
+    unsigned v = *counter;
+    pthread_mutex_unlock(&f->mu);
+    return v;
+}
+
+static void sleep_ms(long ms)
+{
+    rc_sleep_ms(ms);
+}
+
+static long query_ms(srv_request *req, long dflt)
+{
+    const char *v = srv_request_query(req, "ms");
+    long ms = v ? strtol(v, NULL, 10) : dflt;
+    return ms < 0 ? 0 : ms > 10000 ? 10000 : ms;
+}
+
+static int respond_text(srv_request *req, int status, const char *text)
+{
+    return srv_respond(req, status, "text/plain; charset=utf-8", text,
+                       strlen(text));
+}
+
+/* ------------------------------------------------------------------ */
+/* Handlers                                                            */
+/* ------------------------------------------------------------------ */
+
+static void h_hello(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    respond_text(req, 200, "hello");
+}
+
+typedef struct sbuf {
+    char *p;
+    size_t n, cap;
+} sbuf;
+
+static void sb_add(sbuf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void sb_add(sbuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    if (b->n + (size_t)n + 1 > b->cap) {
+        size_t cap = (b->n + (size_t)n + 1) * 2;
+        char *p = realloc(b->p, cap);
+        if (!p)
+            return;
+        b->p = p;
+        b->cap = cap;
+    }
+    va_start(ap, fmt);
+    vsnprintf(b->p + b->n, b->cap - b->n, fmt, ap);
+    va_end(ap);
+    b->n += (size_t)n;
+}
+
+static const char *or_null(const char *s)
+{
+    return s ? s : "(null)";
+}
+
+/* Every query parameter in order, then a few lookups by name. */
+static void h_query(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    sbuf b = {0};
+    size_t n = srv_request_query_count(req);
+    for (size_t i = 0; i < n; i++) {
+        const char *k = NULL, *v = NULL;
+        if (srv_request_query_at(req, i, &k, &v) != 0)
+            sb_add(&b, "query_at(%zu) failed\n", i);
+        else
+            sb_add(&b, "%s=%s\n", or_null(k), or_null(v));
+    }
+    sb_add(&b, "past_end=%d\n", srv_request_query_at(req, n, NULL, NULL));
+    sb_add(&b, "--\n");
+    sb_add(&b, "name:%s\n", or_null(srv_request_query(req, "name")));
+    sb_add(&b, "tag:%s\n", or_null(srv_request_query(req, "tag")));
+    sb_add(&b, "flag:%s\n", or_null(srv_request_query(req, "flag")));
+    sb_add(&b, "Name:%s\n", or_null(srv_request_query(req, "Name")));
+    sb_add(&b, "absent:%s\n", or_null(srv_request_query(req, "absent")));
+    sb_add(&b, "path:%s\n", srv_request_path(req));
+    srv_respond(req, 200, "text/plain; charset=utf-8", b.p, b.n);
+    free(b.p);
+}
+
+/* What the request accessors return. */
+static void h_inspect(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    sbuf b = {0};
+    size_t len = 0;
+    srv_request_body(req, &len);
+    sb_add(&b, "method=%s\n", srv_request_method(req));
+    sb_add(&b, "path=%s\n", srv_request_path(req));
+    sb_add(&b, "target=%s\n", srv_request_target(req));
+    sb_add(&b, "protocol=%s\n", srv_request_protocol(req));
+    sb_add(&b, "peer=%s\n", srv_request_peer(req));
+    sb_add(&b, "probe=%s\n", or_null(srv_request_header(req, "x-PROBE-header")));
+    sb_add(&b, "absent=%s\n", or_null(srv_request_header(req, "X-Not-Sent")));
+    sb_add(&b, "body=%zu\n", len);
+    sb_add(&b, "same_server=%d\n", srv_request_server(req) == (srv_server *)ctx);
+    srv_respond(req, 200, "text/plain; charset=utf-8", b.p, b.n);
+    free(b.p);
+}
+
+/* The body back, with its length and the request's Transfer-Encoding. */
+static void h_echo(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    size_t len = 0;
+    const void *body = srv_request_body(req, &len);
+    char num[32];
+    snprintf(num, sizeof num, "%zu", len);
+    srv_set_header(req, "X-Body-Length", num);
+    const char *te = srv_request_header(req, "Transfer-Encoding");
+    srv_set_header(req, "X-Request-TE", te ? te : "-");
+    srv_respond(req, 200, "application/octet-stream", body, len);
+}
+
+static void h_len(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    size_t len = 0;
+    srv_request_body(req, &len);
+    char num[32];
+    snprintf(num, sizeof num, "%zu", len);
+    respond_text(req, 200, num);
+}
+
+static void h_headers(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    int a = srv_set_header(req, "X-Conformance", "yes");
+    int b = srv_set_header(req, "Cache-Control", "no-store");
+    int c = srv_set_header(req, "Content-Length", "1");
+    int d = srv_set_header(req, "X-Bad", "a\r\nX-Injected: 1");
+    char out[128];
+    snprintf(out, sizeof out, "set=%d,%d refused=%d,%d", a, b, c, d);
+    respond_text(req, 200, out);
+}
+
+static void h_method(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    respond_text(req, 200, srv_request_method(req));
+}
+
+static void h_n(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    respond_text(req, 200, or_null(srv_request_query(req, "i")));
+}
+
+static void h_cafe(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    respond_text(req, 200, srv_request_path(req));
+}
+
+/* Blocking: sleep ?ms= then answer. */
+static void h_slow(srv_request *req, void *ctx)
+{
+    fx *f = ctx;
+    long ms = query_ms(req, 1000);
+    fx_bump(f, &f->entered);
+    sleep_ms(ms);
+    respond_text(req, 200, "slept");
+}
+
+/* Async: answer from the core's timer thread ?ms= later. */
+static void timer_respond(void *arg)
+{
+    respond_text(arg, 200, "async-timer");
+}
+
+static void h_async_timer(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    long ms = query_ms(req, 200);
+    if (srv_after(srv_request_server(req), (unsigned)ms, timer_respond, req) != 0)
+        respond_text(req, 500, "srv_after failed");
+}
+
+/* Async: answer from an application thread ?ms= later. */
+typedef struct later {
+    fx *f;
+    srv_request *req;
+    long ms;
+} later;
+
+static void *thread_respond(void *arg)
+{
+    later *l = arg;
+    sleep_ms(l->ms);
+    respond_text(l->req, 200, "async-thread");
+    free(l);
+    return NULL;
+}
+
+static void h_async_thread(srv_request *req, void *ctx)
+{
+    fx *f = ctx;
+    later *l = malloc(sizeof *l);
+    if (!l) {
+        respond_text(req, 500, "oom");
+        return;
+    }
+    *l = (later){f, req, query_ms(req, 200)};
+    pthread_mutex_lock(&f->mu);
+    int rc = -1;
+    if (f->nthreads < FX_MAX_THREADS) {
+        rc = pthread_create(&f->threads[f->nthreads], NULL, thread_respond, l);
+        if (rc == 0)
+            f->nthreads++;
+    }
+    pthread_mutex_unlock(&f->mu);
+    if (rc != 0) {
+        free(l);
+        respond_text(req, 500, "pthread_create failed");
+    }
+}
+
+static void record_late(fx *f, int rc)
+{
+    pthread_mutex_lock(&f->mu);
+    if (f->late_done < FX_MAX_LATE)
+        f->late_rc[f->late_done] = rc;
+    f->late_done++;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+}
+
+/* The client is expected to be gone when these answer. */
+static void h_late(srv_request *req, void *ctx)
+{
+    fx *f = ctx;
+    long ms = query_ms(req, 300);
+    fx_bump(f, &f->entered);
+    sleep_ms(ms);
+    record_late(f, respond_text(req, 200, "late"));
+}
+
+static void late_timer(void *arg)
+{
+    later *l = arg;
+    fx *f = l->f;
+    int rc = respond_text(l->req, 200, "late-async");
+    free(l);
+    record_late(f, rc);
+}
+
+static void h_late_async(srv_request *req, void *ctx)
+{
+    fx *f = ctx;
+    later *l = malloc(sizeof *l);
+    if (!l) {
+        respond_text(req, 500, "oom");
+        return;
+    }
+    *l = (later){f, req, query_ms(req, 300)};
+    fx_bump(f, &f->entered);
+    if (srv_after(srv_request_server(req), (unsigned)l->ms, late_timer, l) != 0) {
+        free(l);
+        record_late(f, respond_text(req, 500, "srv_after failed"));
+    }
+}
+
+/* Never answers: the core must send 503 after request_timeout_ms. */
+static void h_never(srv_request *req, void *ctx)
+{
+    fx *f = ctx;
+    (void)req;
+    fx_bump(f, &f->entered);
+}
+
+/* ------------------------------------------------------------------ */
+/* Setup / teardown                                                    */
+/* ------------------------------------------------------------------ */
+
+enum preset {
+    P_DEFAULT,
+    P_SHORT_REQUEST_TIMEOUT, /* request_timeout_ms 500 */
+    P_MANY_WORKERS,          /* worker_threads 200 (the benchmark's) */
+    P_FEW_CONNECTIONS        /* max_connections 4 */
+};
+
+/* Small limits and timeouts keep the suite fast; see the cases. */
+#define T_HEADER_MS 1000
+#define T_KEEPALIVE_MS 1000
+#define T_REQUEST_MS 5000
+#define T_SHORT_REQUEST_MS 500
+#define L_HEADER 4096
+#define L_URI 1024
+#define L_BODY 65536
+
+static int fx_setup(void **state, enum preset p)
+{
+    const mode *m = *state ? *state : &MODE_H1;
+    fx *f = calloc(1, sizeof *f);
+    if (!f)
+        return -1;
+    f->m = m;
+    for (size_t i = 0; i < FX_MAX_CONNS; i++)
+        rc_init(&f->conns[i]);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&f->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&f->mu, NULL);
+
+    srv_config_init(&f->cfg);
+    f->cfg.host = "127.0.0.1";
+    f->cfg.port = 0;
+    f->cfg.worker_threads = 32;
+    f->cfg.io_threads = 2;
+    f->cfg.header_timeout_ms = T_HEADER_MS;
+    f->cfg.keepalive_timeout_ms = T_KEEPALIVE_MS;
+    f->cfg.request_timeout_ms = T_REQUEST_MS;
+    f->cfg.max_header_bytes = L_HEADER;
+    f->cfg.max_uri_bytes = L_URI;
+    f->cfg.max_body_bytes = L_BODY;
+    f->cfg.access_log = 0;
+    switch (p) {
+    case P_DEFAULT:
+        break;
+    case P_SHORT_REQUEST_TIMEOUT:
+        f->cfg.request_timeout_ms = T_SHORT_REQUEST_MS;
+        break;
+    case P_MANY_WORKERS:
+        f->cfg.worker_threads = 200;
+        f->cfg.request_timeout_ms = 30000;
+        break;
+    case P_FEW_CONNECTIONS:
+        f->cfg.max_connections = 4;
+        f->cfg.worker_threads = 16;
+        f->cfg.keepalive_timeout_ms = 10000;
+        break;
+    }
+
+    f->srv = srv_server_new(g_engine, &f->cfg);
+    if (!f->srv) {
+        print_error("setup: srv_server_new(%s) returned NULL\n", g_engine_name);
+        free(f);
+        return -1;
+    }
+    struct {
+        const char *method, *path;
+        srv_handler_fn fn;
+        void *ctx;
+    } routes[] = {
+        {"GET", "/hello", h_hello, f},
+        {"GET", "/query", h_query, f},
+        {"GET", "/inspect", h_inspect, f->srv},
+        {"POST", "/inspect", h_inspect, f->srv},
+        {"POST", "/echo", h_echo, f},
+        {"POST", "/len", h_len, f},
+        {"GET", "/headers", h_headers, f},
+        {"POST", "/multi", h_method, f},
+        {"PUT", "/multi", h_method, f},
+        {"GET", "/n", h_n, f},
+        {"GET", "/caf\xc3\xa9", h_cafe, f},
+        {"GET", "/slow", h_slow, f},
+        {"GET", "/async/timer", h_async_timer, f},
+        {"GET", "/async/thread", h_async_thread, f},
+        {"GET", "/late", h_late, f},
+        {"GET", "/late/async", h_late_async, f},
+        {"GET", "/never", h_never, f},
+    };
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+        int rc = srv_route(f->srv, routes[i].method, routes[i].path,
+                           routes[i].fn, routes[i].ctx);
+        if (rc != 0) {
+            print_error("setup: srv_route(%s %s): %s\n", routes[i].method,
+                        routes[i].path, srv_strerror(rc));
+            srv_server_free(f->srv);
+            free(f);
+            return -1;
+        }
+    }
+    int rc = srv_server_start(f->srv);
+    if (rc != 0) {
+        print_error("setup: srv_server_start on %s: %s (%s)\n", g_engine_name,
+                    srv_strerror(rc), srv_server_last_error(f->srv));
+        srv_server_free(f->srv);
+        free(f);
+        return -1;
+    }
+    f->port = srv_server_port(f->srv);
+    if (f->port <= 0 || f->port > 65535) {
+        print_error("setup: srv_server_port gave %d after binding port 0\n",
+                    f->port);
+        srv_server_free(f->srv);
+        free(f);
+        return -1;
+    }
+    *state = f;
+    return 0;
+}
+
+static int setup_default(void **state) { return fx_setup(state, P_DEFAULT); }
+static int setup_short_request(void **state)
+{
+    return fx_setup(state, P_SHORT_REQUEST_TIMEOUT);
+}
+static int setup_many_workers(void **state)
+{
+    return fx_setup(state, P_MANY_WORKERS);
+}
+static int setup_few_connections(void **state)
+{
+    return fx_setup(state, P_FEW_CONNECTIONS);
+}
+
+/* Stop, prove the shutdown was clean, free. */
+static int fx_teardown(void **state)
+{
+    fx *f = *state;
+    int rc = 0;
+    /* Application threads first: they may still be about to respond. */
+    pthread_mutex_lock(&f->mu);
+    size_t n = f->nthreads;
+    pthread_mutex_unlock(&f->mu);
+    for (size_t i = 0; i < n; i++)
+        pthread_join(f->threads[i], NULL);
+    for (size_t i = 0; i < FX_MAX_CONNS; i++)
+        rc_close(&f->conns[i]);
+    if (!f->stopped) {
+        long long t0 = rc_now_ms();
+        int s = srv_server_stop(f->srv, 2000);
+        long long took = rc_now_ms() - t0;
+        if (s != 0) {
+            print_error("teardown: srv_server_stop: %s (%s)\n", srv_strerror(s),
+                        srv_server_last_error(f->srv));
+            rc = -1;
+        }
+        if (took > 4000) {
+            print_error("teardown: srv_server_stop(srv, 2000) took %lld ms\n",
+                        took);
+            rc = -1;
+        }
+    }
+    srv_stats st;
+    srv_server_stats(f->srv, &st);
+    if (st.connections_open != 0 || st.requests_in_flight != 0) {
+        print_error("teardown: after srv_server_stop connections_open=%u "
+                    "requests_in_flight=%u (both must be 0)\n",
+                    st.connections_open, st.requests_in_flight);
+        rc = -1;
+    }
+    srv_server_free(f->srv);
+    pthread_mutex_destroy(&f->mu);
+    pthread_cond_destroy(&f->cv);
+    free(f);
+    return rc;
+}
+
+/* Group state: the protocol the libcurl cases speak. */
+static int group_h1(void **state)
+{
+    *state = (void *)&MODE_H1;
+    return 0;
+}
+static int group_h2(void **state)
+{
+    *state = (void *)&MODE_H2;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* libcurl client                                                      */
+/* ------------------------------------------------------------------ */
+
+typedef struct http_req {
+    const char *method; /* NULL: GET, or POST when a body is given */
+    const char *path;   /* already %-encoded */
+    const void *body;
+    size_t body_len;
+    int stream;         /* send the body with an unknown length */
+    const char *headers[8];
+    int head;           /* HEAD request */
+    long timeout_ms;    /* default 5000 */
+} http_req;
+
+typedef struct http_res {
+    CURLcode rc;
+    char err[CURL_ERROR_SIZE];
+    long status;
+    long version;      /* CURL_HTTP_VERSION_* actually used */
+    long num_connects; /* new connections this transfer made */
+    long local_port;
+    long long ms;      /* wall time of the transfer */
+    char *body;
+    size_t body_len;
+    rc_response hdr;   /* headers of the final response (hdr.headers) */
+    int saw_100;       /* an interim 100 Continue arrived */
+} http_res;
+
+typedef struct upload {
+    const char *p;
+    size_t left;
+} upload;
+
+static size_t on_body(char *p, size_t size, size_t n, void *arg)
+{
+    http_res *r = arg;
+    size_t len = size * n;
+    char *nb = realloc(r->body, r->body_len + len + 1);
+    if (!nb)
+        return 0;
+    memcpy(nb + r->body_len, p, len);
+    r->body = nb;
+    r->body_len += len;
+    r->body[r->body_len] = '\0';
+    return len;
+}
+
+static size_t on_header(char *p, size_t size, size_t n, void *arg)
+{
+    http_res *r = arg;
+    size_t len = size * n;
+    if (len >= 5 && memcmp(p, "HTTP/", 5) == 0) {
+        /* A new status line: keep only the final response's headers. */
+        const char *sp = memchr(p, ' ', len);
+        if (sp && (size_t)(sp - p) + 4 <= len && strncmp(sp + 1, "100", 3) == 0)
+            r->saw_100 = 1;
+        rc_response_free(&r->hdr);
+        return len;
+    }
+    const char *colon = memchr(p, ':', len);
+    if (!colon)
+        return len;
+    size_t nl = (size_t)(colon - p);
+    const char *v = colon + 1;
+    size_t vl = len - nl - 1;
+    while (vl > 0 && (*v == ' ' || *v == '\t')) {
+        v++;
+        vl--;
+    }
+    while (vl > 0 && (v[vl - 1] == '\r' || v[vl - 1] == '\n' ||
+                      v[vl - 1] == ' ' || v[vl - 1] == '\t'))
+        vl--;
+    rc_header *nh = realloc(r->hdr.headers, (r->hdr.nheaders + 1) * sizeof *nh);
+    if (!nh)
+        return 0;
+    r->hdr.headers = nh;
+    nh[r->hdr.nheaders].name = strndup(p, nl);
+    nh[r->hdr.nheaders].value = strndup(v, vl);
+    r->hdr.nheaders++;
+    return len;
+}
+
+/* Hands the body out in pieces of at most 1000 bytes (several chunks). */
+static size_t on_read(char *buf, size_t size, size_t n, void *arg)
+{
+    upload *u = arg;
+    size_t len = size * n;
+    if (len > 1000)
+        len = 1000;
+    if (len > u->left)
+        len = u->left;
+    memcpy(buf, u->p, len);
+    u->p += len;
+    u->left -= len;
+    return len;
+}
+
+static void http_res_free(http_res *r)
+{
+    free(r->body);
+    rc_response_free(&r->hdr);
+    memset(r, 0, sizeof *r);
+}
+
+static const char *res_header(const http_res *r, const char *name)
+{
+    return rc_header_get(&r->hdr, name);
+}
+
+static CURL *easy_new(const fx *f)
+{
+    CURL *h = curl_easy_init();
+    if (!h)
+        return NULL;
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_PROXY, "");
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 3000L);
+    curl_easy_setopt(h, CURLOPT_HTTP_VERSION,
+                     f->m->http2 ? (long)CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE
+                                 : (long)CURL_HTTP_VERSION_1_1);
+    return h;
+}
+
+static void http_perform(const fx *f, CURL *h, const http_req *q, http_res *r)
+{
+    memset(r, 0, sizeof *r);
+    char url[512];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", f->port, q->path);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, q->timeout_ms ? q->timeout_ms : 5000L);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, r->err);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, r);
+    curl_easy_setopt(h, CURLOPT_EXPECT_100_TIMEOUT_MS, 3000L);
+    curl_easy_setopt(h, CURLOPT_NOBODY, q->head ? 1L : 0L);
+    upload u = {q->body, q->body_len};
+    if (q->body || q->stream) {
+        curl_easy_setopt(h, CURLOPT_POST, 1L);
+        if (q->stream) {
+            curl_easy_setopt(h, CURLOPT_POSTFIELDS, NULL);
+            curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)-1);
+            curl_easy_setopt(h, CURLOPT_READFUNCTION, on_read);
+            curl_easy_setopt(h, CURLOPT_READDATA, &u);
+        } else {
+            curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE,
+                             (curl_off_t)q->body_len);
+            curl_easy_setopt(h, CURLOPT_POSTFIELDS, q->body);
+        }
+    } else if (!q->head) {
+        curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+    }
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, q->method);
+    struct curl_slist *list = NULL;
+    for (size_t i = 0; i < 8 && q->headers[i]; i++)
+        list = curl_slist_append(list, q->headers[i]);
+    if (q->stream && !f->m->http2)
+        list = curl_slist_append(list, "Transfer-Encoding: chunked");
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, list);
+
+    long long t0 = rc_now_ms();
+    r->rc = curl_easy_perform(h);
+    r->ms = rc_now_ms() - t0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r->status);
+    curl_easy_getinfo(h, CURLINFO_HTTP_VERSION, &r->version);
+    curl_easy_getinfo(h, CURLINFO_NUM_CONNECTS, &r->num_connects);
+    curl_easy_getinfo(h, CURLINFO_LOCAL_PORT, &r->local_port);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
+    curl_easy_setopt(h, CURLOPT_READDATA, NULL);
+    curl_slist_free_all(list);
+    if (!r->body) {
+        r->body = calloc(1, 1);
+        r->body_len = 0;
+    }
+}
+
+static void http_do(const fx *f, const http_req *q, http_res *r)
+{
+    CURL *h = easy_new(f);
+    if (!h) {
+        memset(r, 0, sizeof *r);
+        r->rc = CURLE_OUT_OF_MEMORY;
+        return;
+    }
+    http_perform(f, h, q, r);
+    curl_easy_cleanup(h);
+}
+
+/* The transfer worked, over the protocol of the group, with `status`. */
+static void check_http(const fx *f, const char *what, const http_res *r,
+                       long status)
+{
+    CHECK(r->rc == CURLE_OK, "[%s over %s] curl failed: %s (%s)", what,
+          f->m->name, curl_easy_strerror(r->rc), r->err);
+    long want = f->m->http2 ? (long)CURL_HTTP_VERSION_2_0
+                            : (long)CURL_HTTP_VERSION_1_1;
+    CHECK(r->version == want, "[%s over %s] the response came over curl "
+          "HTTP version %ld, expected %ld", what, f->m->name, r->version, want);
+    if (r->status != status) {
+        print_error("[%s over %s] body: %.*s\n", what, f->m->name,
+                    (int)(r->body_len > 300 ? 300 : r->body_len),
+                    r->body ? r->body : "");
+    }
+    char label[200];
+    snprintf(label, sizeof label, "[%s over %s] status", what, f->m->name);
+    CHECK_INT(label, r->status, status);
+}
+
+static void check_body(const fx *f, const char *what, const http_res *r,
+                       const char *want)
+{
+    char label[200];
+    snprintf(label, sizeof label, "[%s over %s] body", what, f->m->name);
+    CHECK_STR(label, r->body, want);
+    CHECK_INT(label, r->body_len, strlen(want));
+}
+
+/* ------------------------------------------------------------------ */
+/* Raw-socket helpers                                                  */
+/* ------------------------------------------------------------------ */
+
+/* A free connection slot of the fixture (closed at teardown). Slots are
+ * free while unconnected, so connect it before asking for another. */
+static rc_conn *conn_slot(fx *f, const char *what)
+{
+    rc_conn *c = NULL;
+    for (size_t i = 0; i < FX_MAX_CONNS; i++) {
+        if (f->conns[i].fd < 0) {
+            c = &f->conns[i];
+            break;
+        }
+    }
+    CHECK(c != NULL, "[%s] the test opened more than %d raw connections",
+          what, FX_MAX_CONNS);
+    return c;
+}
+
+static rc_conn *conn_open(fx *f, const char *what)
+{
+    rc_conn *c = conn_slot(f, what);
+    int rc = rc_connect(c, f->port, 3000);
+    CHECK(rc == RC_OK, "[%s] connect to 127.0.0.1:%d: %s (errno %d)", what,
+          f->port, rc_strerror(rc), errno);
+    return c;
+}
+
+static void conn_send(rc_conn *c, const char *what, const void *p, size_t n)
+{
+    int rc = rc_send(c, p, n, 3000);
+    CHECK(rc == RC_OK, "[%s] sending %zu bytes: %s", what, n, rc_strerror(rc));
+}
+
+static void conn_send_str(rc_conn *c, const char *what, const char *s)
+{
+    conn_send(c, what, s, strlen(s));
+}
+
+/* Read one response that must be `status` (and `body` unless NULL). */
+static void conn_expect(rc_conn *c, const char *what, int is_head, int status,
+                        const char *body, rc_response *out)
+{
+    rc_response r;
+    int rc = rc_read_response(c, &r, is_head, 3000);
+    CHECK(rc == RC_OK, "[%s] expected a %d response: %s", what, status,
+          rc_strerror(rc));
+    if (r.status != status)
+        print_error("[%s] got \"HTTP/1.%d %d %s\" body: %.*s\n", what, r.minor,
+                    r.status, r.reason, (int)(r.body_len > 300 ? 300 : r.body_len),
+                    r.body);
+    char label[200];
+    snprintf(label, sizeof label, "[%s] status", what);
+    int got = r.status;
+    if (got != status)
+        rc_response_free(&r);
+    CHECK_INT(label, got, status);
+    if (body) {
+        snprintf(label, sizeof label, "[%s] body", what);
+        int same = r.body_len == strlen(body) && memcmp(r.body, body, r.body_len) == 0;
+        if (!same)
+            print_error("[%s] body: expected \"%s\", got \"%.*s\" (%zu bytes)\n",
+                        what, body, (int)(r.body_len > 300 ? 300 : r.body_len),
+                        r.body, r.body_len);
+        if (!same)
+            rc_response_free(&r);
+        CHECK(same, "%s", label);
+    }
+    if (out)
+        *out = r;
+    else
+        rc_response_free(&r);
+}
+
+/* The server must close within timeout_ms, sending nothing more. */
+static void conn_expect_closed(rc_conn *c, const char *what, int timeout_ms)
+{
+    size_t unread = 0;
+    int rc = rc_wait_close(c, timeout_ms, &unread);
+    CHECK(rc == RC_CLOSED || rc == RC_RESET,
+          "[%s] the server kept the connection open for %d ms "
+          "(expected it to close)", what, timeout_ms);
+    CHECK(unread == 0, "[%s] the server sent %zu unexpected bytes before "
+          "closing: %.*s", what, unread, (int)(unread > 200 ? 200 : unread),
+          c->buf + c->off);
+}
+
+/* A new connection still gets GET /hello -> 200 "hello". */
+static void still_serving(fx *f, const char *what)
+{
+    char label[200];
+    snprintf(label, sizeof label, "%s, then the server must still serve a "
+             "new connection", what);
+    rc_conn *c = conn_open(f, label);
+    conn_send_str(c, label, "GET /hello HTTP/1.1\r\nHost: conformance\r\n\r\n");
+    conn_expect(c, label, 0, 200, "hello", NULL);
+    rc_close(c);
+}
+
+enum bad_expect {
+    BAD_STATUS,           /* exactly `status`, then close */
+    BAD_STATUS_OR_CLOSE,  /* `status` then close, or close without a byte */
+    BAD_CLOSE_ONLY        /* close without a single byte of response */
+};
+
+/*
+ * Send bad input on a fresh connection and check the answer, then that
+ * the server still serves. The send may fail half-way when the server
+ * already answered and closed; what arrives is what counts.
+ */
+static void bad_input(fx *f, const char *what, const void *req, size_t len,
+                      int status, enum bad_expect how)
+{
+    rc_conn *c = conn_open(f, what);
+    rc_send(c, req, len, 3000);
+    rc_response r;
+    int rc = rc_read_response(c, &r, 0, 4000);
+    if (how == BAD_CLOSE_ONLY) {
+        int st = rc == RC_OK ? r.status : 0;
+        rc_response_free(&r);
+        CHECK(rc == RC_CLOSED || rc == RC_RESET,
+              "[%s] expected the connection closed without a response (the "
+              "documented behaviour of an engine without "
+              "SRV_ENGINE_CAP_GARBAGE_400), got: %s%s%d", what,
+              rc_strerror(rc), rc == RC_OK ? ", status " : " ", st);
+    } else if (rc == RC_OK) {
+        if (r.status != status)
+            print_error("[%s] got \"HTTP/1.%d %d %s\" body: %.*s\n", what,
+                        r.minor, r.status, r.reason,
+                        (int)(r.body_len > 200 ? 200 : r.body_len), r.body);
+        int got = r.status;
+        rc_response_free(&r);
+        char label[200];
+        snprintf(label, sizeof label, "[%s] status", what);
+        CHECK_INT(label, got, status);
+        conn_expect_closed(c, what, 3000);
+    } else {
+        CHECK(how == BAD_STATUS_OR_CLOSE && (rc == RC_CLOSED || rc == RC_RESET),
+              "[%s] expected a %d response%s, got: %s", what, status,
+              how == BAD_STATUS_OR_CLOSE ? " or a close" : "", rc_strerror(rc));
+    }
+    rc_close(c);
+    still_serving(f, what);
+}
+
+static void bad_input_str(fx *f, const char *what, const char *req,
+                          int status, enum bad_expect how)
+{
+    bad_input(f, what, req, strlen(req), status, how);
+}
+
+static srv_stats stats(const fx *f)
+{
+    srv_stats st;
+    srv_server_stats(f->srv, &st);
+    return st;
+}
+
+/* Wait up to timeout_ms for requests_in_flight to drop to 0. */
+static int wait_no_inflight(const fx *f, int timeout_ms)
+{
+    long long end = rc_now_ms() + timeout_ms;
+    for (;;) {
+        if (stats(f).requests_in_flight == 0)
+            return 1;
+        if (rc_now_ms() > end)
+            return 0;
+        sleep_ms(10);
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* The engine under test is the one asked for                          */
+/* ------------------------------------------------------------------ */
+
+static void test_engine_identity(void **state)
+{
+    fx *f = *state;
+    CHECK(g_engine != NULL, "srv_engine_find(\"%s\") returned NULL: this "
+          "libsrv was built without that engine", g_engine_name);
+    CHECK_STR("srv_engine_name(srv_engine_find(argv[1]))",
+              srv_engine_name(g_engine), g_engine_name);
+    CHECK(srv_server_engine(f->srv) == g_engine,
+          "srv_server_engine() is not the engine the server was created with");
+    CHECK_STR("srv_engine_name(srv_server_engine(srv))",
+              srv_engine_name(srv_server_engine(f->srv)), g_engine_name);
+    int listed = 0;
+    for (size_t i = 0; i < srv_engine_count(); i++)
+        listed |= srv_engine_at(i) == g_engine;
+    CHECK(listed, "engine %s is not in srv_engine_at(0..%zu)", g_engine_name,
+          srv_engine_count());
+
+    /* The server answers, through that engine's transport. */
+    srv_stats before = stats(f);
+    rc_conn *c = conn_open(f, "identity raw GET");
+    conn_send_str(c, "identity raw GET",
+                  "GET /hello HTTP/1.1\r\nHost: conformance\r\n\r\n");
+    conn_expect(c, "identity raw GET", 0, 200, "hello", NULL);
+    rc_close(c);
+    http_res r;
+    http_do(f, &(http_req){.path = "/inspect"}, &r);
+    check_http(f, "identity curl GET", &r, 200);
+    CHECK(strstr(r.body, "protocol=HTTP/1.1\n") != NULL,
+          "identity: handler saw %s", r.body);
+    http_res_free(&r);
+    srv_stats after = stats(f);
+    CHECK(after.connections_total >= before.connections_total + 2,
+          "identity: the engine counted %llu new connections for 2",
+          (unsigned long long)(after.connections_total - before.connections_total));
+    CHECK(after.requests >= before.requests + 2 &&
+          after.responses_2xx >= before.responses_2xx + 2,
+          "identity: requests/2xx counters did not move (requests %llu->%llu)",
+          (unsigned long long)before.requests, (unsigned long long)after.requests);
+
+    /* The HTTP/2 capability bit tells the truth. */
+    fx h2;
+    memset(&h2, 0, sizeof h2);
+    h2.m = &MODE_H2;
+    h2.port = f->port;
+    http_do(&h2, &(http_req){.path = "/inspect", .timeout_ms = 3000}, &r);
+    if (engine_caps() & SRV_ENGINE_CAP_HTTP2) {
+        check_http(&h2, "identity: engine has SRV_ENGINE_CAP_HTTP2", &r, 200);
+        CHECK(strstr(r.body, "protocol=HTTP/2\n") != NULL,
+              "identity: over HTTP/2 the handler saw %s", r.body);
+    } else {
+        CHECK(r.rc != CURLE_OK || r.version != CURL_HTTP_VERSION_2_0,
+              "engine %s lacks SRV_ENGINE_CAP_HTTP2 but answered HTTP/2 "
+              "prior knowledge", g_engine_name);
+    }
+    http_res_free(&r);
+    still_serving(f, "identity: after an HTTP/2 preface");
+}
+
+/* ------------------------------------------------------------------ */
+/* HTTP-level cases (libcurl), run over HTTP/1.1 and, with the cap, h2  */
+/* ------------------------------------------------------------------ */
+
+static void test_request_accessors(void **state)
+{
+    fx *f = *state;
+    http_res r;
+    http_do(f, &(http_req){.path = "/inspect?x=1&y=%20z", .body = "abc",
+                           .body_len = 3,
+                           .headers = {"X-Probe-Header: Mixed Value"}},
+            &r);
+    check_http(f, "POST /inspect", &r, 200);
+    char want[512];
+    snprintf(want, sizeof want,
+             "method=POST\npath=/inspect\ntarget=/inspect?x=1&y=%%20z\n"
+             "protocol=%s\npeer=127.0.0.1:%ld\nprobe=Mixed Value\n"
+             "absent=(null)\nbody=3\nsame_server=1\n",
+             f->m->http2 ? "HTTP/2" : "HTTP/1.1", r.local_port);
+    check_body(f, "request accessors", &r, want);
+    http_res_free(&r);
+}
+
+static void test_get_query(void **state)
+{
+    fx *f = *state;
+    http_res r;
+    http_do(f, &(http_req){.path = "/query?name=Ana&city=S%C3%A9tubal"
+                                   "&greeting=hello+world&tag=a&tag=b&empty="
+                                   "&flag&pct=100%25&bad=%zz&Name=Bob"},
+            &r);
+    check_http(f, "GET /query", &r, 200);
+    check_body(f, "query decoding", &r,
+               "name=Ana\n"
+               "city=S\xc3\xa9tubal\n"
+               "greeting=hello world\n"
+               "tag=a\n"
+               "tag=b\n"
+               "empty=\n"
+               "flag=\n"
+               "pct=100%\n"
+               "bad=%zz\n"
+               "Name=Bob\n"
+               "past_end=-1\n"
+               "--\n"
+               "name:Ana\n"
+               "tag:a\n"
+               "flag:\n"
+               "Name:Bob\n"
+               "absent:(null)\n"
+               "path:/query\n");
+    http_res_free(&r);
+
+    /* No query at all. */
+    http_do(f, &(http_req){.path = "/query"}, &r);
+    check_http(f, "GET /query (no query)", &r, 200);
+    check_body(f, "no query", &r,
+               "past_end=-1\n--\nname:(null)\ntag:(null)\nflag:(null)\n"
+               "Name:(null)\nabsent:(null)\npath:/query\n");
+    http_res_free(&r);
+
+    /* A %-encoded UTF-8 path routes to its decoded form. */
+    http_do(f, &(http_req){.path = "/caf%C3%A9?x=1"}, &r);
+    check_http(f, "GET /caf%C3%A9", &r, 200);
+    check_body(f, "decoded path", &r, "/caf\xc3\xa9");
+    http_res_free(&r);
+}
+
+static void test_head(void **state)
+{
+    fx *f = *state;
+    http_res r;
+    http_do(f, &(http_req){.path = "/hello", .head = 1}, &r);
+    check_http(f, "HEAD /hello", &r, 200);
+    CHECK_STR("[HEAD /hello] Content-Length", res_header(&r, "Content-Length"), "5");
+    CHECK(r.body_len == 0, "[HEAD /hello] got %zu body bytes", r.body_len);
+    http_res_free(&r);
+}
+
+static char *pattern(size_t n)
+{
+    char *p = malloc(n + 1);
+    for (size_t i = 0; i < n; i++)
+        p[i] = (char)((i * 7 + i / 251) & 0xff); /* includes NUL bytes */
+    p[n] = '\0';
+    return p;
+}
+
+static void check_echo(const fx *f, const char *what, const http_res *r,
+                       const char *sent, size_t n)
+{
+    check_http(f, what, r, 200);
+    CHECK(r->body_len == n && memcmp(r->body, sent, n) == 0,
+          "[%s over %s] echoed %zu bytes, sent %zu (or content differs)",
+          what, f->m->name, r->body_len, n);
+    char num[32];
+    snprintf(num, sizeof num, "%zu", n);
+    char label[160];
+    snprintf(label, sizeof label, "[%s over %s] X-Body-Length", what, f->m->name);
+    CHECK_STR(label, res_header(r, "X-Body-Length"), num);
+}
+
+static void test_post_echo(void **state)
+{
+    fx *f = *state;
+    size_t n = 1000;
+    char *body = pattern(n);
+    http_res r;
+    http_do(f, &(http_req){.path = "/echo", .body = body, .body_len = n}, &r);
+    check_echo(f, "POST /echo with Content-Length", &r, body, n);
+    CHECK_STR("[POST /echo with Content-Length] request TE",
+              res_header(&r, "X-Request-TE"), "-");
+    http_res_free(&r);
+
+    /* Unknown length: chunked on HTTP/1.1, plain DATA frames on HTTP/2. */
+    size_t m = 5000;
+    char *big = pattern(m);
+    http_do(f, &(http_req){.path = "/echo", .stream = 1, .body = big,
+                           .body_len = m},
+            &r);
+    check_echo(f, "POST /echo streamed (chunked)", &r, big, m);
+    if (!f->m->http2)
+        CHECK_STR("[POST /echo chunked] the request's Transfer-Encoding",
+                  res_header(&r, "X-Request-TE"), "chunked");
+    http_res_free(&r);
+
+    /* Empty body. */
+    http_do(f, &(http_req){.path = "/echo", .body = "", .body_len = 0}, &r);
+    check_echo(f, "POST /echo empty", &r, "", 0);
+    http_res_free(&r);
+    free(body);
+    free(big);
+}
+
+static void test_not_found(void **state)
+{
+    fx *f = *state;
+    srv_stats before = stats(f);
+    http_res r;
+    http_do(f, &(http_req){.path = "/no/such/path"}, &r);
+    check_http(f, "GET /no/such/path", &r, 404);
+    http_res_free(&r);
+    http_do(f, &(http_req){.path = "/hello/"}, &r);
+    check_http(f, "GET /hello/ (exact match only)", &r, 404);
+    http_res_free(&r);
+    CHECK(stats(f).responses_4xx >= before.responses_4xx + 2,
+          "404s not counted in responses_4xx");
+}
+
+static void test_method_not_allowed(void **state)
+{
+    fx *f = *state;
+    http_res r;
+    http_do(f, &(http_req){.method = "DELETE", .path = "/hello"}, &r);
+    check_http(f, "DELETE /hello", &r, 405);
+    CHECK(res_header(&r, "Allow") != NULL, "[DELETE /hello] 405 without Allow");
+    CHECK(rc_header_has_token(&r.hdr, "Allow", "GET"),
+          "[DELETE /hello] Allow: %s lacks GET", res_header(&r, "Allow"));
+    CHECK(!rc_header_has_token(&r.hdr, "Allow", "DELETE") &&
+          !rc_header_has_token(&r.hdr, "Allow", "POST"),
+          "[DELETE /hello] Allow: %s lists a method not routed",
+          res_header(&r, "Allow"));
+    http_res_free(&r);
+
+    http_do(f, &(http_req){.path = "/multi"}, &r);
+    check_http(f, "GET /multi", &r, 405);
+    CHECK(rc_header_has_token(&r.hdr, "Allow", "POST") &&
+          rc_header_has_token(&r.hdr, "Allow", "PUT") &&
+          !rc_header_has_token(&r.hdr, "Allow", "GET"),
+          "[GET /multi] Allow: %s (routed: POST, PUT)",
+          or_null(res_header(&r, "Allow")));
+    http_res_free(&r);
+
+    http_do(f, &(http_req){.method = "PUT", .path = "/multi", .body = "x",
+                           .body_len = 1},
+            &r);
+    check_http(f, "PUT /multi", &r, 200);
+    check_body(f, "PUT /multi", &r, "PUT");
+    http_res_free(&r);
+}
+
+static void test_response_headers(void **state)
+{
+    fx *f = *state;
+    http_res r;
+    http_do(f, &(http_req){.path = "/headers"}, &r);
+    check_http(f, "GET /headers", &r, 200);
+    char want[96];
+    snprintf(want, sizeof want, "set=0,0 refused=%d,%d", SRV_EHEADER, SRV_EHEADER);
+    check_body(f, "srv_set_header return codes", &r, want);
+    CHECK_STR("[GET /headers] X-Conformance", res_header(&r, "X-Conformance"), "yes");
+    CHECK_STR("[GET /headers] Cache-Control", res_header(&r, "Cache-Control"),
+              "no-store");
+    CHECK(res_header(&r, "X-Injected") == NULL && res_header(&r, "X-Bad") == NULL,
+          "[GET /headers] a refused header reached the wire");
+    CHECK_STR("[GET /headers] Content-Type", res_header(&r, "Content-Type"),
+              "text/plain; charset=utf-8");
+    CHECK(res_header(&r, "Date") != NULL, "[GET /headers] no Date header");
+    CHECK_STR("[GET /headers] Server", res_header(&r, "Server"), "libsrv");
+    http_res_free(&r);
+}
+
+static void test_keepalive_reuse(void **state)
+{
+    fx *f = *state;
+    srv_stats before = stats(f);
+    CURL *h = easy_new(f);
+    http_res a, b;
+    http_perform(f, h, &(http_req){.path = "/hello"}, &a);
+    http_perform(f, h, &(http_req){.path = "/n?i=2"}, &b);
+    curl_easy_cleanup(h);
+    check_http(f, "keep-alive first GET", &a, 200);
+    check_http(f, "keep-alive second GET", &b, 200);
+    check_body(f, "keep-alive second GET", &b, "2");
+    CHECK(a.num_connects == 1 && b.num_connects == 0,
+          "[keep-alive over %s] the second request opened a new connection "
+          "(NUM_CONNECTS %ld then %ld)", f->m->name, a.num_connects,
+          b.num_connects);
+    CHECK(a.local_port == b.local_port,
+          "[keep-alive over %s] local ports differ: %ld vs %ld", f->m->name,
+          a.local_port, b.local_port);
+    CHECK_INT("[keep-alive] connections the server accepted",
+              stats(f).connections_total - before.connections_total, 1);
+    http_res_free(&a);
+    http_res_free(&b);
+}
+
+static void test_expect_continue(void **state)
+{
+    fx *f = *state;
+    size_t n = 20000;
+    char *body = pattern(n);
+    http_res r;
+    http_req q = {.path = "/echo", .body = body, .body_len = n};
+    if (!f->m->http2)
+        q.headers[0] = "Expect: 100-continue";
+    http_do(f, &q, &r);
+    check_echo(f, "POST /echo with Expect: 100-continue", &r, body, n);
+    if (!f->m->http2) {
+        CHECK(r.saw_100, "[Expect: 100-continue] no interim 100 Continue "
+              "(curl waited %lld ms)", r.ms);
+        CHECK(r.ms < 2500, "[Expect: 100-continue] took %lld ms: curl waited "
+              "for a 100 that did not come", r.ms);
+    }
+    http_res_free(&r);
+
+    /* Over a stream of unknown length too. */
+    q.stream = 1;
+    http_do(f, &q, &r);
+    check_echo(f, "POST /echo streamed with Expect: 100-continue", &r, body, n);
+    if (!f->m->http2)
+        CHECK(r.saw_100, "[Expect: 100-continue, chunked] no interim 100");
+    http_res_free(&r);
+    free(body);
+}
+
+static void test_async_timer(void **state)
+{
+    fx *f = *state;
+    http_res r;
+    http_do(f, &(http_req){.path = "/async/timer?ms=200"}, &r);
+    check_http(f, "GET /async/timer (srv_after, 200 ms)", &r, 200);
+    check_body(f, "async timer", &r, "async-timer");
+    CHECK(r.ms >= 180, "[async timer] answered after %lld ms, before the "
+          "200 ms timer", r.ms);
+    http_res_free(&r);
+}
+
+static void test_async_thread(void **state)
+{
+    fx *f = *state;
+    http_res r;
+    http_do(f, &(http_req){.path = "/async/thread?ms=200"}, &r);
+    check_http(f, "GET /async/thread (pthread, 200 ms)", &r, 200);
+    check_body(f, "async thread", &r, "async-thread");
+    CHECK(r.ms >= 180, "[async thread] answered after %lld ms", r.ms);
+    http_res_free(&r);
+    /* And a normal request right after on the same server. */
+    http_do(f, &(http_req){.path = "/hello"}, &r);
+    check_http(f, "GET /hello after async", &r, 200);
+    http_res_free(&r);
+}
+
+/* curl gives up (closing its connection, or resetting its HTTP/2 stream)
+ * while the handler still runs; the late srv_respond must be harmless. */
+static void test_client_disconnect(void **state)
+{
+    fx *f = *state;
+    const char *paths[] = {"/late?ms=500", "/late/async?ms=500"};
+    for (size_t i = 0; i < 2; i++) {
+        unsigned entered = fx_read(f, &f->entered);
+        unsigned done = fx_read(f, &f->late_done);
+        http_res r;
+        http_do(f, &(http_req){.path = paths[i], .timeout_ms = 200}, &r);
+        CURLcode rc = r.rc;
+        http_res_free(&r);
+        CHECK(rc == CURLE_OPERATION_TIMEDOUT,
+              "[client disconnect %s over %s] curl should have timed out, got %s",
+              paths[i], f->m->name, curl_easy_strerror(rc));
+        CHECK(fx_wait(f, &f->entered, entered + 1, 2000),
+              "[client disconnect %s] the handler never ran", paths[i]);
+        CHECK(fx_wait(f, &f->late_done, done + 1, 3000),
+              "[client disconnect %s] the late srv_respond never happened",
+              paths[i]);
+        int late_rc;
+        pthread_mutex_lock(&f->mu);
+        late_rc = f->late_rc[done % FX_MAX_LATE];
+        pthread_mutex_unlock(&f->mu);
+        CHECK(late_rc == 0, "[client disconnect %s] late srv_respond returned "
+              "%d (%s); srv.h: 0 when handed to the engine, dropped safely",
+              paths[i], late_rc, srv_strerror(late_rc));
+        CHECK(wait_no_inflight(f, 3000),
+              "[client disconnect %s] requests_in_flight stayed %u: the "
+              "abandoned request was never freed", paths[i],
+              stats(f).requests_in_flight);
+        http_do(f, &(http_req){.path = "/hello"}, &r);
+        check_http(f, "GET /hello after a client disconnect", &r, 200);
+        http_res_free(&r);
+    }
+}
+
+static void test_never_responds(void **state)
+{
+    fx *f = *state;
+    srv_stats before = stats(f);
+    http_res r;
+    http_do(f, &(http_req){.path = "/never", .timeout_ms = 6000}, &r);
+    check_http(f, "GET /never (request_timeout_ms 500)", &r, 503);
+    CHECK(r.ms >= T_SHORT_REQUEST_MS - 100 && r.ms < T_SHORT_REQUEST_MS + 2500,
+          "[GET /never] 503 after %lld ms, request_timeout_ms is %d", r.ms,
+          T_SHORT_REQUEST_MS);
+    http_res_free(&r);
+    /* The core may bump the counter just after handing the 503 over. */
+    long long until = rc_now_ms() + 1000;
+    while (stats(f).timeouts < before.timeouts + 1 && rc_now_ms() < until)
+        sleep_ms(5);
+    CHECK(stats(f).timeouts >= before.timeouts + 1,
+          "[GET /never] srv_stats.timeouts did not count the 503 (1 s after "
+          "the client got it)");
+    CHECK(wait_no_inflight(f, 2000), "[GET /never] request still in flight "
+          "after the 503");
+    http_do(f, &(http_req){.path = "/hello"}, &r);
+    check_http(f, "GET /hello after a timed-out request", &r, 200);
+    http_res_free(&r);
+}
+
+static size_t discard(char *p, size_t size, size_t n, void *arg)
+{
+    (void)p;
+    (void)arg;
+    return size * n;
+}
+
+#define N_CONCURRENT 300
+
+/* 300 one-second requests, each on its own connection, 200 workers. */
+static void test_concurrent_300(void **state)
+{
+    fx *f = *state;
+    CURLM *m = curl_multi_init();
+    CHECK(m != NULL, "curl_multi_init");
+    curl_multi_setopt(m, CURLMOPT_PIPELINING, (long)CURLPIPE_NOTHING);
+    curl_multi_setopt(m, CURLMOPT_MAX_TOTAL_CONNECTIONS, 0L);
+    static CURL *hs[N_CONCURRENT];
+    char url[128];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/slow?ms=1000", f->port);
+    for (int i = 0; i < N_CONCURRENT; i++) {
+        hs[i] = easy_new(f);
+        curl_easy_setopt(hs[i], CURLOPT_URL, url);
+        curl_easy_setopt(hs[i], CURLOPT_TIMEOUT_MS, 20000L);
+        curl_easy_setopt(hs[i], CURLOPT_CONNECTTIMEOUT_MS, 10000L);
+        curl_easy_setopt(hs[i], CURLOPT_FRESH_CONNECT, 1L);
+        curl_easy_setopt(hs[i], CURLOPT_FORBID_REUSE, 1L);
+        curl_easy_setopt(hs[i], CURLOPT_WRITEFUNCTION, discard);
+        curl_multi_add_handle(m, hs[i]);
+    }
+    long long t0 = rc_now_ms();
+    int running = 1;
+    while (running && rc_now_ms() - t0 < 30000) {
+        curl_multi_perform(m, &running);
+        if (running)
+            curl_multi_poll(m, NULL, 0, 200, NULL);
+    }
+    long long took = rc_now_ms() - t0;
+    int ok = 0, left;
+    CURLcode first_err = CURLE_OK;
+    long first_status = 0;
+    CURLMsg *msg;
+    while ((msg = curl_multi_info_read(m, &left)) != NULL) {
+        if (msg->msg != CURLMSG_DONE)
+            continue;
+        long status = 0, version = 0;
+        curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &status);
+        curl_easy_getinfo(msg->easy_handle, CURLINFO_HTTP_VERSION, &version);
+        long want = f->m->http2 ? (long)CURL_HTTP_VERSION_2_0
+                                : (long)CURL_HTTP_VERSION_1_1;
+        if (msg->data.result == CURLE_OK && status == 200 && version == want)
+            ok++;
+        else if (first_err == CURLE_OK && first_status == 0) {
+            first_err = msg->data.result;
+            first_status = status;
+        }
+    }
+    for (int i = 0; i < N_CONCURRENT; i++) {
+        curl_multi_remove_handle(m, hs[i]);
+        curl_easy_cleanup(hs[i]);
+    }
+    curl_multi_cleanup(m);
+    if (g_timing)
+        fprintf(stderr, "# %s %s: %d concurrent 1 s requests in %lld ms\n",
+                g_engine_name, f->m->name, N_CONCURRENT, took);
+    CHECK(ok == N_CONCURRENT, "[300 concurrent over %s] %d of %d answered 200 "
+          "in %lld ms; first failure: %s, status %ld", f->m->name, ok,
+          N_CONCURRENT, took, curl_easy_strerror(first_err), first_status);
+    CHECK(took < 10000, "[300 concurrent over %s] took %lld ms (ideal ~2000 "
+          "with 200 workers): requests were serialised", f->m->name, took);
+    CHECK(took >= 1000, "[300 concurrent] %lld ms is less than the handler's "
+          "1 s sleep", took);
+}
+
+/* Graceful stop: an in-flight request completes, an idle keep-alive
+ * connection is closed at once, new connects are refused. */
+typedef struct stop_client {
+    const fx *f;
+    http_res res;
+    long long done_at;
+} stop_client;
+
+static void *stop_client_run(void *arg)
+{
+    stop_client *sc = arg;
+    http_do(sc->f, &(http_req){.path = "/slow?ms=500", .timeout_ms = 10000},
+            &sc->res);
+    sc->done_at = rc_now_ms();
+    return NULL;
+}
+
+typedef struct stop_prober {
+    int port;
+    rc_conn *idle;
+    atomic_int go;
+    long long stop_at;   /* set before go */
+    long long refused_at;  /* first ECONNREFUSED, 0 = never */
+    long long idle_closed_at;
+    int accepted_after;  /* connects that succeeded after stop began */
+} stop_prober;
+
+static void *stop_prober_run(void *arg)
+{
+    stop_prober *p = arg;
+    while (!atomic_load(&p->go))
+        sleep_ms(1);
+    long long end = p->stop_at + 3000;
+    while (rc_now_ms() < end && (!p->refused_at || !p->idle_closed_at)) {
+        if (!p->idle_closed_at) {
+            int rc = rc_wait_close(p->idle, 0, NULL);
+            if (rc == RC_CLOSED || rc == RC_RESET)
+                p->idle_closed_at = rc_now_ms();
+        }
+        if (!p->refused_at) {
+            rc_conn c;
+            int rc = rc_connect(&c, p->port, 500);
+            if (rc == RC_REFUSED)
+                p->refused_at = rc_now_ms();
+            else if (rc == RC_OK) {
+                p->accepted_after++;
+                rc_close(&c);
+            }
+        }
+        sleep_ms(5);
+    }
+    return NULL;
+}
+
+static void test_graceful_stop(void **state)
+{
+    fx *f = *state;
+    /* An idle kept-alive connection. */
+    rc_conn *idle = conn_open(f, "graceful stop: idle connection");
+    conn_send_str(idle, "graceful stop: idle connection",
+                  "GET /hello HTTP/1.1\r\nHost: conformance\r\n\r\n");
+    conn_expect(idle, "graceful stop: idle connection", 0, 200, "hello", NULL);
+
+    unsigned entered = fx_read(f, &f->entered);
+    stop_client sc = {.f = f};
+    pthread_t ct, pt;
+    CHECK(pthread_create(&ct, NULL, stop_client_run, &sc) == 0, "pthread_create");
+    int in_flight = fx_wait(f, &f->entered, entered + 1, 3000);
+
+    stop_prober pr = {.port = f->port, .idle = idle};
+    atomic_init(&pr.go, 0);
+    int prober = pthread_create(&pt, NULL, stop_prober_run, &pr) == 0;
+    long long t0 = rc_now_ms();
+    pr.stop_at = t0;
+    atomic_store(&pr.go, 1);
+    int rc = srv_server_stop(f->srv, 5000);
+    long long took = rc_now_ms() - t0;
+    f->stopped = 1;
+    pthread_join(ct, NULL);
+    if (prober)
+        pthread_join(pt, NULL);
+    if (g_timing)
+        fprintf(stderr, "# %s %s: graceful stop with one request in flight "
+                "took %lld ms\n", g_engine_name, f->m->name, took);
+
+    http_res r = sc.res;
+    CHECK(prober, "pthread_create (prober)");
+    CHECK(in_flight, "[graceful stop] the request never reached its handler");
+    CHECK(rc == 0, "[graceful stop] srv_server_stop returned %d (%s)", rc,
+          srv_strerror(rc));
+    check_http(f, "in-flight GET /slow?ms=500 during srv_server_stop", &r, 200);
+    check_body(f, "in-flight request during stop", &r, "slept");
+    if (!f->m->http2)
+        CHECK(rc_header_has_token(&r.hdr, "Connection", "close"),
+              "[graceful stop] the in-flight response lacks Connection: close");
+    http_res_free(&r);
+    CHECK(pr.refused_at != 0, "[graceful stop] connects after stop began were "
+          "not refused (%d accepted)", pr.accepted_after);
+    CHECK(pr.idle_closed_at != 0, "[graceful stop] the idle keep-alive "
+          "connection was not closed");
+    /* srv.h / quiesce: idle kept-alive connections close at once, not when
+     * the in-flight request (~500 ms left) is done. */
+    CHECK(pr.idle_closed_at - t0 < 300,
+          "[graceful stop] the idle keep-alive connection was closed %lld ms "
+          "after stop began (the in-flight request finished at %lld ms): "
+          "idle connections must be closed at once", pr.idle_closed_at - t0,
+          sc.done_at - t0);
+    CHECK(took < 4000, "[graceful stop] srv_server_stop(srv, 5000) took %lld "
+          "ms for one request with ~500 ms left", took);
+    srv_stats st = stats(f);
+    CHECK(st.connections_open == 0 && st.requests_in_flight == 0,
+          "[graceful stop] after stop: connections_open=%u requests_in_flight=%u",
+          st.connections_open, st.requests_in_flight);
+    /* A second stop is a state error, not a crash. */
+    CHECK_INT("[graceful stop] second srv_server_stop", srv_server_stop(f->srv, 0),
+              SRV_ESTATE);
+}
+
+/* ------------------------------------------------------------------ */
+/* Raw HTTP/1 cases                                                    */
+/* ------------------------------------------------------------------ */
+
+#define HOST "Host: conformance\r\n"
+
+static void test_raw_pipelined(void **state)
+{
+    fx *f = *state;
+    rc_conn *c = conn_open(f, "pipelined");
+    conn_send_str(c, "pipelined",
+                  "GET /slow?ms=200 HTTP/1.1\r\n" HOST "\r\n"
+                  "GET /n?i=2 HTTP/1.1\r\n" HOST "\r\n"
+                  "GET /n?i=3 HTTP/1.1\r\n" HOST "\r\n");
+    conn_expect(c, "pipelined response 1 of 3", 0, 200, "slept", NULL);
+    conn_expect(c, "pipelined response 2 of 3", 0, 200, "2", NULL);
+    conn_expect(c, "pipelined response 3 of 3", 0, 200, "3", NULL);
+
+    /* A chunked POST, a HEAD and a GET pipelined on the same connection. */
+    conn_send_str(c, "pipelined POST+HEAD+GET",
+                  "POST /echo HTTP/1.1\r\n" HOST
+                  "Transfer-Encoding: chunked\r\n\r\n"
+                  "3\r\nabc\r\n0\r\n\r\n"
+                  "HEAD /hello HTTP/1.1\r\n" HOST "\r\n"
+                  "GET /n?i=last HTTP/1.1\r\n" HOST "\r\n");
+    conn_expect(c, "pipelined chunked POST", 0, 200, "abc", NULL);
+    rc_response r;
+    conn_expect(c, "pipelined HEAD", 1, 200, NULL, &r);
+    const char *cl = rc_header_get(&r, "Content-Length");
+    int cl_ok = cl && strcmp(cl, "5") == 0;
+    rc_response_free(&r);
+    CHECK(cl_ok, "[pipelined HEAD] Content-Length %s, expected 5", or_null(cl));
+    /* Had the HEAD carried a body, this would read "hello" as a status line. */
+    conn_expect(c, "pipelined GET after HEAD", 0, 200, "last", NULL);
+    CHECK(rc_unread(c) == 0, "[pipelined] %zu stray bytes", rc_unread(c));
+}
+
+static void test_raw_post(void **state)
+{
+    fx *f = *state;
+    rc_conn *c = conn_open(f, "raw POST");
+    conn_send_str(c, "raw POST Content-Length",
+                  "POST /echo HTTP/1.1\r\n" HOST
+                  "Content-Length: 11\r\nContent-Type: text/plain\r\n\r\n"
+                  "hello world");
+    conn_expect(c, "raw POST Content-Length", 0, 200, "hello world", NULL);
+    /* The body in two writes, split inside. */
+    conn_send_str(c, "raw POST split", "POST /echo HTTP/1.1\r\n" HOST
+                  "Content-Length: 10\r\n\r\n01234");
+    sleep_ms(50);
+    conn_send_str(c, "raw POST split", "56789");
+    conn_expect(c, "raw POST body in two writes", 0, 200, "0123456789", NULL);
+    /* Body exactly at max_body_bytes. */
+    char head[128];
+    snprintf(head, sizeof head, "POST /len HTTP/1.1\r\n" HOST
+             "Content-Length: %d\r\n\r\n", L_BODY);
+    char *body = pattern(L_BODY);
+    conn_send_str(c, "raw POST at max_body_bytes", head);
+    conn_send(c, "raw POST at max_body_bytes", body, L_BODY);
+    free(body);
+    char want[16];
+    snprintf(want, sizeof want, "%d", L_BODY);
+    conn_expect(c, "raw POST of exactly max_body_bytes", 0, 200, want, NULL);
+}
+
+static void test_raw_chunked_extensions_trailers(void **state)
+{
+    fx *f = *state;
+    rc_conn *c = conn_open(f, "chunked with extensions and trailers");
+    conn_send_str(c, "chunked with extensions and trailers",
+                  "POST /echo HTTP/1.1\r\n" HOST
+                  "Transfer-Encoding: chunked\r\n\r\n"
+                  "5;ext=1\r\nhello\r\n"
+                  "6;name=\"quoted value\";flag\r\n world\r\n"
+                  "A\r\n, chunked!\r\n"
+                  "0;last=yes\r\n"
+                  "X-Trailer: one\r\n"
+                  "X-Other-Trailer: two\r\n"
+                  "\r\n");
+    rc_response r;
+    conn_expect(c, "chunked with extensions and trailers", 0, 200,
+                "hello world, chunked!", &r);
+    const char *len = rc_header_get(&r, "X-Body-Length");
+    int ok = len && strcmp(len, "21") == 0;
+    rc_response_free(&r);
+    CHECK(ok, "[chunked] X-Body-Length %s, expected 21", or_null(len));
+    /* The trailers were consumed: the connection goes on. */
+    conn_send_str(c, "GET after chunked trailers",
+                  "GET /hello HTTP/1.1\r\n" HOST "\r\n");
+    conn_expect(c, "GET after chunked trailers", 0, 200, "hello", NULL);
+    /* Upper-case hex and a chunk split across writes. */
+    conn_send_str(c, "chunked split", "POST /len HTTP/1.1\r\n" HOST
+                  "Transfer-Encoding: chunked\r\n\r\n1A\r\nabcdefghijklm");
+    sleep_ms(50);
+    conn_send_str(c, "chunked split", "nopqrstuvwxyz\r\n0\r\n\r\n");
+    conn_expect(c, "chunked split across writes, hex 1A", 0, 200, "26", NULL);
+}
+
+static void test_raw_head(void **state)
+{
+    fx *f = *state;
+    rc_conn *c = conn_open(f, "raw HEAD");
+    conn_send_str(c, "raw HEAD", "HEAD /hello HTTP/1.1\r\n" HOST "\r\n");
+    rc_response r;
+    conn_expect(c, "raw HEAD", 1, 200, "", &r);
+    const char *cl = rc_header_get(&r, "Content-Length");
+    int ok = cl && strcmp(cl, "5") == 0;
+    rc_response_free(&r);
+    CHECK(ok, "[raw HEAD] Content-Length %s, expected 5", or_null(cl));
+    /* No body bytes follow: nothing arrives within 300 ms. */
+    size_t unread = 0;
+    int rc = rc_wait_close(c, 300, &unread);
+    CHECK(rc == RC_TIMEOUT && unread == 0, "[raw HEAD] after the head: %s, "
+          "%zu stray bytes", rc_strerror(rc), unread);
+}
+
+static void test_raw_expect_continue(void **state)
+{
+    fx *f = *state;
+    rc_conn *c = conn_open(f, "raw Expect: 100-continue");
+    conn_send_str(c, "raw Expect: 100-continue",
+                  "POST /echo HTTP/1.1\r\n" HOST "Content-Length: 5\r\n"
+                  "Expect: 100-continue\r\n\r\n");
+    conn_expect(c, "raw Expect: 100-continue, interim", 0, 100, NULL, NULL);
+    conn_send_str(c, "raw Expect: 100-continue, body", "hello");
+    conn_expect(c, "raw Expect: 100-continue, final", 0, 200, "hello", NULL);
+    /* Chunked with Expect. */
+    conn_send_str(c, "raw Expect chunked",
+                  "POST /echo HTTP/1.1\r\n" HOST
+                  "Transfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n");
+    conn_expect(c, "raw Expect chunked, interim", 0, 100, NULL, NULL);
+    conn_send_str(c, "raw Expect chunked, body", "2\r\nok\r\n0\r\n\r\n");
+    conn_expect(c, "raw Expect chunked, final", 0, 200, "ok", NULL);
+}
+
+static void test_raw_http10(void **state)
+{
+    fx *f = *state;
+    /* HTTP/1.0 without keep-alive: answered in 1.0, then closed. */
+    rc_conn *c = conn_open(f, "HTTP/1.0");
+    conn_send_str(c, "HTTP/1.0", "GET /hello HTTP/1.0\r\n\r\n");
+    rc_response r;
+    conn_expect(c, "HTTP/1.0 GET", 0, 200, "hello", &r);
+    int minor = r.minor;
+    rc_response_free(&r);
+    CHECK_INT("[HTTP/1.0] status line version HTTP/1.x", minor, 0);
+    conn_expect_closed(c, "HTTP/1.0 without keep-alive", 2000);
+    rc_close(c);
+
+    /* HTTP/1.0 asking for keep-alive may keep the connection. */
+    c = conn_open(f, "HTTP/1.0 keep-alive");
+    conn_send_str(c, "HTTP/1.0 keep-alive",
+                  "GET /hello HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+    conn_expect(c, "HTTP/1.0 keep-alive first", 0, 200, "hello", &r);
+    int ka = rc_header_has_token(&r, "Connection", "keep-alive");
+    rc_response_free(&r);
+    CHECK(ka, "[HTTP/1.0 keep-alive] response lacks Connection: keep-alive");
+    conn_send_str(c, "HTTP/1.0 keep-alive second",
+                  "GET /n?i=2 HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+    conn_expect(c, "HTTP/1.0 keep-alive second", 0, 200, "2", NULL);
+    rc_close(c);
+
+    /* HTTP/1.1 with Connection: close. */
+    c = conn_open(f, "HTTP/1.1 Connection: close");
+    conn_send_str(c, "HTTP/1.1 Connection: close",
+                  "GET /hello HTTP/1.1\r\n" HOST "Connection: close\r\n\r\n");
+    conn_expect(c, "HTTP/1.1 Connection: close", 0, 200, "hello", &r);
+    int close_hdr = rc_header_has_token(&r, "Connection", "close");
+    rc_response_free(&r);
+    CHECK(close_hdr, "[Connection: close] response lacks Connection: close");
+    conn_expect_closed(c, "HTTP/1.1 Connection: close", 2000);
+}
+
+static void test_raw_garbage_request_line(void **state)
+{
+    fx *f = *state;
+    int cap = (engine_caps() & SRV_ENGINE_CAP_GARBAGE_400) != 0;
+    bad_input_str(f, "garbage request line", "}{ this is not http\r\n\r\n",
+                  400, cap ? BAD_STATUS : BAD_CLOSE_ONLY);
+    bad_input_str(f, "request line without a version",
+                  "HELLO\r\n\r\n", 400, cap ? BAD_STATUS : BAD_CLOSE_ONLY);
+}
+
+static void test_raw_header_without_colon(void **state)
+{
+    fx *f = *state;
+    bad_input_str(f, "header line without a colon",
+                  "GET /hello HTTP/1.1\r\n" HOST "NoColonHere\r\n\r\n", 400,
+                  BAD_STATUS);
+    bad_input_str(f, "header name with a space before the colon",
+                  "GET /hello HTTP/1.1\r\n" HOST "Bad Name: x\r\n\r\n", 400,
+                  BAD_STATUS);
+}
+
+static void test_raw_headers_too_big(void **state)
+{
+    fx *f = *state;
+    /* Under the limit: served. */
+    sbuf b = {0};
+    sb_add(&b, "GET /hello HTTP/1.1\r\n" HOST "X-Fill: ");
+    for (int i = 0; i < L_HEADER - 1000; i++)
+        sb_add(&b, "a");
+    sb_add(&b, "\r\n\r\n");
+    rc_conn *c = conn_open(f, "headers under max_header_bytes");
+    conn_send(c, "headers under max_header_bytes", b.p, b.n);
+    conn_expect(c, "headers of ~3 KB under max_header_bytes 4096", 0, 200,
+                "hello", NULL);
+    rc_close(c);
+    free(b.p);
+
+    /* One big header. */
+    b = (sbuf){0};
+    sb_add(&b, "GET /hello HTTP/1.1\r\n" HOST "X-Big: ");
+    for (int i = 0; i < L_HEADER + 1000; i++)
+        sb_add(&b, "a");
+    sb_add(&b, "\r\n\r\n");
+    bad_input(f, "one header over max_header_bytes", b.p, b.n, 431, BAD_STATUS);
+    free(b.p);
+
+    /* Many small headers adding up past the limit (fewer than 100). */
+    b = (sbuf){0};
+    sb_add(&b, "GET /hello HTTP/1.1\r\n" HOST);
+    for (int i = 0; i < 90; i++)
+        sb_add(&b, "X-Header-%02d: %s\r\n", i,
+               "vvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvv");
+    sb_add(&b, "\r\n");
+    bad_input(f, "90 headers adding up over max_header_bytes", b.p, b.n, 431,
+              BAD_STATUS);
+    free(b.p);
+}
+
+static void test_raw_body_too_big(void **state)
+{
+    fx *f = *state;
+    char req[256];
+    snprintf(req, sizeof req, "POST /len HTTP/1.1\r\n" HOST
+             "Content-Length: %d\r\n\r\n", L_BODY + 1);
+    bad_input_str(f, "Content-Length over max_body_bytes (no body sent)", req,
+                  413, BAD_STATUS);
+
+    /* The same with the whole body sent at once: the 413 must survive the
+     * unread bytes (lingering close, not a reset that destroys it). */
+    {
+        size_t blen = 4 * L_BODY;
+        snprintf(req, sizeof req, "POST /len HTTP/1.1\r\n" HOST
+                 "Content-Length: %zu\r\n\r\n", blen);
+        size_t hlen = strlen(req);
+        char *all = malloc(hlen + blen);
+        memcpy(all, req, hlen);
+        memset(all + hlen, 'b', blen);
+        bad_input(f, "Content-Length over max_body_bytes, body sent", all,
+                  hlen + blen, 413, BAD_STATUS);
+        free(all);
+    }
+
+    /* Chunked past the limit. */
+    sbuf b = {0};
+    sb_add(&b, "POST /len HTTP/1.1\r\n" HOST "Transfer-Encoding: chunked\r\n\r\n");
+    char chunk[1025];
+    memset(chunk, 'c', 1024);
+    chunk[1024] = '\0';
+    for (int i = 0; i < L_BODY / 1024 + 4; i++)
+        sb_add(&b, "400\r\n%s\r\n", chunk);
+    sb_add(&b, "0\r\n\r\n");
+    bad_input(f, "chunked body over max_body_bytes", b.p, b.n, 413, BAD_STATUS);
+    free(b.p);
+
+    /* Expect: 100-continue with a declared length over the limit: the final
+     * answer is 413 (an interim 100 first is tolerated). */
+    rc_conn *c = conn_open(f, "Expect with Content-Length over the limit");
+    snprintf(req, sizeof req, "POST /len HTTP/1.1\r\n" HOST
+             "Content-Length: %d\r\nExpect: 100-continue\r\n\r\n", 10 * L_BODY);
+    conn_send_str(c, "Expect with Content-Length over the limit", req);
+    rc_response r;
+    int rc = rc_read_response(c, &r, 0, 3000);
+    if (rc == RC_OK && r.status == 100) {
+        rc_response_free(&r);
+        rc = rc_read_response(c, &r, 0, 3000);
+    }
+    int st = rc == RC_OK ? r.status : 0;
+    rc_response_free(&r);
+    CHECK(rc == RC_OK && st == 413, "[Expect: 100-continue, Content-Length "
+          "over max_body_bytes] expected 413, got %s status %d",
+          rc_strerror(rc), st);
+    rc_close(c);
+    still_serving(f, "Expect with a body over the limit");
+}
+
+static void test_raw_uri_too_long(void **state)
+{
+    fx *f = *state;
+    sbuf b = {0};
+    sb_add(&b, "GET /n?i=");
+    for (int i = 0; i < L_URI - 200; i++)
+        sb_add(&b, "x");
+    sb_add(&b, " HTTP/1.1\r\n" HOST "\r\n");
+    rc_conn *c = conn_open(f, "URI under max_uri_bytes");
+    conn_send(c, "URI under max_uri_bytes", b.p, b.n);
+    rc_response r;
+    conn_expect(c, "URI of ~800 bytes under max_uri_bytes 1024", 0, 200, NULL, &r);
+    size_t got = r.body_len;
+    rc_response_free(&r);
+    CHECK_INT("[URI under the limit] echoed parameter length", got, L_URI - 200);
+    rc_close(c);
+    free(b.p);
+
+    b = (sbuf){0};
+    sb_add(&b, "GET /hello?x=");
+    for (int i = 0; i < 2 * L_URI; i++)
+        sb_add(&b, "x");
+    sb_add(&b, " HTTP/1.1\r\n" HOST "\r\n");
+    bad_input(f, "URI over max_uri_bytes", b.p, b.n, 414, BAD_STATUS);
+    free(b.p);
+}
+
+static void test_raw_content_length_and_te(void **state)
+{
+    fx *f = *state;
+    bad_input_str(f, "Content-Length with Transfer-Encoding: chunked",
+                  "POST /echo HTTP/1.1\r\n" HOST "Content-Length: 5\r\n"
+                  "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+                  400, BAD_STATUS);
+    bad_input_str(f, "Transfer-Encoding: chunked then Content-Length",
+                  "POST /echo HTTP/1.1\r\n" HOST "Transfer-Encoding: chunked\r\n"
+                  "Content-Length: 5\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+                  400, BAD_STATUS);
+}
+
+static void test_raw_unknown_transfer_coding(void **state)
+{
+    fx *f = *state;
+    bad_input_str(f, "Transfer-Encoding: gzip",
+                  "POST /echo HTTP/1.1\r\n" HOST
+                  "Transfer-Encoding: gzip\r\n\r\nabc", 501, BAD_STATUS);
+}
+
+static void test_raw_bad_content_length(void **state)
+{
+    fx *f = *state;
+    bad_input_str(f, "Content-Length: abc",
+                  "POST /echo HTTP/1.1\r\n" HOST "Content-Length: abc\r\n\r\n",
+                  400, BAD_STATUS);
+    bad_input_str(f, "Content-Length: -5",
+                  "POST /echo HTTP/1.1\r\n" HOST "Content-Length: -5\r\n\r\nhello",
+                  400, BAD_STATUS);
+    bad_input_str(f, "two different Content-Length headers",
+                  "POST /echo HTTP/1.1\r\n" HOST "Content-Length: 5\r\n"
+                  "Content-Length: 6\r\n\r\nhello!", 400, BAD_STATUS);
+}
+
+static void test_raw_bad_chunk_size(void **state)
+{
+    fx *f = *state;
+    bad_input_str(f, "chunk size zz",
+                  "POST /echo HTTP/1.1\r\n" HOST "Transfer-Encoding: chunked\r\n"
+                  "\r\nzz\r\nhello\r\n0\r\n\r\n", 400, BAD_STATUS);
+}
+
+static void test_raw_bad_version(void **state)
+{
+    fx *f = *state;
+    int cap = (engine_caps() & SRV_ENGINE_CAP_VERSION_505) != 0;
+    int want = cap ? 505 : 400;
+    bad_input_str(f, "HTTP/2.0 in an HTTP/1 request line",
+                  "GET /hello HTTP/2.0\r\n" HOST "\r\n", want, BAD_STATUS);
+    bad_input_str(f, "HTTP/3.0 in an HTTP/1 request line",
+                  "GET /hello HTTP/3.0\r\n" HOST "\r\n", want, BAD_STATUS);
+}
+
+static void test_raw_nul_and_binary(void **state)
+{
+    fx *f = *state;
+    char zeros[64] = {0};
+    bad_input(f, "64 NUL bytes", zeros, sizeof zeros, 400, BAD_STATUS_OR_CLOSE);
+
+    unsigned char junk[600];
+    unsigned x = 12345;
+    for (size_t i = 0; i < sizeof junk; i++) {
+        x = x * 1103515245u + 12345u;
+        junk[i] = (unsigned char)(x >> 16);
+    }
+    memcpy(junk + sizeof junk - 4, "\r\n\r\n", 4);
+    bad_input(f, "600 bytes of binary garbage", junk, sizeof junk, 400,
+              BAD_STATUS_OR_CLOSE);
+
+    static const char tls[] = "\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03"
+                              "\x00\x01\x02\x03\x04\x05\x06\x07\r\n\r\n";
+    bad_input(f, "a TLS ClientHello on the cleartext port", tls,
+              sizeof tls - 1, 400, BAD_STATUS_OR_CLOSE);
+
+    static const char nul_target[] = "GET /hel\0lo HTTP/1.1\r\n" HOST "\r\n";
+    bad_input(f, "NUL byte in the request-target", nul_target,
+              sizeof nul_target - 1, 400, BAD_STATUS_OR_CLOSE);
+
+    static const char nul_value[] = "GET /hello HTTP/1.1\r\n" HOST
+                                    "X-Nul: a\0b\r\n\r\n";
+    bad_input(f, "NUL byte in a header value", nul_value, sizeof nul_value - 1,
+              400, BAD_STATUS_OR_CLOSE);
+
+    static const char nul_method[] = "G\0T /hello HTTP/1.1\r\n" HOST "\r\n";
+    bad_input(f, "NUL byte in the method", nul_method, sizeof nul_method - 1,
+              400, BAD_STATUS_OR_CLOSE);
+
+    /* %00 in the path is well-formed HTTP: the core refuses it with 400. */
+    bad_input_str(f, "%00 in the decoded path",
+                  "GET /hel%00lo HTTP/1.1\r\n" HOST "\r\n", 400, BAD_STATUS);
+}
+
+static void test_raw_truncated_half_close(void **state)
+{
+    fx *f = *state;
+    const char *what = "truncated request then half-close";
+    rc_conn *c = conn_open(f, what);
+    conn_send_str(c, what, "GET /hello HTTP/1.1\r\n" HOST "X-Partial: ye");
+    rc_shutdown_write(c);
+    long long t0 = rc_now_ms();
+    rc_response r;
+    int rc = rc_read_response(c, &r, 0, T_HEADER_MS + 2000);
+    int st = rc == RC_OK ? r.status : 0;
+    rc_response_free(&r);
+    CHECK(rc == RC_CLOSED || rc == RC_RESET || (rc == RC_OK && (st == 400 || st == 408)),
+          "[%s] expected a close (or 400/408 then close), got: %s status %d",
+          what, rc_strerror(rc), st);
+    if (rc == RC_OK)
+        conn_expect_closed(c, what, 2000);
+    long long took = rc_now_ms() - t0;
+    CHECK(took <= T_HEADER_MS + 2000, "[%s] took %lld ms", what, took);
+    rc_close(c);
+
+    /* A complete head with a truncated body, then half-close. */
+    what = "truncated body then half-close";
+    c = conn_open(f, what);
+    conn_send_str(c, what, "POST /echo HTTP/1.1\r\n" HOST
+                  "Content-Length: 100\r\n\r\nonly a few bytes");
+    rc_shutdown_write(c);
+    rc = rc_read_response(c, &r, 0, T_HEADER_MS + 3000);
+    st = rc == RC_OK ? r.status : 0;
+    rc_response_free(&r);
+    CHECK(rc == RC_CLOSED || rc == RC_RESET || (rc == RC_OK && st >= 400),
+          "[%s] expected a close or an error status, got: %s status %d",
+          what, rc_strerror(rc), st);
+    rc_close(c);
+    still_serving(f, "truncated requests");
+}
+
+/* Half a head, then nothing: cut after header_timeout_ms. */
+static void test_raw_slow_head(void **state)
+{
+    fx *f = *state;
+    const char *what = "half a head then a stall (header_timeout_ms 1000)";
+    rc_conn *c = conn_open(f, what);
+    long long t0 = rc_now_ms();
+    conn_send_str(c, what, "GET /hello HTTP/1.1\r\n" HOST "X-Slow: ");
+    rc_response r;
+    int rc = rc_read_response(c, &r, 0, T_HEADER_MS + 3000);
+    long long took = rc_now_ms() - t0;
+    int st = rc == RC_OK ? r.status : 0;
+    rc_response_free(&r);
+    CHECK(rc == RC_CLOSED || rc == RC_RESET || (rc == RC_OK && st == 408),
+          "[%s] expected 408 or a close, got: %s status %d after %lld ms", what,
+          rc_strerror(rc), st, took);
+    if (rc == RC_OK)
+        conn_expect_closed(c, what, 2000);
+    CHECK(took >= T_HEADER_MS / 2 && took <= T_HEADER_MS + 2000,
+          "[%s] cut after %lld ms", what, took);
+    rc_close(c);
+    still_serving(f, what);
+}
+
+/* One byte of head every 100 ms: the header timeout is not reset by
+ * trickling bytes (slowloris). */
+static void test_raw_slowloris(void **state)
+{
+    fx *f = *state;
+    const char *what = "a head trickled one byte per 100 ms";
+    rc_conn *c = conn_open(f, what);
+    long long t0 = rc_now_ms();
+    conn_send_str(c, what, "GET /hello HTTP/1.1\r\n" HOST "X-Slow: ");
+    int closed = 0;
+    while (rc_now_ms() - t0 < T_HEADER_MS + 3000) {
+        if (rc_send(c, "a", 1, 500) != RC_OK) {
+            closed = 1;
+            break;
+        }
+        size_t unread = 0;
+        int rc = rc_wait_close(c, 100, &unread);
+        if (rc == RC_CLOSED || rc == RC_RESET || unread > 0) {
+            closed = 1;
+            break;
+        }
+    }
+    long long took = rc_now_ms() - t0;
+    CHECK(closed, "[%s] still open after %lld ms (header_timeout_ms %d)", what,
+          took, T_HEADER_MS);
+    CHECK(took <= T_HEADER_MS + 2000, "[%s] cut after %lld ms", what, took);
+    if (rc_unread(c) > 0) {
+        rc_response r;
+        int rc = rc_read_response(c, &r, 0, 1000);
+        int st = rc == RC_OK ? r.status : 0;
+        rc_response_free(&r);
+        CHECK(rc == RC_OK && st == 408, "[%s] answered %s status %d, expected "
+              "408 or a close", what, rc_strerror(rc), st);
+    }
+    rc_close(c);
+    still_serving(f, what);
+}
+
+static void test_raw_idle_keepalive(void **state)
+{
+    fx *f = *state;
+    const char *what = "idle keep-alive connection (keepalive_timeout_ms 1000)";
+    rc_conn *c = conn_open(f, what);
+    conn_send_str(c, what, "GET /hello HTTP/1.1\r\n" HOST "\r\n");
+    conn_expect(c, what, 0, 200, "hello", NULL);
+    long long t0 = rc_now_ms();
+    size_t unread = 0;
+    int rc = rc_wait_close(c, T_KEEPALIVE_MS + 3000, &unread);
+    long long took = rc_now_ms() - t0;
+    CHECK(rc == RC_CLOSED || rc == RC_RESET, "[%s] still open after %lld ms",
+          what, took);
+    CHECK(took >= T_KEEPALIVE_MS / 2 && took <= T_KEEPALIVE_MS + 2000,
+          "[%s] closed after %lld ms", what, took);
+    if (unread > 0) {
+        rc_response r;
+        rc = rc_read_response(c, &r, 0, 100);
+        int st = rc == RC_OK ? r.status : 0;
+        rc_response_free(&r);
+        CHECK(rc == RC_OK && st == 408, "[%s] %zu unexpected bytes before the "
+              "close", what, unread);
+    }
+    rc_close(c);
+
+    /* A connection that never sends a byte is cut too. */
+    what = "a connection that sends nothing";
+    c = conn_open(f, what);
+    t0 = rc_now_ms();
+    int limit = T_HEADER_MS > T_KEEPALIVE_MS ? T_HEADER_MS : T_KEEPALIVE_MS;
+    rc = rc_wait_close(c, limit + 3000, &unread);
+    took = rc_now_ms() - t0;
+    CHECK(rc == RC_CLOSED || rc == RC_RESET, "[%s] still open after %lld ms",
+          what, took);
+    CHECK(took <= limit + 2000, "[%s] closed after %lld ms", what, took);
+    rc_close(c);
+    still_serving(f, "idle connections");
+}
+
+/* The client sends a request and closes while the handler runs; the late
+ * srv_respond must be harmless and the server keeps serving. */
+static void test_raw_client_disconnect(void **state)
+{
+    fx *f = *state;
+    const char *paths[] = {"/late?ms=300", "/late/async?ms=300"};
+    for (size_t i = 0; i < 2; i++) {
+        char what[96];
+        snprintf(what, sizeof what, "raw client disconnect during %s", paths[i]);
+        unsigned entered = fx_read(f, &f->entered);
+        unsigned done = fx_read(f, &f->late_done);
+        rc_conn *c = conn_open(f, what);
+        char req[128];
+        snprintf(req, sizeof req, "GET %s HTTP/1.1\r\n" HOST "\r\n", paths[i]);
+        conn_send_str(c, what, req);
+        CHECK(fx_wait(f, &f->entered, entered + 1, 2000),
+              "[%s] the handler never ran", what);
+        rc_close(c);
+        CHECK(fx_wait(f, &f->late_done, done + 1, 3000),
+              "[%s] the late srv_respond never happened", what);
+        int late_rc;
+        pthread_mutex_lock(&f->mu);
+        late_rc = f->late_rc[done % FX_MAX_LATE];
+        pthread_mutex_unlock(&f->mu);
+        CHECK(late_rc == 0, "[%s] late srv_respond returned %d (%s)", what,
+              late_rc, srv_strerror(late_rc));
+        CHECK(wait_no_inflight(f, 3000), "[%s] requests_in_flight stayed %u",
+              what, stats(f).requests_in_flight);
+        still_serving(f, what);
+    }
+    /* Also: a request then a half-close (client waits for the answer). */
+    const char *what = "request then half-close";
+    rc_conn *c = conn_open(f, what);
+    conn_send_str(c, what, "GET /slow?ms=100 HTTP/1.1\r\n" HOST "\r\n");
+    rc_shutdown_write(c);
+    rc_response r;
+    int rc = rc_read_response(c, &r, 0, 3000);
+    int st = rc == RC_OK ? r.status : 0;
+    rc_response_free(&r);
+    CHECK(rc == RC_OK && st == 200, "[%s] expected the 200 after a half-close, "
+          "got %s status %d", what, rc_strerror(rc), st);
+}
+
+/* max_connections 4: extra connections get a quick 503, are refused or
+ * wait, never hang, and are served once the first ones close. */
+static void test_raw_max_connections(void **state)
+{
+    fx *f = *state;
+    enum { HELD = 4, EXTRA = 4 };
+    rc_conn *held[HELD], *extra[EXTRA];
+    for (int i = 0; i < HELD; i++) {
+        held[i] = conn_open(f, "max_connections: first 4");
+        conn_send_str(held[i], "max_connections: first 4",
+                      "GET /hello HTTP/1.1\r\n" HOST "\r\n");
+        conn_expect(held[i], "max_connections: first 4", 0, 200, "hello", NULL);
+    }
+    srv_stats st = stats(f);
+    CHECK(st.connections_open == HELD, "[max_connections] connections_open=%u "
+          "with %d kept-alive connections", st.connections_open, HELD);
+
+    enum { PENDING, GOT_200, GOT_503, GONE };
+    int outcome[EXTRA];
+    const char *what = "max_connections 4: a 5th..8th connection";
+    for (int i = 0; i < EXTRA; i++) {
+        outcome[i] = PENDING;
+        extra[i] = conn_slot(f, what);
+        int rc = rc_connect(extra[i], f->port, 2000);
+        if (rc == RC_REFUSED) {
+            outcome[i] = GONE;
+            extra[i] = NULL; /* the slot stays free */
+            continue;
+        }
+        CHECK(rc == RC_OK, "[%s] connect: %s (a full backlog must not drop "
+              "SYNs for 2 s)", what, rc_strerror(rc));
+        char req[96];
+        snprintf(req, sizeof req, "GET /n?i=extra%d HTTP/1.1\r\n" HOST "\r\n", i);
+        rc_send_str(extra[i], req, 2000); /* may fail: the answer decides */
+    }
+    long long deadline = rc_now_ms() + 2000;
+    for (int i = 0; i < EXTRA; i++) {
+        if (outcome[i] != PENDING)
+            continue;
+        long long left = deadline - rc_now_ms();
+        rc_response r;
+        int rc = rc_read_response(extra[i], &r, 0, left < 50 ? 50 : (int)left);
+        int st = rc == RC_OK ? r.status : 0;
+        rc_response_free(&r);
+        if (rc == RC_OK && st == 200)
+            outcome[i] = GOT_200;
+        else if (rc == RC_OK && st == 503)
+            outcome[i] = GOT_503;
+        else if (rc == RC_CLOSED || rc == RC_RESET)
+            outcome[i] = GONE;
+        else
+            CHECK(rc == RC_TIMEOUT, "[%s #%d] expected 503, a close, or to "
+                  "wait; got %s status %d", what, i + 1, rc_strerror(rc), st);
+    }
+    int held_closed = 0, served = 0;
+    for (int i = 0; i < HELD; i++) {
+        int rc = rc_wait_close(held[i], 0, NULL);
+        held_closed += rc == RC_CLOSED || rc == RC_RESET;
+    }
+    for (int i = 0; i < EXTRA; i++)
+        served += outcome[i] == GOT_200;
+    CHECK(served <= held_closed, "[%s] %d extra connections were served while "
+          "only %d of the first 4 were closed: the limit was not enforced",
+          what, served, held_closed);
+
+    /* Free the slots: whoever waited is served now, and new ones too. */
+    for (int i = 0; i < HELD; i++)
+        rc_close(held[i]);
+    for (int i = 0; i < EXTRA; i++) {
+        if (outcome[i] != PENDING)
+            continue;
+        rc_response r;
+        int rc = rc_read_response(extra[i], &r, 0, 3000);
+        int st = rc == RC_OK ? r.status : 0;
+        rc_response_free(&r);
+        CHECK(rc == RC_OK && st == 200, "[%s #%d] waited while the limit was "
+              "reached, but after the first 4 closed: %s status %d (expected "
+              "200 within 3 s)", what, i + 1, rc_strerror(rc), st);
+    }
+    for (int i = 0; i < EXTRA; i++)
+        if (extra[i])
+            rc_close(extra[i]);
+    still_serving(f, "max_connections reached and released");
+}
+
+/* ------------------------------------------------------------------ */
+/* main                                                                */
+/* ------------------------------------------------------------------ */
+
+#define HTTP_CASES                                                          \
+    cmocka_unit_test_setup_teardown(test_request_accessors, setup_default, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_get_query, setup_default, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_head, setup_default, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_post_echo, setup_default, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_not_found, setup_default, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_method_not_allowed, setup_default, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_response_headers, setup_default, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_keepalive_reuse, setup_default, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_expect_continue, setup_default, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_async_timer, setup_default, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_async_thread, setup_default, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_client_disconnect, setup_default, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_never_responds, setup_short_request, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_concurrent_300, setup_many_workers, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_graceful_stop, setup_default, fx_teardown)
+
+int main(int argc, char **argv)
+{
+    signal(SIGPIPE, SIG_IGN);
+    g_engine_name = argc > 1 ? argv[1] : "(none)";
+    g_engine = argc > 1 ? srv_engine_find(argv[1]) : NULL;
+    const char *t = getenv("CONFORMANCE_TIMING");
+    g_timing = t && *t && strcmp(t, "0") != 0;
+    if (curl_global_init(CURL_GLOBAL_ALL) != CURLE_OK) {
+        fprintf(stderr, "conformance: curl_global_init failed\n");
+        return 1;
+    }
+    char name[128];
+    int failed = 0;
+
+    const struct CMUnitTest identity[] = {
+        cmocka_unit_test_setup_teardown(test_engine_identity, setup_default,
+                                        fx_teardown),
+    };
+    snprintf(name, sizeof name, "conformance %s: engine identity", g_engine_name);
+    if (!g_engine) {
+        /* Nothing else can run; the identity test reports why. */
+        fprintf(stderr, "conformance: engine \"%s\" is not built into this "
+                "libsrv (usage: conformance ENGINE)\n", g_engine_name);
+        curl_global_cleanup();
+        return 1;
+    }
+    failed += cmocka_run_group_tests_name(name, identity, group_h1, NULL);
+
+    const struct CMUnitTest http[] = {HTTP_CASES};
+    snprintf(name, sizeof name, "conformance %s: HTTP/1.1 (libcurl)", g_engine_name);
+    failed += cmocka_run_group_tests_name(name, http, group_h1, NULL);
+
+    const struct CMUnitTest raw[] = {
+        cmocka_unit_test_setup_teardown(test_raw_pipelined, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_post, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_chunked_extensions_trailers, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_head, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_expect_continue, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_http10, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_garbage_request_line, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_header_without_colon, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_headers_too_big, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_body_too_big, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_uri_too_long, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_content_length_and_te, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_unknown_transfer_coding, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_bad_content_length, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_bad_chunk_size, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_bad_version, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_nul_and_binary, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_truncated_half_close, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_slow_head, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_slowloris, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_idle_keepalive, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_client_disconnect, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_max_connections, setup_few_connections, fx_teardown),
+    };
+    snprintf(name, sizeof name, "conformance %s: raw HTTP/1", g_engine_name);
+    failed += cmocka_run_group_tests_name(name, raw, group_h1, NULL);
+
+    if (engine_caps() & SRV_ENGINE_CAP_HTTP2) {
+        snprintf(name, sizeof name, "conformance %s: HTTP/2 prior knowledge "
+                 "(libcurl)", g_engine_name);
+        failed += cmocka_run_group_tests_name(name, http, group_h2, NULL);
+    }
+    curl_global_cleanup();
+    return failed == 0 ? 0 : 1;
+}
