@@ -128,13 +128,33 @@ static void *emhd_watchdog(void *arg)
 /* MHD callbacks (the MHD thread that owns the connection)             */
 /* ------------------------------------------------------------------ */
 
-/* MHD logs routine events (every error answer, the connection limit) as
- * well as real failures; keep only what explains a failed start, and print
- * everything when SRV_MHD_LOG=1 asks for it. */
+/* MHD logs routine events too (every error answer, every client that left
+ * mid-response, the connection limit). Print only trouble on our side, at
+ * most once a second; everything with SRV_MHD_LOG=1. While starting, keep
+ * the last message: it explains a failed MHD_start_daemon. */
+static bool emhd_log_is_trouble(const char *fmt)
+{
+    static const char *const trouble[] = {
+        "Error accepting connection", "resource limit", "Failed to create",
+        "Call to epoll", "Error allocating memory", "Failed to join",
+        "Failed to signal", "Failed to start serving",
+    };
+    for (size_t i = 0; i < sizeof trouble / sizeof trouble[0]; i++)
+        if (strstr(fmt, trouble[i]) != NULL)
+            return true;
+    return false;
+}
+
 static void emhd_log(void *cls, const char *fmt, va_list ap)
 {
+    static atomic_llong last_ms;
     emhd_server *es = cls;
-    if (es->log_all) {
+    bool print = es->log_all;
+    if (!print && atomic_load(&es->running) && emhd_log_is_trouble(fmt)) {
+        long long now = emhd_now_ms(), last = atomic_load(&last_ms);
+        print = now - last >= 1000 && atomic_compare_exchange_strong(&last_ms, &last, now);
+    }
+    if (print) {
         va_list aq;
         va_copy(aq, ap);
         fputs("libsrv mhd: ", stderr);
