@@ -1,9 +1,6 @@
-/*
- * The "mhd" engine: GNU libmicrohttpd 0.9.75 in epoll mode. io_threads MHD
- * polling threads accept, parse and write; handlers run on the core's worker
- * pool while the connection is suspended, and respond resumes it. One small
- * watchdog thread of ours enforces the header and keep-alive deadlines.
- */
+/* The "mhd" engine: GNU libmicrohttpd 0.9.75, epoll. io_threads MHD threads accept, parse
+ * and write; handlers run on the core's worker pool while the connection is suspended
+ * (respond resumes it); a watchdog thread enforces header/keep-alive deadlines. */
 #include "srv_engine.h"
 
 #include <microhttpd.h>
