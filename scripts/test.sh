@@ -11,6 +11,25 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 
 step() { printf '\n==== %s\n' "$*"; }
+passed=0
+failed=0
+# meson test, tallying its Ok/Fail counts for the closing summary line.
+run_meson_test() {
+    log=$(mktemp)
+    status=0
+    "$@" 2>&1 | tee "$log" || true
+    ok=$(sed -n 's/^Ok: *\([0-9]*\).*/\1/p' "$log" | tail -1)
+    bad=$(sed -n 's/^Fail: *\([0-9]*\).*/\1/p' "$log" | tail -1)
+    tmo=$(sed -n 's/^Timeout: *\([0-9]*\).*/\1/p' "$log" | tail -1)
+    passed=$((passed + ${ok:-0}))
+    failed=$((failed + ${bad:-0} + ${tmo:-0}))
+    if [ -z "$ok" ] || [ "${bad:-0}" != 0 ] || [ "${tmo:-0}" != 0 ]; then status=1; fi
+    rm -f "$log"
+    if [ "$status" != 0 ]; then
+        printf '\n%d passed, %d failed\n' "$passed" "$((failed > 0 ? failed : 1))"
+        exit 1
+    fi
+}
 setup() { # dir, meson options...
     dir=$1; shift
     [ -f "$dir/build.ninja" ] || meson setup "$dir" "$@" >"$dir.setup.log" 2>&1 \
@@ -23,19 +42,21 @@ engines=$(sed -n "s/^implemented_engines = \[\(.*\)\]/\1/p" meson.build | sed "s
 
 step "default build (engines:$engines) and full suite"
 setup build
-meson test -C build --print-errorlogs
+run_meson_test meson test -C build --print-errorlogs
 
 step "AddressSanitizer + UndefinedBehaviorSanitizer"
 setup build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 \
-LSAN_OPTIONS=suppressions=$root/tests/lsan.supp:print_suppressions=0 \
-UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    meson test -C build-asan --print-errorlogs
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1
+export LSAN_OPTIONS=suppressions=$root/tests/lsan.supp:print_suppressions=0
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+run_meson_test meson test -C build-asan --print-errorlogs
+unset ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS
 
 step "ThreadSanitizer (conformance suite)"
 setup build-tsan -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debug
-TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/tsan.supp \
-    meson test -C build-tsan --print-errorlogs --suite conformance
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/tsan.supp
+run_meson_test meson test -C build-tsan --print-errorlogs --suite conformance
+unset TSAN_OPTIONS
 
 step "single-engine builds link only their engine"
 for e in $engines; do
@@ -59,4 +80,4 @@ done
 step "install and build an out-of-tree program with pkg-config"
 sh tests/install/run.sh "$root"
 
-printf '\nall test stages passed\n'
+printf '\nall test stages passed\n%d passed, %d failed\n' "$passed" "$failed"

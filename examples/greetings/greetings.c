@@ -226,7 +226,7 @@ int main(int argc, char **argv)
         return 2;
     }
 
-    /* A greeting must not outlive the core's request timeout. */
+    /* Keep the core's request timeout (503) well above the greeting delay. */
     if (cfg.request_timeout_ms < app.sleep_ms + 10000u)
         cfg.request_timeout_ms = app.sleep_ms + 10000u;
 
