@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -333,6 +334,25 @@ static enum MHD_Result emhd_fail(emhd_req *er, struct MHD_Connection *conn, int 
     return emhd_send(er, conn, http10);
 }
 
+/* A body that goes on past the swallow limit: write the core's answer
+ * ourselves (MHD refuses a response mid-body, and its write side is idle
+ * while it reads a body), best effort, then let MHD close. */
+static enum MHD_Result emhd_cut(emhd_req *er, struct MHD_Connection *conn)
+{
+    srv__request_fail(er->req, er->body_status); /* calls respond: not suspended */
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci != NULL) {
+        size_t hlen = 0, blen = 0;
+        const char *head = srv__response_http1_head(er->req, &hlen);
+        const void *body = srv__response_body(er->req, &blen);
+        struct iovec iov[2] = {{(void *)head, hlen}, {(void *)body, blen}};
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = head != NULL ? 2 : 0};
+        (void)sendmsg(ci->connect_fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    return MHD_NO;
+}
+
 typedef struct emhd_headers {
     srv_request *req;
     int status;
@@ -512,7 +532,7 @@ static enum MHD_Result emhd_access(void *cls, struct MHD_Connection *conn, const
         /* MHD 0.9.75 refuses a response while the body is being read, so
          * swallow the rest (bounded) and answer at the end. */
         er->swallowed += n;
-        return er->swallowed <= es->swallow_limit ? MHD_YES : MHD_NO;
+        return er->swallowed <= es->swallow_limit ? MHD_YES : emhd_cut(er, conn);
     }
 
     if (atomic_load_explicit(&er->ready, memory_order_acquire))
