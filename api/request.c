@@ -437,7 +437,7 @@ static void srv__claim_answer(srv_request *req, bool by_core)
 /* The core answers with a short text body. Returns false when the request
  * was already answered. */
 static bool srv__answer(srv_request *req, int status, bool close, const char *extra_name,
-                        const char *extra_value)
+                        const char *extra_value, bool timeout)
 {
     char body[96];
     int n = snprintf(body, sizeof body, "%d %s\n", status, srv__status_reason(status));
@@ -467,6 +467,8 @@ static bool srv__answer(srv_request *req, int status, bool close, const char *ex
     }
     srv__claim_answer(req, true);
     pthread_mutex_unlock(&req->mu);
+    if (timeout) /* counted before the client can see the 503 */
+        atomic_fetch_add(&req->srv->timeouts, 1);
     srv__deliver(req);
     return true;
 }
@@ -489,7 +491,7 @@ void srv__request_fail(srv_request *req, int status)
     if (status < 400 || status > 599)
         status = 500;
     srv__request_count(req, false);
-    srv__answer(req, status, true, NULL, NULL);
+    srv__answer(req, status, true, NULL, NULL, false);
 }
 
 static void srv__handler_call(srv_request *req)
@@ -522,9 +524,9 @@ static void srv__request_route(srv_request *req, bool run_here)
         if (path_known) {
             char allow[256];
             srv__router_allow(&srv->router, path, allow, sizeof allow);
-            srv__answer(req, 405, false, "Allow", allow);
+            srv__answer(req, 405, false, "Allow", allow, false);
         } else {
-            srv__answer(req, 404, false, NULL, NULL);
+            srv__answer(req, 404, false, NULL, NULL, false);
         }
         return;
     }
@@ -533,7 +535,7 @@ static void srv__request_route(srv_request *req, bool run_here)
     pthread_mutex_lock(&srv->mu);
     if (srv->final_phase) {
         pthread_mutex_unlock(&srv->mu);
-        srv__answer(req, 503, true, NULL, NULL);
+        srv__answer(req, 503, true, NULL, NULL, false);
         return;
     }
     /* The application's reference, held until it answers. The list stays
@@ -556,7 +558,7 @@ static void srv__request_route(srv_request *req, bool run_here)
     }
     req->job.run = srv__handler_job;
     if (srv__pool_submit(srv, &req->job) != 0) {
-        srv__answer(req, 503, true, NULL, NULL);
+        srv__answer(req, 503, true, NULL, NULL, false);
         srv__request_app_done(req);
     }
 }
@@ -575,8 +577,7 @@ void srv__request_run(srv_request *req)
 static void srv__answer_list(srv_request **reqs, size_t n, int status, bool close, bool timeout)
 {
     for (size_t i = 0; i < n; i++) {
-        if (srv__answer(reqs[i], status, close, NULL, NULL) && timeout)
-            atomic_fetch_add(&reqs[i]->srv->timeouts, 1);
+        srv__answer(reqs[i], status, close, NULL, NULL, timeout);
         srv__request_unref(reqs[i]);
     }
 }

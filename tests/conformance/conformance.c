@@ -431,7 +431,8 @@ enum preset {
     P_DEFAULT,
     P_SHORT_REQUEST_TIMEOUT, /* request_timeout_ms 500 */
     P_MANY_WORKERS,          /* worker_threads 200 (the benchmark's) */
-    P_FEW_CONNECTIONS        /* max_connections 4 */
+    P_FEW_CONNECTIONS,       /* max_connections 4 */
+    P_IPV6_ANY               /* host "::" (dual-stack) */
 };
 
 /* Small limits and timeouts keep the suite fast; see the cases. */
@@ -480,6 +481,9 @@ static int fx_setup(void **state, enum preset p)
     case P_MANY_WORKERS:
         f->cfg.worker_threads = 200;
         f->cfg.request_timeout_ms = 30000;
+        break;
+    case P_IPV6_ANY:
+        f->cfg.host = "::";
         break;
     case P_FEW_CONNECTIONS:
         f->cfg.max_connections = 4;
@@ -557,6 +561,7 @@ static int setup_many_workers(void **state)
 {
     return fx_setup(state, P_MANY_WORKERS);
 }
+static int setup_ipv6_any(void **state) { return fx_setup(state, P_IPV6_ANY); }
 static int setup_few_connections(void **state)
 {
     return fx_setup(state, P_FEW_CONNECTIONS);
@@ -630,6 +635,7 @@ typedef struct http_req {
     const char *headers[8];
     int head;           /* HEAD request */
     long timeout_ms;    /* default 5000 */
+    const char *host;   /* URL host; NULL: 127.0.0.1 */
 } http_req;
 
 typedef struct http_res {
@@ -745,7 +751,8 @@ static void http_perform(const fx *f, CURL *h, const http_req *q, http_res *r)
 {
     memset(r, 0, sizeof *r);
     char url[512];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", f->port, q->path);
+    snprintf(url, sizeof url, "http://%s:%d%s", q->host ? q->host : "127.0.0.1", f->port,
+             q->path);
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, q->timeout_ms ? q->timeout_ms : 5000L);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, r->err);
@@ -1100,6 +1107,23 @@ static void test_request_accessors(void **state)
              "absent=(null)\nbody=3\nsame_server=1\n",
              f->m->http2 ? "HTTP/2" : "HTTP/1.1", r.local_port);
     check_body(f, "request accessors", &r, want);
+    http_res_free(&r);
+}
+
+/* A server on "::" answers over IPv6 (peer "[::1]:port") and, being
+ * dual-stack, over IPv4 too. */
+static void test_ipv6(void **state)
+{
+    fx *f = *state;
+    http_res r;
+    http_do(f, &(http_req){.path = "/inspect", .host = "[::1]"}, &r);
+    check_http(f, "GET http://[::1]/inspect", &r, 200);
+    char want[64];
+    snprintf(want, sizeof want, "peer=[::1]:%ld\n", r.local_port);
+    CHECK(strstr(r.body, want) != NULL, "IPv6: want %s in %s", want, r.body);
+    http_res_free(&r);
+    http_do(f, &(http_req){.path = "/hello"}, &r);
+    check_http(f, "GET http://127.0.0.1/hello on a \"::\" server", &r, 200);
     http_res_free(&r);
 }
 
@@ -2304,6 +2328,7 @@ static void test_raw_max_connections(void **state)
 
 #define HTTP_CASES                                                          \
     cmocka_unit_test_setup_teardown(test_request_accessors, setup_default, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_ipv6, setup_ipv6_any, fx_teardown), \
     cmocka_unit_test_setup_teardown(test_get_query, setup_default, fx_teardown), \
     cmocka_unit_test_setup_teardown(test_head, setup_default, fx_teardown), \
     cmocka_unit_test_setup_teardown(test_post_echo, setup_default, fx_teardown), \
