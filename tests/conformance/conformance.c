@@ -1310,6 +1310,25 @@ static void test_keepalive_reuse(void **state)
 {
     fx *f = *state;
     srv_stats before = stats(f);
+    /* libcurl before 8.0.0 fails to reuse an HTTP/2 prior-knowledge
+     * connection ("Error in the HTTP2 framing layer", curl issue #10634,
+     * fixed by curl PR #10643; Debian 12 ships 7.88.1), so over HTTP/2 the
+     * client is h2load (nghttp2-client): 4 requests one after another on
+     * one connection, and the server must have accepted exactly one. */
+    if (f->m->http2 && curl_version_info(CURLVERSION_NOW)->version_num < 0x080000) {
+        char cmd[160];
+        snprintf(cmd, sizeof cmd,
+                 "h2load -n 4 -c 1 -m 1 http://127.0.0.1:%d/hello >/dev/null 2>&1", f->port);
+        int rc = system(cmd);
+        CHECK(rc == 0, "[keep-alive over HTTP/2] `%s` failed (status %d); is "
+              "nghttp2-client installed (scripts/install-deps.sh)?", cmd, rc);
+        srv_stats after = stats(f);
+        CHECK_INT("[keep-alive over HTTP/2] 2xx answers to h2load",
+                  after.responses_2xx - before.responses_2xx, 4);
+        CHECK_INT("[keep-alive over HTTP/2] connections the server accepted",
+                  after.connections_total - before.connections_total, 1);
+        return;
+    }
     CURL *h = easy_new(f);
     http_res a, b;
     http_perform(f, h, &(http_req){.path = "/hello"}, &a);
@@ -1787,7 +1806,8 @@ static void test_raw_http10(void **state)
     conn_expect(c, "HTTP/1.0 GET", 0, 200, "hello", &r);
     int minor = r.minor;
     rc_response_free(&r);
-    CHECK_INT("[HTTP/1.0] status line version HTTP/1.x", minor, 0);
+    /* 1.0, or 1.1 as RFC 7230 2.6 recommends (libh2o 2.2.5 always says 1.1). */
+    CHECK(minor == 0 || minor == 1, "[HTTP/1.0] status line version HTTP/1.%d", minor);
     conn_expect_closed(c, "HTTP/1.0 without keep-alive", 2000);
     rc_close(c);
 

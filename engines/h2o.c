@@ -1,0 +1,850 @@
+/*
+ * The "h2o" engine (Undertow's place): libh2o-evloop 2.2.5, HTTP/1.1 and cleartext HTTP/2.
+ * Threads: io_threads event loops (one h2o_evloop + h2o_context each) accept, parse and write;
+ * handlers run on the core's worker pool; responses come back to the owning loop as
+ * h2o_multithread messages.
+ */
+#include "srv_engine.h"
+
+#include <h2o.h>
+#include <h2o/version.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#if H2O_VERSION_MAJOR != 2 || H2O_VERSION_MINOR != 2
+#error "engines/h2o.c is written for libh2o 2.2.x (see docs/engines-h2o.md before porting)"
+#endif
+
+/* picohttpparser, exported by libh2o-evloop.so but not installed as a header (ENGINE-NOTES 3.1). */
+struct eh2o_phr_header {
+    const char *name;
+    size_t name_len;
+    const char *value;
+    size_t value_len;
+};
+int phr_parse_request(const char *buf, size_t len, const char **method, size_t *method_len,
+                      const char **path, size_t *path_len, int *minor_version,
+                      struct eh2o_phr_header *headers, size_t *num_headers, size_t last_len);
+
+#define EH2O_MAX_HEADERS      100  /* H2O_MAX_HEADERS: h2o refuses more itself */
+#define EH2O_ACCEPT_BATCH     16   /* accepts per listener wake-up, so loops share them */
+#define EH2O_REFUSE_LINGER_MS 1000 /* a refused connection drains this long at most */
+#define EH2O_ACCEPT_PAUSE_MS  100  /* out of fds: wait this long before accepting again */
+#define EH2O_STOP_POLL_MS     10   /* loop tick while stopping */
+#define EH2O_STOP_FORCE_MS    250  /* stop: then shutdown() the connections still open */
+#define EH2O_STOP_GIVEUP_MS   3000 /* stop: then leave the loop undisposed, never free in use */
+
+typedef struct eh2o_server eh2o_server;
+typedef struct eh2o_thread eh2o_thread;
+
+/* One connection being served; found again through sock->on_close. */
+typedef struct eh2o_conn {
+    h2o_linklist_t link; /* eh2o_thread.conns */
+    h2o_socket_t *sock;
+    eh2o_thread *thread;
+} eh2o_conn;
+
+/* One connection refused past max_connections: 503, then drained and closed. */
+typedef struct eh2o_refusal {
+    h2o_linklist_t link; /* eh2o_thread.refusals */
+    h2o_timeout_entry_t timeout;
+    h2o_socket_t *sock;
+    eh2o_thread *thread;
+} eh2o_refusal;
+
+/*
+ * The ticket of one request: the srv_request, the h2o_req_t while it lives and the message
+ * that brings the response back. Two references, both dropped on the loop thread only: the
+ * guard's (the h2o_req_t's pool was cleared) and the core's (the response was processed).
+ */
+typedef struct eh2o_ticket {
+    h2o_multithread_message_t msg; /* sent by the respond slot, from any thread */
+    eh2o_thread *thread;           /* the loop that owns the connection */
+    srv_request *sreq;
+    h2o_req_t *req; /* NULL once h2o disposed it (HTTP/2 reset, connection gone) */
+    int refs;
+} eh2o_ticket;
+
+struct eh2o_thread {
+    eh2o_server *server;
+    pthread_t tid;
+    int listen_fd; /* this loop's dup() of the listening socket, until the listener owns it */
+    h2o_evloop_t *loop;
+    h2o_context_t ctx;
+    h2o_accept_ctx_t accept_ctx;
+    h2o_socket_t *listener;
+    h2o_multithread_receiver_t receiver; /* responses (tickets) and NULL wake-ups */
+    h2o_timeout_t refuse_timeout;
+    h2o_timeout_t accept_pause; /* out of file descriptors: the listener rests */
+    h2o_timeout_entry_t accept_resume;
+    h2o_linklist_t conns;
+    h2o_linklist_t refusals;
+    unsigned nconns; /* loop thread only */
+    unsigned live;   /* tickets whose response was not processed yet; loop thread only */
+    int quiesced;
+    int abandoned; /* connections would not close: context and loop left undisposed */
+};
+
+typedef struct eh2o_handler {
+    h2o_handler_t super;
+    eh2o_server *server;
+} eh2o_handler;
+
+struct eh2o_server {
+    srv_server *srv;
+    const srv_config *cfg;
+    h2o_globalconf_t globalconf;
+    int listen_fd;
+    unsigned nthreads;
+    eh2o_thread *threads;
+    atomic_uint conns; /* open connections, all loops: the max_connections gate */
+    atomic_int quiesce_req;
+    atomic_int stop_req;
+    pthread_mutex_t mu; /* guards the two fields below */
+    pthread_cond_t cv;
+    unsigned ready; /* loops that finished their setup */
+    int wakes_done; /* the controlling thread sent its last wake-up: queues may go */
+};
+
+static void eh2o_wake(eh2o_thread *t)
+{
+    /* A NULL message only writes the queue's pipe, so h2o_evloop_run returns. */
+    h2o_multithread_send_message(&t->receiver, NULL);
+}
+
+/* ------------------------------------------------------------------ */
+/* Tickets                                                             */
+/* ------------------------------------------------------------------ */
+
+static void eh2o_ticket_unref(eh2o_ticket *tk)
+{
+    if (--tk->refs == 0)
+        free(tk);
+}
+
+/* h2o clears the request's pool: the h2o_req_t is gone, whoever still holds the ticket. */
+static void eh2o_on_guard_dispose(void *p)
+{
+    eh2o_ticket *tk = *(eh2o_ticket **)p;
+    tk->req = NULL;
+    eh2o_ticket_unref(tk);
+}
+
+static const char *eh2o_pool_strndup(h2o_mem_pool_t *pool, const char *s, size_t n, int lower)
+{
+    char *d = h2o_mem_alloc_pool(pool, n + 1);
+    for (size_t i = 0; i < n; i++)
+        d[i] = lower && s[i] >= 'A' && s[i] <= 'Z' ? (char)(s[i] - 'A' + 'a') : s[i];
+    d[n] = '\0';
+    return d;
+}
+
+/* Write the core's final response on the loop thread that owns the connection. */
+static void eh2o_send_response(eh2o_thread *t, h2o_req_t *req, srv_request *sreq)
+{
+    static h2o_generator_t generator = {NULL, NULL}; /* one final h2o_send: never proceeds */
+    int status = srv__response_status(sreq);
+    int http2 = req->version >= 0x200;
+
+    req->res.status = status;
+    req->res.reason = srv__status_reason(status);
+    if (status < 200 || status == 204 || status == 304)
+        req->res.content_length = SIZE_MAX; /* no Content-Length; h2o's chunked filter skips */
+    else
+        req->res.content_length = srv__response_content_length(sreq);
+
+    size_t n = srv__response_header_count(sreq);
+    for (size_t i = 0; i < n; i++) {
+        const char *value, *name = srv__response_header_at(sreq, i, &value);
+        if (name == NULL)
+            break;
+        size_t nlen = strlen(name), vlen = strlen(value);
+        /* Lower-case names for h2o's token table and HTTP/2; orig_name keeps HTTP/1's case. */
+        const char *lc = eh2o_pool_strndup(&req->pool, name, nlen, 1);
+        if (http2) {
+            const h2o_token_t *tok = h2o_lookup_token(lc, nlen);
+            if (tok != NULL && tok->http2_should_reject)
+                continue; /* connection-specific: a protocol error in HTTP/2 */
+        }
+        h2o_add_header_by_str(&req->pool, &req->res.headers, lc, nlen, 1,
+                              eh2o_pool_strndup(&req->pool, name, nlen, 0),
+                              eh2o_pool_strndup(&req->pool, value, vlen, 0), vlen);
+    }
+    /* The core decides keep-alive (h2o 2.2.5 would close an HTTP/1.1 connection whose request
+     * had any Connection header without "keep-alive", e.g. "Connection: TE"). */
+    if (!http2)
+        req->http1_is_persistent = srv__response_keep_alive(sreq) && !t->quiesced;
+
+    size_t blen;
+    const void *body = srv__response_body(sreq, &blen);
+    h2o_iovec_t buf = {NULL, 0};
+    if (blen != 0) {
+        buf.base = h2o_mem_alloc_pool(&req->pool, blen); /* must live until h2o disposes req */
+        memcpy(buf.base, body, blen);
+        buf.len = blen;
+    }
+    h2o_start_response(req, &generator);
+    /* May dispose req before it returns. */
+    h2o_send(req, &buf, blen != 0 ? 1 : 0, H2O_SEND_STATE_FINAL);
+}
+
+/* The loop this thread runs (NULL on other threads). */
+static _Thread_local eh2o_thread *eh2o_self;
+
+/* On the owning loop: write the response unless h2o disposed the request, then let go. */
+static void eh2o_complete(eh2o_thread *t, eh2o_ticket *tk)
+{
+    srv_request *sreq = tk->sreq;
+    /* The guard may fire inside eh2o_send_response: this reference keeps tk alive. */
+    if (tk->req != NULL)
+        eh2o_send_response(t, tk->req, sreq);
+    srv__request_release(sreq);
+    t->live--;
+    eh2o_ticket_unref(tk);
+}
+
+/* Receiver callback, on the loop thread: the responses posted by the respond slot. */
+static void eh2o_on_messages(h2o_multithread_receiver_t *receiver, h2o_linklist_t *messages)
+{
+    eh2o_thread *t = H2O_STRUCT_FROM_MEMBER(eh2o_thread, receiver, receiver);
+    while (!h2o_linklist_is_empty(messages)) {
+        eh2o_ticket *tk = H2O_STRUCT_FROM_MEMBER(eh2o_ticket, msg.link, messages->next);
+        h2o_linklist_unlink(&tk->msg.link);
+        eh2o_complete(t, tk);
+    }
+}
+
+/*
+ * respond slot: any thread. From another thread it only posts the ticket to the owning loop.
+ * On the owning loop itself (404, 405 and bad input, answered inside on_req) there is nothing
+ * to hand over: respond at once, as h2o handlers do from on_req.
+ */
+static void eh2o_respond(void *state, srv_request *sreq)
+{
+    (void)state;
+    eh2o_ticket *tk = srv__request_engine_data(sreq);
+    if (tk->thread == eh2o_self)
+        eh2o_complete(tk->thread, tk);
+    else
+        h2o_multithread_send_message(&tk->thread->receiver, &tk->msg);
+}
+
+/* ------------------------------------------------------------------ */
+/* Requests: h2o_req_t -> srv_request                                  */
+/* ------------------------------------------------------------------ */
+
+/*
+ * HTTP/1: h2o takes Host, Content-Length, Transfer-Encoding, Expect and Upgrade out of
+ * req->headers, so the core could not apply its rules (400 for Content-Length together with
+ * Transfer-Encoding, above all). The head is still at the start of the socket's input buffer
+ * while h2o handles the request (it consumes it after the response), so parse it again with
+ * h2o's own picohttpparser. Used only when the result matches what h2o parsed.
+ */
+typedef struct eh2o_head {
+    const char *method, *target;
+    size_t method_len, target_len, nheaders;
+    int minor;
+    struct eh2o_phr_header headers[EH2O_MAX_HEADERS];
+} eh2o_head;
+
+static int eh2o_raw_head(h2o_req_t *req, eh2o_head *h)
+{
+    if (req->version >= 0x200 || req->conn->callbacks->get_socket == NULL)
+        return 0;
+    h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
+    if (sock == NULL || sock->input == NULL || sock->input->size == 0)
+        return 0;
+    h->nheaders = EH2O_MAX_HEADERS;
+    if (phr_parse_request(sock->input->bytes, sock->input->size, &h->method, &h->method_len,
+                          &h->target, &h->target_len, &h->minor, h->headers, &h->nheaders, 0) <= 0)
+        return 0;
+    return h->method_len == req->input.method.len &&
+           memcmp(h->method, req->input.method.base, h->method_len) == 0 &&
+           h->target_len == req->input.path.len &&
+           memcmp(h->target, req->input.path.base, h->target_len) == 0;
+}
+
+static int eh2o_fill_raw(srv_request *sreq, const eh2o_head *h)
+{
+    int st;
+    if ((st = srv__request_set_method(sreq, h->method, h->method_len)) != 0 ||
+        (st = srv__request_set_target(sreq, h->target, h->target_len)) != 0)
+        return st;
+    srv__request_set_version(sreq, 1, h->minor);
+    for (size_t i = 0; i < h->nheaders; i++) {
+        if (h->headers[i].name == NULL) /* obs-fold continuation line */
+            return 400;
+        if ((st = srv__request_add_header(sreq, h->headers[i].name, h->headers[i].name_len,
+                                          h->headers[i].value, h->headers[i].value_len)) != 0)
+            return st;
+    }
+    return 0;
+}
+
+/* HTTP/2 (and the fallback): h2o's parsed view. Host is :authority; HTTP/2's content-length
+ * was checked against the DATA frames by h2o and taken out, so it is given back as the length. */
+static int eh2o_fill_parsed(srv_request *sreq, h2o_req_t *req)
+{
+    int st, http2 = req->version >= 0x200;
+    if ((st = srv__request_set_method(sreq, req->input.method.base, req->input.method.len)) != 0 ||
+        (st = srv__request_set_target(sreq, req->input.path.base, req->input.path.len)) != 0)
+        return st;
+    srv__request_set_version(sreq, req->version >> 8, http2 ? 0 : req->version & 0xff);
+    if (req->input.authority.len != 0 &&
+        (st = srv__request_add_header(sreq, "host", 4, req->input.authority.base,
+                                      req->input.authority.len)) != 0)
+        return st;
+    for (size_t i = 0; i < req->headers.size; i++) {
+        const h2o_header_t *h = req->headers.entries + i;
+        const char *name = h->orig_name != NULL ? h->orig_name : h->name->base;
+        st = srv__request_add_header(sreq, name, h->name->len, h->value.base, h->value.len);
+        if (st != 0)
+            return st;
+    }
+    if (http2 && req->entity.base != NULL) {
+        char len[32];
+        int n = snprintf(len, sizeof len, "%zu", req->entity.len);
+        if ((st = srv__request_add_header(sreq, "content-length", 14, len, (size_t)n)) != 0)
+            return st;
+    }
+    return 0;
+}
+
+static int eh2o_fill(srv_request *sreq, h2o_req_t *req)
+{
+    eh2o_head head;
+    int st = eh2o_raw_head(req, &head) ? eh2o_fill_raw(sreq, &head) : eh2o_fill_parsed(sreq, req);
+    if (st == 0)
+        st = srv__request_headers_done(sreq);
+    if (st == 0 && req->entity.base != NULL && req->entity.len != 0)
+        st = srv__request_append_body(sreq, req->entity.base, req->entity.len);
+    return st;
+}
+
+static int eh2o_on_req(h2o_handler_t *self, h2o_req_t *req)
+{
+    eh2o_server *s = ((eh2o_handler *)self)->server;
+    eh2o_thread *t = H2O_STRUCT_FROM_MEMBER(eh2o_thread, ctx, req->conn->ctx);
+    struct sockaddr_storage peer;
+    socklen_t peer_len = req->conn->callbacks->get_peername(req->conn, (struct sockaddr *)&peer);
+
+    srv_request *sreq =
+        srv__request_new(s->srv, peer_len != 0 ? (struct sockaddr *)&peer : NULL, peer_len);
+    eh2o_ticket *tk = sreq != NULL ? calloc(1, sizeof *tk) : NULL;
+    if (tk == NULL) {
+        if (sreq != NULL)
+            srv__request_release(sreq);
+        h2o_send_error_503(req, "Service Unavailable", "out of memory",
+                           H2O_SEND_ERROR_HTTP1_CLOSE_CONNECTION);
+        return 0;
+    }
+    tk->thread = t;
+    tk->sreq = sreq;
+    tk->req = req;
+    tk->refs = 2;
+    *(eh2o_ticket **)h2o_mem_alloc_shared(&req->pool, sizeof tk, eh2o_on_guard_dispose) = tk;
+    t->live++;
+    srv__request_set_engine_data(sreq, tk);
+    if (t->quiesced)
+        srv__request_set_close(sreq);
+
+    int st = eh2o_fill(sreq, req);
+    if (st != 0)
+        srv__request_fail(sreq, st > 0 ? st : 500); /* calls respond: the ticket is posted */
+    else
+        srv__request_dispatch(sreq);
+    return 0; /* the response may already be written: req must not be touched here */
+}
+
+/*
+ * h2o answers an unknown Transfer-Encoding with its own 400 before on_req; DESIGN.md and the
+ * core (srv__request_headers_done) say 501. h2o sends that error through the host's fallback
+ * path, so a filter there turns it into 501 when the raw head confirms the cause, with the
+ * core's precedence: Content-Length as well stays 400, a repeated coding is 501.
+ */
+static int eh2o_te_not_implemented(h2o_req_t *req)
+{
+    eh2o_head h;
+    if (!eh2o_raw_head(req, &h))
+        return 0;
+    const struct eh2o_phr_header *te = NULL;
+    int nte = 0, cl = 0;
+    for (size_t i = 0; i < h.nheaders; i++) {
+        const struct eh2o_phr_header *x = &h.headers[i];
+        if (x->name == NULL)
+            continue;
+        if (h2o_lcstris(x->name, x->name_len, H2O_STRLIT("transfer-encoding"))) {
+            te = x;
+            nte++;
+        } else if (h2o_lcstris(x->name, x->name_len, H2O_STRLIT("content-length"))) {
+            cl = 1;
+        }
+    }
+    if (te == NULL || cl)
+        return 0;
+    return nte > 1 || !h2o_lcstris(te->value, te->value_len, H2O_STRLIT("chunked"));
+}
+
+static void eh2o_on_setup_ostream(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t **slot)
+{
+    (void)self;
+    if (req->res.status == 400 && eh2o_te_not_implemented(req)) {
+        req->res.status = 501;
+        req->res.reason = "Not Implemented";
+    }
+    h2o_setup_next_ostream(req, slot);
+}
+
+/* ------------------------------------------------------------------ */
+/* Connections: accept, max_connections, refusal, tracking             */
+/* ------------------------------------------------------------------ */
+
+static void eh2o_on_conn_close(void *data)
+{
+    eh2o_conn *c = data;
+    eh2o_thread *t = c->thread;
+    h2o_linklist_unlink(&c->link);
+    t->nconns--;
+    atomic_fetch_sub(&t->server->conns, 1);
+    srv__stats_connection_closed(t->server->srv);
+    free(c);
+}
+
+static void eh2o_refusal_close(eh2o_refusal *r)
+{
+    h2o_timeout_unlink(&r->timeout);
+    h2o_linklist_unlink(&r->link);
+    h2o_socket_close(r->sock);
+    free(r);
+}
+
+static void eh2o_refusal_on_timeout(h2o_timeout_entry_t *entry)
+{
+    eh2o_refusal_close(H2O_STRUCT_FROM_MEMBER(eh2o_refusal, timeout, entry));
+}
+
+static void eh2o_refusal_on_read(h2o_socket_t *sock, const char *err)
+{
+    if (err != NULL) {
+        eh2o_refusal_close(sock->data);
+        return;
+    }
+    h2o_buffer_consume(&sock->input, sock->input->size); /* discard whatever the client sends */
+}
+
+static void eh2o_refusal_on_written(h2o_socket_t *sock, const char *err)
+{
+    if (err != NULL) {
+        eh2o_refusal_close(sock->data);
+        return;
+    }
+    /* Half-close and drain: closing with unread input would reset the connection and the
+     * client could lose the 503 it has not read yet. */
+    shutdown(h2o_socket_get_fd(sock), SHUT_WR);
+    h2o_socket_read_start(sock, eh2o_refusal_on_read);
+}
+
+/* Past max_connections: answer 503 at once and close, never leave the client hanging. */
+static void eh2o_refuse(eh2o_thread *t, h2o_socket_t *sock)
+{
+    static const char resp[] = "HTTP/1.1 503 Service Unavailable\r\n"
+                               "Content-Type: text/plain; charset=utf-8\r\n"
+                               "Content-Length: 24\r\n"
+                               "Connection: close\r\n"
+                               "\r\n"
+                               "503 Service Unavailable\n";
+    eh2o_refusal *r = calloc(1, sizeof *r);
+    if (r == NULL) {
+        h2o_socket_close(sock);
+        return;
+    }
+    r->sock = sock;
+    r->thread = t;
+    sock->data = r;
+    h2o_linklist_insert(&t->refusals, &r->link);
+    r->timeout.cb = eh2o_refusal_on_timeout;
+    h2o_timeout_link(t->loop, &t->refuse_timeout, &r->timeout);
+    h2o_iovec_t buf = h2o_iovec_init(resp, sizeof resp - 1);
+    h2o_socket_write(sock, &buf, 1, eh2o_refusal_on_written);
+}
+
+static void eh2o_on_accept(h2o_socket_t *listener, const char *err);
+
+static void eh2o_on_accept_resume(h2o_timeout_entry_t *entry)
+{
+    eh2o_thread *t = H2O_STRUCT_FROM_MEMBER(eh2o_thread, accept_resume, entry);
+    if (t->listener != NULL)
+        h2o_socket_read_start(t->listener, eh2o_on_accept);
+}
+
+static void eh2o_on_accept(h2o_socket_t *listener, const char *err)
+{
+    eh2o_thread *t = listener->data;
+    eh2o_server *s = t->server;
+    if (err != NULL)
+        return;
+    for (int i = 0; i < EH2O_ACCEPT_BATCH; i++) {
+        h2o_socket_t *sock = h2o_evloop_socket_accept(listener); /* errno from accept4 */
+        if (sock == NULL) {
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                /* The pending connection stays readable: without a rest the loop would
+                 * spin until a descriptor is freed. The backlog holds the clients. */
+                h2o_socket_read_stop(listener);
+                h2o_timeout_link(t->loop, &t->accept_pause, &t->accept_resume);
+            }
+            break;
+        }
+        if (atomic_fetch_add(&s->conns, 1) >= s->cfg->max_connections) {
+            atomic_fetch_sub(&s->conns, 1);
+            eh2o_refuse(t, sock);
+            continue;
+        }
+        eh2o_conn *c = calloc(1, sizeof *c); /* zeroed: h2o_linklist_insert asserts unlinked */
+        if (c == NULL) {
+            atomic_fetch_sub(&s->conns, 1);
+            h2o_socket_close(sock);
+            continue;
+        }
+        c->sock = sock;
+        c->thread = t;
+        h2o_linklist_insert(&t->conns, &c->link);
+        t->nconns++;
+        sock->on_close.cb = eh2o_on_conn_close; /* survives h2c / prior-knowledge upgrades */
+        sock->on_close.data = c;
+        srv__stats_connection_opened(s->srv);
+        h2o_accept(&t->accept_ctx, sock);
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* I/O threads                                                         */
+/* ------------------------------------------------------------------ */
+
+/* On the loop: stop accepting, turn keep-alive off, close idle connections. */
+static void eh2o_thread_quiesce(eh2o_thread *t)
+{
+    t->quiesced = 1;
+    h2o_timeout_unlink(&t->accept_resume);
+    if (t->listener != NULL) {
+        h2o_socket_read_stop(t->listener);
+        h2o_socket_close(t->listener); /* closes this loop's dup */
+        t->listener = NULL;
+    }
+    /* GOAWAY on HTTP/2; HTTP/1 requests parsed from now on are not persistent. */
+    h2o_context_request_shutdown(&t->ctx);
+    /* Idle connections are only in these timeouts' lists; with 0 they expire on this very
+     * iteration (the lists read .timeout on every run; ENGINE-NOTES 1.8 step 4). */
+    t->ctx.http1.req_timeout.timeout = 0;
+    t->ctx.http2.idle_timeout.timeout = 0;
+}
+
+/* Connections still open after the responses went out: make their next I/O fail so h2o
+ * closes them through its own paths (there is no public force-close). */
+static void eh2o_thread_force_close(eh2o_thread *t)
+{
+    for (h2o_linklist_t *n = t->conns.next; n != &t->conns; n = n->next) {
+        eh2o_conn *c = H2O_STRUCT_FROM_MEMBER(eh2o_conn, link, n);
+        int fd = h2o_socket_get_fd(c->sock);
+        if (fd >= 0)
+            shutdown(fd, SHUT_RDWR);
+    }
+}
+
+static void eh2o_thread_run(eh2o_thread *t)
+{
+    eh2o_server *s = t->server;
+    uint64_t stop_at = 0;
+    int forced = 0;
+    for (;;) {
+        int stopping = atomic_load(&s->stop_req);
+        h2o_evloop_run(t->loop, stopping ? EH2O_STOP_POLL_MS : INT32_MAX);
+        if (!t->quiesced && (atomic_load(&s->quiesce_req) || atomic_load(&s->stop_req)))
+            eh2o_thread_quiesce(t);
+        if (!atomic_load(&s->stop_req))
+            continue;
+        uint64_t now = h2o_now(t->loop);
+        if (stop_at == 0)
+            stop_at = now;
+        if (t->nconns == 0 && t->live == 0)
+            return;
+        if (!forced && now - stop_at >= EH2O_STOP_FORCE_MS) {
+            eh2o_thread_force_close(t);
+            forced = 1;
+        }
+        if (now - stop_at >= EH2O_STOP_GIVEUP_MS) {
+            t->abandoned = 1;
+            return;
+        }
+    }
+}
+
+/* h2o_evloop_destroy (2.2.5) does not close its epoll fd: find it behind the public struct
+ * (epoll.c.h: struct { h2o_evloop_t super; int ep; }) and close it only if the kernel
+ * confirms it is an epoll instance. */
+static int eh2o_loop_epoll_fd(h2o_evloop_t *loop)
+{
+    struct eh2o_evloop_epoll {
+        h2o_evloop_t super;
+        int ep;
+    };
+    int fd = ((struct eh2o_evloop_epoll *)loop)->ep;
+    char path[64], target[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    ssize_t n = fd > 2 ? readlink(path, target, sizeof target - 1) : -1;
+    if (n < 0)
+        return -1;
+    target[n] = '\0';
+    return strcmp(target, "anon_inode:[eventpoll]") == 0 ? fd : -1;
+}
+
+static void eh2o_thread_teardown(eh2o_thread *t)
+{
+    eh2o_server *s = t->server;
+    while (!h2o_linklist_is_empty(&t->refusals))
+        eh2o_refusal_close(H2O_STRUCT_FROM_MEMBER(eh2o_refusal, link, t->refusals.next));
+    /* The controlling thread may still be inside h2o_multithread_send_message on our queue. */
+    pthread_mutex_lock(&s->mu);
+    while (!s->wakes_done)
+        pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+    if (t->abandoned) {
+        /* Disposing would free memory the remaining connections use. Leak instead. */
+        fprintf(stderr,
+                "libsrv h2o: %u connection(s) and %u request(s) did not finish; "
+                "leaving an event loop undisposed\n",
+                t->nconns, t->live);
+        return;
+    }
+    /* Order matters (ENGINE-NOTES 1.8 step 6): request_shutdown linked this entry and
+     * h2o_timeout_dispose asserts on non-empty lists. */
+    h2o_timeout_unlink(&t->ctx.http2._graceful_shutdown_timeout);
+    h2o_multithread_unregister_receiver(t->ctx.queue, &t->receiver);
+    h2o_timeout_dispose(t->loop, &t->refuse_timeout);
+    h2o_timeout_dispose(t->loop, &t->accept_pause);
+    h2o_multithread_queue_t *queue = t->ctx.queue;
+    h2o_context_dispose(&t->ctx);
+    free(queue); /* 2.2.5's h2o_multithread_destroy_queue does not free the struct */
+    int ep = eh2o_loop_epoll_fd(t->loop);
+    h2o_evloop_destroy(t->loop);
+    if (ep >= 0)
+        close(ep);
+    t->loop = NULL;
+}
+
+static void *eh2o_thread_main(void *arg)
+{
+    eh2o_thread *t = arg;
+    eh2o_server *s = t->server;
+
+    t->loop = h2o_evloop_create();
+    h2o_context_init(&t->ctx, t->loop, &s->globalconf);
+    h2o_multithread_register_receiver(t->ctx.queue, &t->receiver, eh2o_on_messages);
+    h2o_timeout_init(t->loop, &t->refuse_timeout, EH2O_REFUSE_LINGER_MS);
+    h2o_timeout_init(t->loop, &t->accept_pause, EH2O_ACCEPT_PAUSE_MS);
+    t->accept_resume.cb = eh2o_on_accept_resume;
+    t->accept_ctx.ctx = &t->ctx;
+    t->accept_ctx.hosts = s->globalconf.hosts;
+    t->listener = h2o_evloop_socket_create(t->loop, t->listen_fd, H2O_SOCKET_FLAG_DONT_READ);
+    t->listen_fd = -1; /* the listener closes it */
+    t->listener->data = t;
+    h2o_socket_read_start(t->listener, eh2o_on_accept);
+
+    eh2o_self = t;
+    pthread_mutex_lock(&s->mu);
+    s->ready++;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+
+    eh2o_thread_run(t);
+    eh2o_thread_teardown(t);
+    /* The socket buffers h2o keeps for reuse are per thread and die with it: free them. */
+    h2o_mem_recycle_t *recycled = &h2o_socket_buffer_prototype.allocator;
+    while (recycled->cnt != 0)
+        free(h2o_mem_alloc_recycle(recycled, 0));
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* The vtable                                                          */
+/* ------------------------------------------------------------------ */
+
+static void eh2o_free(eh2o_server *s)
+{
+    if (s->threads != NULL) {
+        for (unsigned i = 0; i < s->nthreads; i++)
+            if (s->threads[i].listen_fd >= 0)
+                close(s->threads[i].listen_fd);
+        free(s->threads);
+    }
+    if (s->listen_fd >= 0)
+        close(s->listen_fd);
+    h2o_config_dispose(&s->globalconf);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+/* Ask every started loop to stop, let the queues go and join. */
+static void eh2o_stop_threads(eh2o_server *s, unsigned started)
+{
+    atomic_store(&s->stop_req, 1);
+    for (unsigned i = 0; i < started; i++)
+        eh2o_wake(&s->threads[i]);
+    pthread_mutex_lock(&s->mu);
+    s->wakes_done = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    for (unsigned i = 0; i < started; i++)
+        pthread_join(s->threads[i].tid, NULL);
+}
+
+static int eh2o_start(srv_server *srv, void **state)
+{
+    const srv_config *cfg = srv__server_config(srv);
+    eh2o_server *s = calloc(1, sizeof *s);
+    if (s == NULL) {
+        srv__server_set_error(srv, "h2o engine: out of memory");
+        return SRV_ENOMEM;
+    }
+    s->srv = srv;
+    s->cfg = cfg;
+    s->listen_fd = -1;
+    s->nthreads = cfg->io_threads;
+    atomic_init(&s->conns, 0);
+    atomic_init(&s->quiesce_req, 0);
+    atomic_init(&s->stop_req, 0);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+
+    h2o_config_init(&s->globalconf);
+    s->globalconf.server_name = h2o_iovec_init("", 0); /* the core sends its own Server */
+    /* h2o has one HTTP/1 timer from the end of a response (or the connect) to the end of the
+     * next head: it is both the keep-alive and the header timeout. Use the stricter one. */
+    s->globalconf.http1.req_timeout = cfg->header_timeout_ms < cfg->keepalive_timeout_ms
+                                          ? cfg->header_timeout_ms
+                                          : cfg->keepalive_timeout_ms;
+    s->globalconf.http2.idle_timeout = cfg->keepalive_timeout_ms;
+    s->globalconf.http1.upgrade_to_http2 = 1;
+    /* h2o buffers whole bodies (1 GiB by default) before on_req. At the limit HTTP/1 gets
+     * h2o's own 413 straight from the head (Content-Length) or while de-chunking; HTTP/2
+     * gets RST_STREAM (REFUSED_STREAM) from h2o, documented in docs/engines-h2o.md. */
+    s->globalconf.max_request_entity_size = cfg->max_body_bytes;
+    h2o_hostconf_t *host =
+        h2o_config_register_host(&s->globalconf, h2o_iovec_init(H2O_STRLIT("default")), 65535);
+    /* Every request reaches the core: "/..." through the path, "*" and the rest through
+     * the fallback, where h2o's own early errors pass too (hence the filter). */
+    h2o_pathconf_t *paths[] = {h2o_config_register_path(host, "/", 0), &host->fallback_path};
+    for (size_t i = 0; i < 2; i++) {
+        eh2o_handler *handler = (eh2o_handler *)h2o_create_handler(paths[i], sizeof *handler);
+        handler->super.on_req = eh2o_on_req;
+        handler->server = s;
+    }
+    h2o_create_filter(&host->fallback_path, sizeof(h2o_filter_t))->on_setup_ostream =
+        eh2o_on_setup_ostream;
+
+    int rc = srv__listen(srv, SRV__LISTEN_NONBLOCK);
+    if (rc < 0) {
+        eh2o_free(s);
+        return rc;
+    }
+    s->listen_fd = rc;
+
+    s->threads = calloc(s->nthreads, sizeof *s->threads);
+    if (s->threads == NULL) {
+        srv__server_set_error(srv, "h2o engine: out of memory");
+        eh2o_free(s);
+        return SRV_ENOMEM;
+    }
+    for (unsigned i = 0; i < s->nthreads; i++) {
+        eh2o_thread *t = &s->threads[i];
+        t->server = s;
+        h2o_linklist_init_anchor(&t->conns);
+        h2o_linklist_init_anchor(&t->refusals);
+        t->listen_fd = fcntl(s->listen_fd, F_DUPFD_CLOEXEC, 0);
+        if (t->listen_fd < 0) {
+            srv__server_set_error(srv, "h2o engine: cannot dup the listening socket: %s",
+                                  strerror(errno));
+            eh2o_free(s);
+            return SRV_ESYS;
+        }
+    }
+
+    /* I/O threads take no signals: SIGPIPE from a write to a closed peer stays pending on
+     * the thread instead of killing the process (h2o uses writev), SIGINT/SIGTERM go to
+     * the application. */
+    sigset_t all, old;
+    sigfillset(&all);
+    /* Before the first loop runs: the core reads its engine state (to call respond) as soon
+     * as a request arrives, and pthread_create orders this write before that. */
+    *state = s;
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    unsigned started = 0;
+    for (; started < s->nthreads; started++) {
+        if ((rc = pthread_create(&s->threads[started].tid, NULL, eh2o_thread_main,
+                                 &s->threads[started])) != 0)
+            break;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+
+    /* Wait for the started loops to be set up: their receivers must exist before anything
+     * can be sent to them. */
+    pthread_mutex_lock(&s->mu);
+    while (s->ready < started)
+        pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+
+    if (started < s->nthreads) {
+        srv__server_set_error(srv, "h2o engine: cannot create I/O thread: %s", strerror(rc));
+        eh2o_stop_threads(s, started);
+        eh2o_free(s);
+        *state = NULL;
+        return SRV_ETHREAD;
+    }
+    return 0;
+}
+
+static void eh2o_quiesce(void *state)
+{
+    eh2o_server *s = state;
+    /* Refuse new connects now, on every loop's dup at once (accept then fails with EINVAL);
+     * each loop closes its own dup when it wakes up. */
+    atomic_store(&s->quiesce_req, 1); /* first: a loop woken by the shutdown sees it */
+    shutdown(s->listen_fd, SHUT_RDWR);
+    for (unsigned i = 0; i < s->nthreads; i++)
+        eh2o_wake(&s->threads[i]);
+}
+
+static void eh2o_stop(void *state)
+{
+    eh2o_server *s = state;
+    shutdown(s->listen_fd, SHUT_RDWR);
+    eh2o_stop_threads(s, s->nthreads);
+}
+
+static void eh2o_destroy(void *state)
+{
+    eh2o_free(state);
+}
+
+const srv_engine srv_engine_h2o = {
+    .version = SRV_ENGINE_VERSION,
+    .name = "h2o",
+    /* Not SRV_ENGINE_CAP_VERSION_505: h2o's parser answers "HTTP/2.0" in an HTTP/1 request
+     * line with 400 itself. Garbage request lines do get 400. */
+    .caps = SRV_ENGINE_CAP_HTTP2 | SRV_ENGINE_CAP_GARBAGE_400,
+    .start = eh2o_start,
+    .respond = eh2o_respond,
+    .quiesce = eh2o_quiesce,
+    .stop = eh2o_stop,
+    .destroy = eh2o_destroy,
+};
