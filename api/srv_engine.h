@@ -27,7 +27,8 @@ enum {
     SRV_ENGINE_CAP_HTTP2 = 1u << 0,
     /* Answers an unsupported HTTP version with 505 (otherwise 400). */
     SRV_ENGINE_CAP_VERSION_505 = 1u << 1,
-    /* Answers a garbage request line with 400 (otherwise just closes). */
+    /* Answers every garbage request line with 400 (otherwise it may close
+     * without a response). */
     SRV_ENGINE_CAP_GARBAGE_400 = 1u << 2
 };
 

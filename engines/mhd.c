@@ -1,0 +1,751 @@
+/* The "mhd" engine: GNU libmicrohttpd 0.9.75, epoll. io_threads MHD threads accept, parse
+ * and write; handlers run on the core's worker pool while the connection is suspended
+ * (respond resumes it); a watchdog thread enforces header/keep-alive deadlines. */
+#include "srv_engine.h"
+
+#include <microhttpd.h>
+
+#include <limits.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Where a connection is, for the watchdog and quiesce. */
+enum {
+    EMHD_IDLE,  /* no request yet, or between requests */
+    EMHD_HEAD,  /* request line received, head not complete */
+    EMHD_ACTIVE /* head complete: body, handler, response */
+};
+
+/* One per accepted connection (MHD's socket_context), listed so the
+ * watchdog and quiesce can shut down the ones that must go: MHD's own
+ * timeout is an idle timeout, reset by every byte (slowloris), and MHD
+ * keeps idle kept-alive connections open until it stops. */
+typedef struct emhd_conn emhd_conn;
+struct emhd_conn {
+    emhd_conn *prev, *next;
+    int fd;
+    bool over_limit;         /* accepted past max_connections */
+    bool reused;             /* MHD thread only: a request completed on it */
+    atomic_int phase;        /* EMHD_IDLE, EMHD_HEAD, EMHD_ACTIVE */
+    atomic_llong deadline;   /* ms (CLOCK_MONOTONIC) for IDLE/HEAD; 0: none */
+};
+
+typedef struct emhd_server {
+    srv_server *srv;
+    struct MHD_Daemon *daemon;
+    int lfd;
+    unsigned max_connections;
+    long long header_ms;     /* a head must arrive within this */
+    long long keepalive_ms;  /* idle time allowed between requests */
+    size_t swallow_limit;    /* body bytes discarded after a 413 */
+    bool quiesced;           /* controlling thread only */
+    bool log_all;            /* SRV_MHD_LOG=1: print MHD's messages */
+    atomic_bool running;     /* MHD_start_daemon returned */
+    atomic_uint outstanding; /* suspended, resume not yet called */
+    pthread_mutex_t lock;    /* conns, open, start_msg, wd_stop */
+    emhd_conn *conns;
+    unsigned open;
+    char start_msg[200]; /* MHD's last complaint while starting */
+    pthread_t watchdog;
+    bool watchdog_started;
+    bool wd_stop;
+    pthread_cond_t wd_cond;
+} emhd_server;
+
+/* One per request, from the request line until MHD_OPTION_NOTIFY_COMPLETED
+ * (MHD's con_cls). Only the MHD thread of the connection touches it, except
+ * `ready`, and `suspended`/`conn` which respond reads. */
+typedef struct emhd_req {
+    emhd_server *es;
+    emhd_conn *ec;
+    struct MHD_Connection *conn;
+    srv_request *req; /* NULL until the head is complete */
+    int body_status;  /* a status found while reading the body (413) */
+    size_t swallowed; /* body bytes discarded after body_status */
+    bool suspended;   /* set before dispatch; respond then resumes */
+    atomic_bool ready; /* respond was called: the response is readable */
+    const char *uri;  /* MHD's copy of the target, in its read buffer */
+    size_t target_len;
+    char target[]; /* the raw request-target, as MHD received it */
+} emhd_req;
+
+static long long emhd_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void emhd_phase(emhd_conn *ec, int phase, long long deadline)
+{
+    if (ec == NULL)
+        return;
+    atomic_store(&ec->deadline, deadline);
+    atomic_store(&ec->phase, phase);
+}
+
+/* Every 100 ms: shut down connections past their header or keep-alive
+ * deadline. MHD then reads EOF and closes them on its own thread. */
+static void *emhd_watchdog(void *arg)
+{
+    emhd_server *es = arg;
+    pthread_mutex_lock(&es->lock);
+    while (!es->wd_stop) {
+        long long now = emhd_now_ms();
+        for (emhd_conn *ec = es->conns; ec != NULL; ec = ec->next) {
+            long long d = atomic_load(&ec->deadline);
+            if (d != 0 && now >= d && atomic_load(&ec->phase) != EMHD_ACTIVE) {
+                atomic_store(&ec->deadline, 0);
+                if (ec->fd >= 0)
+                    shutdown(ec->fd, SHUT_RDWR);
+            }
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += 100 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&es->wd_cond, &es->lock, &ts);
+    }
+    pthread_mutex_unlock(&es->lock);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* MHD callbacks (the MHD thread that owns the connection)             */
+/* ------------------------------------------------------------------ */
+
+/* MHD logs routine events too (every error answer, every client that left
+ * mid-response, the connection limit). Print only trouble on our side, at
+ * most once a second; everything with SRV_MHD_LOG=1. While starting, keep
+ * the last message: it explains a failed MHD_start_daemon. */
+static bool emhd_log_is_trouble(const char *fmt)
+{
+    static const char *const trouble[] = {
+        "Error accepting connection", "resource limit", "Failed to create",
+        "Call to epoll", "Error allocating memory", "Failed to join",
+        "Failed to signal", "Failed to start serving",
+    };
+    for (size_t i = 0; i < sizeof trouble / sizeof trouble[0]; i++)
+        if (strstr(fmt, trouble[i]) != NULL)
+            return true;
+    return false;
+}
+
+static void emhd_log(void *cls, const char *fmt, va_list ap)
+{
+    static atomic_llong last_ms;
+    emhd_server *es = cls;
+    bool print = es->log_all;
+    if (!print && atomic_load(&es->running) && emhd_log_is_trouble(fmt)) {
+        long long now = emhd_now_ms(), last = atomic_load(&last_ms);
+        print = now - last >= 1000 && atomic_compare_exchange_strong(&last_ms, &last, now);
+    }
+    if (print) {
+        va_list aq;
+        va_copy(aq, ap);
+        fputs("libsrv mhd: ", stderr);
+        vfprintf(stderr, fmt, aq);
+        va_end(aq);
+    }
+    if (!atomic_load(&es->running)) {
+        pthread_mutex_lock(&es->lock);
+        vsnprintf(es->start_msg, sizeof es->start_msg, fmt, ap);
+        size_t n = strlen(es->start_msg);
+        while (n > 0 && (es->start_msg[n - 1] == '\n' || es->start_msg[n - 1] == '.'))
+            es->start_msg[--n] = '\0';
+        pthread_mutex_unlock(&es->lock);
+    }
+}
+
+static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                                   enum MHD_ConnectionNotificationCode toe)
+{
+    emhd_server *es = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        emhd_conn *ec = calloc(1, sizeof *ec);
+        if (ec != NULL) {
+            const union MHD_ConnectionInfo *ci =
+                MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+            ec->fd = ci != NULL ? ci->connect_fd : -1;
+            pthread_mutex_lock(&es->lock);
+            ec->next = es->conns;
+            if (es->conns != NULL)
+                es->conns->prev = ec;
+            es->conns = ec;
+            ec->over_limit = ++es->open > es->max_connections;
+            /* The first head is due header_timeout after the accept (like
+             * Tomcat's connectionTimeout); one we will refuse, within 1 s. */
+            long long wait = es->header_ms;
+            if (ec->over_limit && wait > 1000)
+                wait = 1000;
+            emhd_phase(ec, EMHD_IDLE, emhd_now_ms() + wait);
+            pthread_mutex_unlock(&es->lock);
+        }
+        *socket_context = ec;
+        srv__stats_connection_opened(es->srv);
+        return;
+    }
+    emhd_conn *ec = *socket_context;
+    if (ec != NULL) {
+        /* Under the lock, before MHD closes the fd: quiesce never shuts
+         * down a reused descriptor. */
+        pthread_mutex_lock(&es->lock);
+        if (ec->prev != NULL)
+            ec->prev->next = ec->next;
+        else
+            es->conns = ec->next;
+        if (ec->next != NULL)
+            ec->next->prev = ec->prev;
+        es->open--;
+        pthread_mutex_unlock(&es->lock);
+        free(ec);
+        *socket_context = NULL;
+    }
+    srv__stats_connection_closed(es->srv);
+}
+
+/* The request line is parsed: `uri` is the raw request-target, before MHD
+ * splits the query and unescapes it in place. Its return value becomes the
+ * request's con_cls. */
+static void *emhd_uri_log(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    emhd_server *es = cls;
+    size_t n = uri != NULL ? strlen(uri) : 0;
+    emhd_req *er = calloc(1, sizeof *er + n + 1);
+    if (er == NULL)
+        return NULL; /* the access handler then closes the connection */
+    er->es = es;
+    er->conn = conn;
+    er->uri = uri;
+    er->target_len = n;
+    if (n > 0)
+        memcpy(er->target, uri, n);
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    er->ec = ci != NULL ? ci->socket_context : NULL;
+    if (er->ec != NULL) {
+        /* The first head keeps the deadline set at the accept; a later one
+         * gets header_timeout from its request line. */
+        long long d = er->ec->reused ? emhd_now_ms() + es->header_ms
+                                     : atomic_load(&er->ec->deadline);
+        emhd_phase(er->ec, EMHD_HEAD, d);
+    }
+    return er;
+}
+
+/* Keep the path and query raw: the core decodes the target itself. */
+static size_t emhd_unescape(void *cls, struct MHD_Connection *conn, char *s)
+{
+    (void)cls;
+    (void)conn;
+    return strlen(s);
+}
+
+static void emhd_notify_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                                  enum MHD_RequestTerminationCode toe)
+{
+    (void)conn;
+    (void)toe;
+    emhd_server *es = cls;
+    emhd_req *er = *con_cls;
+    if (er == NULL)
+        return;
+    *con_cls = NULL;
+    if (er->ec != NULL) {
+        er->ec->reused = true;
+        emhd_phase(er->ec, EMHD_IDLE, emhd_now_ms() + es->keepalive_ms);
+    }
+    if (er->suspended && !atomic_load_explicit(&er->ready, memory_order_acquire)) {
+        /* MHD never closes a suspended connection (it panics in
+         * MHD_stop_daemon instead), so this cannot happen; if it did, a
+         * worker would still call respond with this request: leak it
+         * rather than free memory that respond will touch. */
+        fprintf(stderr, "libsrv mhd: request closed while suspended (leaked)\n");
+        return;
+    }
+    if (er->req != NULL)
+        srv__request_release(er->req);
+    free(er);
+}
+
+/* Body bytes of a HEAD (or 304) response are never read: MHD only uses the
+ * size for Content-Length. */
+static ssize_t emhd_no_body(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)cls;
+    (void)pos;
+    (void)buf;
+    (void)max;
+    return MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+/* Queue the response the core finished for er->req. MHD frames it (status
+ * line, Date, Content-Length, Connection); the body stays owned by the
+ * request, which lives until MHD_OPTION_NOTIFY_COMPLETED. */
+static enum MHD_Result emhd_send(emhd_req *er, struct MHD_Connection *conn, bool http10)
+{
+    srv_request *req = er->req;
+    size_t len = 0;
+    const void *body = srv__response_body(req, &len);
+    size_t clen = srv__response_content_length(req);
+    struct MHD_Response *r;
+    if (len == 0 && clen > 0) /* HEAD: advertise the length a GET sends */
+        r = MHD_create_response_from_callback(clen, 1024, emhd_no_body, NULL, NULL);
+    else
+        r = MHD_create_response_from_buffer(len, (void *)(len > 0 ? body : ""),
+                                            MHD_RESPMEM_PERSISTENT);
+    if (r == NULL)
+        return MHD_NO;
+    size_t count = srv__response_header_count(req);
+    for (size_t i = 0; i < count; i++) {
+        const char *value = NULL;
+        const char *name = srv__response_header_at(req, i, &value);
+        if (name != NULL && value != NULL)
+            (void)MHD_add_response_header(r, name, value);
+    }
+    if (!srv__response_keep_alive(req))
+        (void)MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    if (http10) /* answer in the request's version, as the core's framing does */
+        (void)MHD_set_response_options(r, MHD_RF_HTTP_1_0_SERVER, MHD_RO_END);
+    enum MHD_Result ret = MHD_queue_response(conn, (unsigned)srv__response_status(req), r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+/* Answer with an error status found while reading (the core closes). */
+static enum MHD_Result emhd_fail(emhd_req *er, struct MHD_Connection *conn, int status,
+                                 bool http10)
+{
+    if (status < 100 || status > 599)
+        status = 500; /* SRV_ENOMEM from a request helper */
+    srv__request_fail(er->req, status); /* calls respond: not suspended */
+    return emhd_send(er, conn, http10);
+}
+
+/* A body that goes on past the swallow limit: write the core's answer
+ * ourselves (MHD refuses a response mid-body, and its write side is idle
+ * while it reads a body), best effort, then let MHD close. */
+static enum MHD_Result emhd_cut(emhd_req *er, struct MHD_Connection *conn)
+{
+    srv__request_fail(er->req, er->body_status); /* calls respond: not suspended */
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci != NULL) {
+        size_t hlen = 0, blen = 0;
+        const char *head = srv__response_http1_head(er->req, &hlen);
+        const void *body = srv__response_body(er->req, &blen);
+        struct iovec iov[2] = {{(void *)head, hlen}, {(void *)body, blen}};
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = head != NULL ? 2 : 0};
+        (void)sendmsg(ci->connect_fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    return MHD_NO;
+}
+
+typedef struct emhd_headers {
+    srv_request *req;
+    int status;
+} emhd_headers;
+
+static enum MHD_Result emhd_add_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                       size_t key_size, const char *value, size_t value_size)
+{
+    emhd_headers *h = cls;
+    (void)kind;
+    h->status = srv__request_add_header(h->req, key, key_size, value != NULL ? value : "",
+                                        value != NULL ? value_size : 0);
+    return h->status == 0 ? MHD_YES : MHD_NO;
+}
+
+/*
+ * A connection accepted past max_connections is refused with 503 at its
+ * first request unless slots freed meanwhile. Clients that already hung up
+ * do not hold a slot even if their MHD thread has not read the EOF yet
+ * (another polling thread, or later in the same epoll batch): a client that
+ * closes and reconnects at the limit is served, not refused.
+ */
+static bool emhd_over_limit(emhd_server *es, emhd_conn *self)
+{
+    pthread_mutex_lock(&es->lock);
+    unsigned open = es->open;
+    if (open > es->max_connections) {
+        struct pollfd *p = malloc(open * sizeof *p);
+        nfds_t n = 0;
+        for (emhd_conn *ec = es->conns; p != NULL && ec != NULL && n < open; ec = ec->next)
+            if (ec != self && ec->fd >= 0)
+                p[n++] = (struct pollfd){.fd = ec->fd, .events = POLLRDHUP};
+        if (p != NULL && n > 0 && poll(p, n, 0) > 0)
+            for (nfds_t i = 0; i < n; i++)
+                if (p[i].revents & (POLLRDHUP | POLLHUP | POLLERR))
+                    open--;
+        free(p);
+    }
+    pthread_mutex_unlock(&es->lock);
+    return open > es->max_connections;
+}
+
+/* Bytes [a, b) are between min and max long and each is a NUL (one of
+ * MHD's separators) or, when ws is set, also a space or tab. */
+static bool emhd_gap(const char *a, const char *b, size_t min, size_t max, bool ws)
+{
+    if (b < a || (size_t)(b - a) < min || (size_t)(b - a) > max)
+        return false;
+    for (; a < b; a++)
+        if (*a != '\0' && !(ws && (*a == ' ' || *a == '\t')))
+            return false;
+    return true;
+}
+
+typedef struct emhd_walk {
+    const char *pos; /* end of the previous piece of the head */
+    bool ok;
+} emhd_walk;
+
+static enum MHD_Result emhd_walk_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                        size_t key_size, const char *value, size_t value_size)
+{
+    emhd_walk *w = cls;
+    (void)kind;
+    /* line end(s) before the name; the colon and blanks before the value */
+    w->ok = value != NULL && emhd_gap(w->pos, key, 1, 2, false) &&
+            emhd_gap(key + key_size, value, 1, SIZE_MAX, true) && key[key_size] == '\0';
+    w->pos = value != NULL ? value + value_size : key;
+    return w->ok ? MHD_YES : MHD_NO;
+}
+
+/*
+ * MHD 0.9.75 parses the head in place as C strings, so a NUL byte silently
+ * cuts a method, target or header value short ("X-User: admin\0junk" reads
+ * "admin"). MHD's own NULs sit only where a separator was: after the
+ * method, before the version, at each colon and line end. Walk the pieces
+ * in order and require exactly that between them; anything else is a NUL
+ * the client sent, or a folded (obs-fold) line that MHD moved out of the
+ * head, and either is a 400 (RFC 9112 allows rejecting obs-fold).
+ */
+static bool emhd_head_intact(emhd_req *er, struct MHD_Connection *conn, const char *method,
+                             const char *version)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+    if (ci == NULL || method == NULL || version == NULL || er->uri == NULL)
+        return false;
+    const char *end = method + ci->header_size;
+    const char *m_end = method + strlen(method);
+    /* "METHOD\0 *target\0HTTP/x.y" */
+    if (!(m_end < er->uri && er->uri + er->target_len + 1 == version && version + 8 <= end))
+        return false;
+    for (const char *p = m_end + 1; p < er->uri; p++)
+        if (*p != ' ')
+            return false;
+    emhd_walk w = {version + 8, true};
+    MHD_get_connection_values_n(conn, MHD_HEADER_KIND, emhd_walk_header, &w);
+    return w.ok && w.pos <= end && emhd_gap(w.pos, end, 2, 4, false);
+}
+
+/* First call: the head is complete. Build the request and let the core
+ * judge it before any body byte is consumed (MHD 0.9.75 lets
+ * Content-Length with chunked, unknown codings and more through). */
+static enum MHD_Result emhd_begin(emhd_server *es, emhd_req *er, struct MHD_Connection *conn,
+                                  const char *method, const char *version, bool http10)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci != NULL ? ci->client_addr : NULL;
+    socklen_t salen = 0;
+    if (sa != NULL)
+        salen = sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                          : sizeof(struct sockaddr_in);
+    er->req = srv__request_new(es->srv, sa, salen);
+    if (er->req == NULL)
+        return MHD_NO;
+    srv__request_set_engine_data(er->req, er);
+
+    int st = emhd_head_intact(er, conn, method, version) ? 0 : 400;
+    if (st == 0)
+        st = srv__request_set_method(er->req, method, strlen(method));
+    if (st == 0)
+        st = srv__request_set_target(er->req, er->target, er->target_len);
+    if (st == 0 && er->ec != NULL && er->ec->over_limit) {
+        if (emhd_over_limit(es, er->ec))
+            st = 503;
+        else
+            er->ec->over_limit = false; /* a slot freed: it holds one now */
+    }
+    if (st == 0) {
+        /* MHD accepted only "HTTP/d.d" with major 1 (else it sent 400/505). */
+        int major = 1, minor = 1;
+        if (version != NULL && strlen(version) == 8) {
+            major = version[5] - '0';
+            minor = version[7] - '0';
+        }
+        srv__request_set_version(er->req, major, minor);
+        emhd_headers h = {er->req, 0};
+        MHD_get_connection_values_n(conn, MHD_HEADER_KIND, emhd_add_header, &h);
+        st = h.status;
+    }
+    if (st == 0)
+        st = srv__request_headers_done(er->req);
+    if (st != 0)
+        return emhd_fail(er, conn, st, http10);
+    /* Expect: 100-continue is answered by MHD once this call returns
+     * without a response. */
+    return MHD_YES;
+}
+
+static enum MHD_Result emhd_access(void *cls, struct MHD_Connection *conn, const char *url,
+                                   const char *method, const char *version,
+                                   const char *upload_data, size_t *upload_data_size,
+                                   void **con_cls)
+{
+    emhd_server *es = cls;
+    emhd_req *er = *con_cls;
+    (void)url; /* decoded by MHD; the raw target came through emhd_uri_log */
+    if (er == NULL)
+        return MHD_NO;
+    bool http10 = version != NULL && strcmp(version, MHD_HTTP_VERSION_1_0) == 0;
+
+    if (er->req == NULL) {
+        emhd_phase(er->ec, EMHD_ACTIVE, 0);
+        return emhd_begin(es, er, conn, method, version, http10);
+    }
+
+    if (*upload_data_size != 0) {
+        size_t n = *upload_data_size;
+        *upload_data_size = 0;
+        if (er->body_status == 0) {
+            int st = srv__request_append_body(er->req, upload_data, n);
+            if (st != 0)
+                er->body_status = st < 0 ? 500 : st;
+            return MHD_YES;
+        }
+        /* MHD 0.9.75 refuses a response while the body is being read, so
+         * swallow the rest (bounded) and answer at the end. */
+        er->swallowed += n;
+        return er->swallowed <= es->swallow_limit ? MHD_YES : emhd_cut(er, conn);
+    }
+
+    if (atomic_load_explicit(&er->ready, memory_order_acquire))
+        return emhd_send(er, conn, http10); /* resumed after respond */
+    if (er->suspended)
+        return MHD_YES; /* not reached: MHD does not call suspended ones */
+    if (er->body_status != 0)
+        return emhd_fail(er, conn, er->body_status, http10);
+
+    /* Suspend before dispatching: respond may run at once (404/405 on this
+     * thread, or a fast worker) and resumes the connection. */
+    er->suspended = true;
+    atomic_fetch_add(&es->outstanding, 1);
+    MHD_suspend_connection(conn);
+    srv__request_dispatch(er->req);
+    return MHD_YES;
+}
+
+/* ------------------------------------------------------------------ */
+/* Slots                                                               */
+/* ------------------------------------------------------------------ */
+
+static int emhd_start(srv_server *srv, void **state)
+{
+    const srv_config *cfg = srv__server_config(srv);
+    emhd_server *es = calloc(1, sizeof *es);
+    if (es == NULL) {
+        srv__server_set_error(srv, "mhd: out of memory");
+        return SRV_ENOMEM;
+    }
+    es->srv = srv;
+    es->lfd = -1;
+    pthread_mutex_init(&es->lock, NULL);
+    const char *log = getenv("SRV_MHD_LOG");
+    es->log_all = log != NULL && log[0] == '1';
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the watchdog's clock */
+    pthread_cond_init(&es->wd_cond, &ca);
+    pthread_condattr_destroy(&ca);
+    es->max_connections = cfg->max_connections;
+    es->header_ms = cfg->header_timeout_ms;
+    es->keepalive_ms = cfg->keepalive_timeout_ms;
+    es->swallow_limit = cfg->max_body_bytes > (1u << 20) ? cfg->max_body_bytes : (1u << 20);
+
+    /* Our own socket: host, IPv6, port 0, backlog and "cannot bind"
+     * messages are the same as on every engine. */
+    int lfd = srv__listen(srv, SRV__LISTEN_NONBLOCK);
+    if (lfd < 0) {
+        pthread_cond_destroy(&es->wd_cond);
+        pthread_mutex_destroy(&es->lock);
+        free(es);
+        return lfd;
+    }
+    es->lfd = lfd;
+
+    unsigned threads = cfg->io_threads > 0 ? cfg->io_threads : 1;
+    /* MHD's default limit is FD_SETSIZE-4 even with epoll. Leave headroom
+     * above max_connections so the extra clients get a quick 503 instead of
+     * waiting in the backlog (MHD stops accepting at its limit), and so the
+     * per-thread split of MHD's limit never refuses below ours. */
+    unsigned long long want = cfg->max_connections + cfg->max_connections / 4ull + 16ull * threads;
+    unsigned limit = want < UINT_MAX ? (unsigned)want : UINT_MAX;
+    /* The connection's memory pool holds the read buffer (the whole head),
+     * the header table and the response head. Room for a head at the
+     * limits, so the core answers 431/414 by its exact rules; far bigger
+     * heads MHD cuts itself, with the same 431/414. */
+    size_t head = cfg->max_header_bytes > cfg->max_uri_bytes ? cfg->max_header_bytes
+                                                             : cfg->max_uri_bytes;
+    size_t pool = 2 * head + 8192;
+    if (pool < 16384)
+        pool = 16384;
+    /* MHD's idle timeout only backs up the watchdog (body upload, a client
+     * that does not read its response). */
+    unsigned idle_ms = cfg->header_timeout_ms > cfg->keepalive_timeout_ms
+                           ? cfg->header_timeout_ms
+                           : cfg->keepalive_timeout_ms;
+    unsigned idle_s = idle_ms / 1000u + (idle_ms % 1000u != 0);
+
+    /* Publish the state before MHD's threads exist: a request they accept
+     * reaches respond(state) through the core before start returns. */
+    *state = es;
+    es->daemon = MHD_start_daemon(
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
+            MHD_USE_ERROR_LOG,
+        0, NULL, NULL, emhd_access, es,
+        MHD_OPTION_EXTERNAL_LOGGER, emhd_log, es,
+        MHD_OPTION_LISTEN_SOCKET, (MHD_socket)lfd,
+        MHD_OPTION_THREAD_POOL_SIZE, threads,
+        MHD_OPTION_CONNECTION_LIMIT, limit,
+        MHD_OPTION_CONNECTION_TIMEOUT, idle_s,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool,
+        MHD_OPTION_URI_LOG_CALLBACK, emhd_uri_log, es,
+        MHD_OPTION_UNESCAPE_CALLBACK, emhd_unescape, es,
+        MHD_OPTION_NOTIFY_COMPLETED, emhd_notify_completed, es,
+        MHD_OPTION_NOTIFY_CONNECTION, emhd_notify_connection, es,
+        MHD_OPTION_END);
+    if (es->daemon == NULL) {
+        srv__server_set_error(srv, "mhd: cannot start the daemon: %s",
+                              es->start_msg[0] != '\0' ? es->start_msg : "unknown reason");
+        close(lfd);
+        pthread_cond_destroy(&es->wd_cond);
+        pthread_mutex_destroy(&es->lock);
+        free(es);
+        *state = NULL;
+        return SRV_EENGINE;
+    }
+    atomic_store(&es->running, true);
+    if (pthread_create(&es->watchdog, NULL, emhd_watchdog, es) != 0) {
+        srv__server_set_error(srv, "mhd: cannot create the watchdog thread");
+        MHD_stop_daemon(es->daemon);
+        close(lfd);
+        pthread_cond_destroy(&es->wd_cond);
+        pthread_mutex_destroy(&es->lock);
+        free(es);
+        *state = NULL;
+        return SRV_ETHREAD;
+    }
+    es->watchdog_started = true;
+    return 0;
+}
+
+/* Any thread: the response is final. Hand it to the MHD thread. */
+static void emhd_respond(void *state, srv_request *req)
+{
+    emhd_server *es = state;
+    emhd_req *er = srv__request_engine_data(req);
+    struct MHD_Connection *conn = er->conn;
+    bool suspended = er->suspended;
+    atomic_store_explicit(&er->ready, true, memory_order_release);
+    if (!suspended)
+        return; /* answered on the MHD thread by emhd_fail */
+    /* Once resumed MHD may finish and free er at any moment: touch only
+     * locals and es from here on. */
+    MHD_resume_connection(conn);
+    atomic_fetch_sub(&es->outstanding, 1);
+}
+
+static void emhd_quiesce(void *state)
+{
+    emhd_server *es = state;
+    if (es->quiesced)
+        return;
+    es->quiesced = true;
+    /* MHD stops polling the socket, which stays in LISTEN; shutdown makes
+     * new connects fail at once instead of hanging in the backlog. */
+    MHD_socket fd = MHD_quiesce_daemon(es->daemon);
+    if (fd != MHD_INVALID_SOCKET)
+        shutdown(fd, SHUT_RDWR);
+    /* Idle kept-alive connections: MHD would keep them until the stop, so
+     * shut them down; MHD sees the EOF and closes them. Busy ones get
+     * "Connection: close" with their response (srv__response_keep_alive). */
+    pthread_mutex_lock(&es->lock);
+    for (emhd_conn *ec = es->conns; ec != NULL; ec = ec->next)
+        if (atomic_load(&ec->phase) == EMHD_IDLE && ec->fd >= 0)
+            shutdown(ec->fd, SHUT_RDWR);
+    pthread_mutex_unlock(&es->lock);
+}
+
+static void emhd_stop(void *state)
+{
+    emhd_server *es = state;
+    emhd_quiesce(es);
+    if (es->watchdog_started) {
+        pthread_mutex_lock(&es->lock);
+        es->wd_stop = true;
+        pthread_cond_signal(&es->wd_cond);
+        pthread_mutex_unlock(&es->lock);
+        pthread_join(es->watchdog, NULL);
+        es->watchdog_started = false;
+    }
+    /* MHD_stop_daemon panics on a suspended connection. The core answered
+     * every request, so each was resumed; wait out a respond that is still
+     * between its store and its resume. */
+    for (int ms = 0; atomic_load(&es->outstanding) != 0; ms++) {
+        if (ms == 10000) { /* a core bug; MHD_stop_daemon will say so */
+            fprintf(stderr, "libsrv mhd: %u request(s) still suspended at stop\n",
+                    atomic_load(&es->outstanding));
+            break;
+        }
+        nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+    }
+    MHD_stop_daemon(es->daemon);
+    es->daemon = NULL;
+    close(es->lfd);
+    es->lfd = -1;
+}
+
+static void emhd_destroy(void *state)
+{
+    emhd_server *es = state;
+    if (es == NULL)
+        return;
+    /* MHD reported every connection closed during MHD_stop_daemon. */
+    while (es->conns != NULL) {
+        emhd_conn *next = es->conns->next;
+        free(es->conns);
+        es->conns = next;
+    }
+    pthread_cond_destroy(&es->wd_cond);
+    pthread_mutex_destroy(&es->lock);
+    free(es);
+}
+
+const srv_engine srv_engine_mhd = {
+    .version = SRV_ENGINE_VERSION,
+    .name = "mhd",
+    /* 505: MHD answers HTTP/0.x and 2+ itself, the core 1.2-1.9. No
+     * GARBAGE_400: MHD closes on a request line without a space. */
+    .caps = SRV_ENGINE_CAP_VERSION_505,
+    .start = emhd_start,
+    .respond = emhd_respond,
+    .quiesce = emhd_quiesce,
+    .stop = emhd_stop,
+    .destroy = emhd_destroy,
+};
