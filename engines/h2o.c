@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #if H2O_VERSION_MAJOR != 2 || H2O_VERSION_MINOR != 2
-#error "engines/h2o.c is written for libh2o 2.2.x (see docs/engines-h2o.md before porting)"
+#error "engines/h2o.c is written for libh2o 2.2.x (see docs/ENGINES.md before porting)"
 #endif
 
 /* picohttpparser, exported by libh2o-evloop.so but not installed as a header (ENGINE-NOTES 3.1). */
@@ -737,7 +737,7 @@ static int eh2o_start(srv_server *srv, void **state)
     s->globalconf.http1.upgrade_to_http2 = 1;
     /* h2o buffers whole bodies (1 GiB by default) before on_req. At the limit HTTP/1 gets
      * h2o's own 413 straight from the head (Content-Length) or while de-chunking; HTTP/2
-     * gets RST_STREAM (REFUSED_STREAM) from h2o, documented in docs/engines-h2o.md. */
+     * gets RST_STREAM (REFUSED_STREAM) from h2o, documented in docs/ENGINES.md. */
     s->globalconf.max_request_entity_size = cfg->max_body_bytes;
     h2o_hostconf_t *host =
         h2o_config_register_host(&s->globalconf, h2o_iovec_init(H2O_STRLIT("default")), 65535);

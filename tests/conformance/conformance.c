@@ -950,7 +950,7 @@ enum bad_expect {
     BAD_CLOSE_ONLY,       /* close without a single byte of response */
     BAD_STATUS_FIRST      /* `status` first, then close; stray bytes after
                              it tolerated (libmicrohttpd 0.9.75 writes its
-                             own error head twice: docs/engines-mhd.md) */
+                             own error head twice: docs/ENGINES.md) */
 };
 
 /*
@@ -1841,7 +1841,7 @@ static void test_raw_garbage_request_line(void **state)
     int cap = (engine_caps() & SRV_ENGINE_CAP_GARBAGE_400) != 0;
     /* Without the capability an engine may close without a byte; its
      * library may still answer some garbage with 400 (mhd: a line with
-     * spaces gets 400, one without is closed; docs/engines-mhd.md). */
+     * spaces gets 400, one without is closed; docs/ENGINES.md). */
     bad_input_str(f, "garbage request line", "}{ this is not http\r\n\r\n",
                   400, cap ? BAD_STATUS : BAD_STATUS_OR_CLOSE);
     bad_input_str(f, "request line without a version",
@@ -2006,7 +2006,7 @@ static void test_raw_bad_content_length(void **state)
     fx *f = *state;
     /* A Content-Length libmicrohttpd 0.9.75 cannot parse gets its own 400
      * before any callback, head written twice: the 400 and the close are
-     * what every engine must give (docs/engines-mhd.md). */
+     * what every engine must give (docs/ENGINES.md). */
     bad_input_str(f, "Content-Length: abc",
                   "POST /echo HTTP/1.1\r\n" HOST "Content-Length: abc\r\n\r\n",
                   400, BAD_STATUS_FIRST);
