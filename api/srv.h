@@ -337,8 +337,8 @@ srv_server *srv_request_server(const srv_request *req);
  * srv_set_header: add a response header (copied). Call before srv_respond,
  * from the thread that owns the request at that time (never concurrently
  * with srv_respond). Framing headers are the core's: Content-Length,
- * Transfer-Encoding, Connection, Date and Content-Type (pass it to
- * srv_respond) are refused.
+ * Transfer-Encoding, Connection, Keep-Alive, Upgrade, Date and Content-Type
+ * (pass it to srv_respond) are refused.
  * Returns 0; SRV_EHEADER for an invalid name/value (CR, LF, NUL, a
  * non-token name) or a framing header; SRV_EINVAL for NULL arguments;
  * SRV_ETIMEDOUT when the core already answered the request (timeout or
