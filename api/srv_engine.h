@@ -179,8 +179,9 @@ int srv__request_set_target(srv_request *req, const char *target, size_t len);
 /* The protocol version; (2, 0) for HTTP/2. Checked by headers_done. */
 void srv__request_set_version(srv_request *req, int major, int minor);
 
-/* One header (name without ':', value trimmed). 431 once the request line
- * plus headers exceed max_header_bytes; 400 for an invalid name. */
+/* One header (name without ':'; the core trims the value's spaces and
+ * tabs). 431 once the request line plus headers exceed max_header_bytes;
+ * 400 for an invalid name or a CR, LF or NUL in the value. */
 int srv__request_add_header(srv_request *req, const char *name, size_t name_len,
                             const char *value, size_t value_len);
 
