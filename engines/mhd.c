@@ -122,6 +122,18 @@ static void *emhd_watchdog(void *arg)
     return NULL;
 }
 
+static void emhd_watchdog_join(emhd_server *es)
+{
+    if (!es->watchdog_started)
+        return;
+    pthread_mutex_lock(&es->lock);
+    es->wd_stop = true;
+    pthread_cond_signal(&es->wd_cond);
+    pthread_mutex_unlock(&es->lock);
+    pthread_join(es->watchdog, NULL);
+    es->watchdog_started = false;
+}
+
 /* ------------------------------------------------------------------ */
 /* MHD callbacks (the MHD thread that owns the connection)             */
 /* ------------------------------------------------------------------ */
@@ -617,6 +629,19 @@ static int emhd_start(srv_server *srv, void **state)
 
     /* Publish the state before MHD's threads exist: a request they accept
      * reaches respond(state) through the core before start returns. */
+    /* The watchdog first: once MHD's threads run, requests may already be
+     * suspended and dispatched, and a failure after that could not be
+     * undone safely (MHD_stop_daemon panics on suspended connections). */
+    if (pthread_create(&es->watchdog, NULL, emhd_watchdog, es) != 0) {
+        srv__server_set_error(srv, "mhd: cannot create the watchdog thread");
+        close(lfd);
+        pthread_cond_destroy(&es->wd_cond);
+        pthread_mutex_destroy(&es->lock);
+        free(es);
+        return SRV_ETHREAD;
+    }
+    es->watchdog_started = true;
+
     *state = es;
     es->daemon = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
@@ -636,6 +661,7 @@ static int emhd_start(srv_server *srv, void **state)
     if (es->daemon == NULL) {
         srv__server_set_error(srv, "mhd: cannot start the daemon: %s",
                               es->start_msg[0] != '\0' ? es->start_msg : "unknown reason");
+        emhd_watchdog_join(es);
         close(lfd);
         pthread_cond_destroy(&es->wd_cond);
         pthread_mutex_destroy(&es->lock);
@@ -644,17 +670,6 @@ static int emhd_start(srv_server *srv, void **state)
         return SRV_EENGINE;
     }
     atomic_store(&es->running, true);
-    if (pthread_create(&es->watchdog, NULL, emhd_watchdog, es) != 0) {
-        srv__server_set_error(srv, "mhd: cannot create the watchdog thread");
-        MHD_stop_daemon(es->daemon);
-        close(lfd);
-        pthread_cond_destroy(&es->wd_cond);
-        pthread_mutex_destroy(&es->lock);
-        free(es);
-        *state = NULL;
-        return SRV_ETHREAD;
-    }
-    es->watchdog_started = true;
     return 0;
 }
 
@@ -699,14 +714,7 @@ static void emhd_stop(void *state)
 {
     emhd_server *es = state;
     emhd_quiesce(es);
-    if (es->watchdog_started) {
-        pthread_mutex_lock(&es->lock);
-        es->wd_stop = true;
-        pthread_cond_signal(&es->wd_cond);
-        pthread_mutex_unlock(&es->lock);
-        pthread_join(es->watchdog, NULL);
-        es->watchdog_started = false;
-    }
+    emhd_watchdog_join(es);
     /* MHD_stop_daemon panics on a suspended connection. The core answered
      * every request, so each was resumed; wait out a respond that is still
      * between its store and its resume. */
