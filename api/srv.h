@@ -347,8 +347,8 @@ srv_server *srv_request_server(const srv_request *req);
 int srv_set_header(srv_request *req, const char *name, const char *value);
 
 /*
- * srv_respond: answer the request with `status` (100-599 except 1xx, i.e.
- * 200-599), an optional Content-Type (NULL sends none) and `len` bytes of
+ * srv_respond: answer the request with a final `status` (200-599; interim
+ * 1xx answers are the engine's), an optional Content-Type (NULL sends none) and `len` bytes of
  * body (copied; body may be NULL when len is 0). Call it exactly once per
  * request, from any thread, before or after the handler returns. After it
  * returns the request belongs to libsrv again: do not touch `req`.
