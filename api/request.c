@@ -73,11 +73,6 @@ void srv__arena_free(srv__arena *a)
 
 /* ---- small helpers ------------------------------------------------------ */
 
-bool srv__ieq(const char *a, const char *b, size_t blen)
-{
-    return strlen(a) == blen && strncasecmp(a, b, blen) == 0;
-}
-
 bool srv__header_has_token(const char *list, const char *token)
 {
     size_t tlen = strlen(token);

@@ -18,9 +18,6 @@
 /* Monotonic clock in milliseconds. */
 uint64_t srv__now_ms(void);
 
-/* ASCII case-insensitive compare of a NUL-terminated and a sized string. */
-bool srv__ieq(const char *a, const char *b, size_t blen);
-
 /* Non-zero when `list` (a comma-separated header value) holds `token`
  * (case-insensitive), e.g. Connection: "keep-alive, Upgrade". */
 bool srv__header_has_token(const char *list, const char *token);
