@@ -236,10 +236,9 @@ const char *srv_server_last_error(const srv_server *srv);
  * those whose handler is still running or waiting on a timer) get up to
  * grace_ms to be answered, with "Connection: close". After the grace period
  * the core answers the rest 503 and the engine closes every connection.
- * Returns when the engine has stopped; a blocking handler that is still
- * running keeps its worker until it returns (its late response is dropped).
- * On the threadpool engine, whose connection threads run the handlers, stop
- * also waits for such a handler to return before it closes its connection.
+ * Returns when the engine has stopped, on every engine without waiting for a
+ * blocking handler that is still running: it keeps its worker until it
+ * returns, its late response is dropped, and srv_server_free waits for it.
  * Returns 0, or SRV_ESTATE when the server is not running.
  * Must not be called from a handler or a timer callback.
  */

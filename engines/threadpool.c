@@ -89,6 +89,9 @@ typedef struct etp_conn {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int responded;
+    srv_request *serving; /* handed to the core, its answer not yet claimed */
+    int detached;         /* stop() wrote the answer and owns none of it now
+                           * (also under st->mu) */
 
     /* Everything below is touched by the connection's worker only. */
     http_parser parser;
@@ -120,10 +123,11 @@ typedef struct etp_state {
     atomic_int stopping;
     atomic_uint yielding; /* idle connections closing to free a worker */
 
-    pthread_mutex_t mu; /* conns, open */
+    pthread_mutex_t mu; /* conns, open, detached; then a conn's mu */
     pthread_cond_t drained;
     etp_conn *conns;
     unsigned open; /* accepted and not yet closed, queued ones included */
+    unsigned detached; /* open ones whose handler stop() stopped waiting for */
 } etp_state;
 
 #define ETP_CONN_OF(j) ((etp_conn *)((char *)(j) - offsetof(etp_conn, job)))
@@ -492,7 +496,13 @@ static int etp_write_response(etp_conn *c, srv_request *req)
     while (!c->responded)
         pthread_cond_wait(&c->cv, &c->mu);
     c->responded = 0;
+    int detached = c->detached;
+    c->serving = NULL; /* the answer is ours to write: stop() keeps off */
     pthread_mutex_unlock(&c->mu);
+    if (detached) { /* stop() wrote it and released our reference */
+        c->io_dead = 1;
+        return 0;
+    }
     atomic_store(&c->write_since, etp_now_ms());
     etp_set_phase(c, ETP_PH_WRITE);
 
@@ -528,6 +538,9 @@ static int etp_serve_request(etp_conn *c)
     int must_close = !http_should_keep_alive(&c->parser) || c->parser.upgrade;
     if (must_close)
         srv__request_set_close(req);
+    pthread_mutex_lock(&c->mu);
+    c->serving = req;
+    pthread_mutex_unlock(&c->mu);
     srv__request_run(req);
     return etp_write_response(c, req) && !must_close;
 }
@@ -701,6 +714,8 @@ static void etp_conn_finish(etp_conn *c, enum etp_close how)
     /* Unread input makes close() send a reset that can destroy the response
      * just written: after an error (the client may still be sending) or with
      * pipelined bytes left over, linger; otherwise drop what already came. */
+    if (c->detached && how == ETP_CLOSE_QUIET) /* drop what came since */
+        how = ETP_CLOSE_SOFT;
     if (how == ETP_CLOSE_LINGER || c->off < c->len) {
         shutdown(c->fd, SHUT_WR);
         etp_drain(c->fd, ETP_LINGER_MS);
@@ -708,7 +723,8 @@ static void etp_conn_finish(etp_conn *c, enum etp_close how)
         shutdown(c->fd, SHUT_WR);
         etp_drain(c->fd, 0);
     }
-    srv__stats_connection_closed(st->srv);
+    if (!c->detached) /* stop() counted it closed when it shut it */
+        srv__stats_connection_closed(st->srv);
     if (c->yielded)
         atomic_fetch_sub(&st->yielding, 1);
     etp_buf_free(&c->url);
@@ -726,6 +742,8 @@ static void etp_conn_finish(etp_conn *c, enum etp_close how)
     if (c->next)
         c->next->prev = c->prev;
     close(c->fd);
+    if (c->detached)
+        st->detached--;
     free(c);
     if (--st->open == 0)
         pthread_cond_broadcast(&st->drained);
@@ -976,26 +994,68 @@ static void etp_quiesce(void *state)
     (void)w;
 }
 
+/*
+ * A blocking handler that outlived the grace period: the core has answered
+ * its request (503, Connection: close), but the connection's thread is
+ * still inside the handler. Write that answer from here, shut the socket so
+ * the client sees it complete, and hand the engine's reference back, so the
+ * client and srv_server_stop do not wait for the handler, as on the other
+ * engines. The thread finds `detached` when the handler returns and only
+ * closes. st->mu held. Returns the request to release (off st->mu), or NULL.
+ */
+static srv_request *etp_detach(etp_state *st, etp_conn *c)
+{
+    pthread_mutex_lock(&c->mu);
+    srv_request *req = c->responded && !c->detached ? c->serving : NULL;
+    if (req) {
+        c->detached = 1;
+        c->serving = NULL;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (!req)
+        return NULL;
+    size_t hlen = 0, blen = 0;
+    const char *head = srv__response_http1_head(req, &hlen);
+    const void *body = srv__response_body(req, &blen);
+    /* A fresh socket buffer takes a short 503: never wait for the client. */
+    if (head)
+        etp_send2(c->fd, 0, head, hlen, body, blen);
+    shutdown(c->fd, SHUT_WR);
+    c->shut = 1;
+    st->detached++;
+    srv__stats_connection_closed(st->srv);
+    return req;
+}
+
 /* Shut down (st->mu held) every connection that has nothing left to send,
  * so its blocked read returns, and responses stuck in a write for
- * ETP_STOP_WRITE_GRACE_MS. A handler still running keeps its connection: the
- * core's answer (503) is written once it returns. */
-static void etp_shutdown_conns(etp_state *st)
+ * ETP_STOP_WRITE_GRACE_MS; detach those whose handler still runs, their
+ * requests put in `out` (up to `cap`) to be released off the lock. */
+static size_t etp_shutdown_conns(etp_state *st, srv_request **out, size_t cap)
 {
+    size_t n = 0;
     uint64_t now = etp_now_ms();
     for (etp_conn *c = st->conns; c; c = c->next) {
         if (c->shut)
             continue;
         enum etp_phase ph = etp_get_phase(c);
-        if (ph == ETP_PH_HANDLER)
+        if (ph == ETP_PH_HANDLER) {
+            if (n < cap && (out[n] = etp_detach(st, c)) != NULL)
+                n++;
             continue;
+        }
         if (ph == ETP_PH_WRITE && now - atomic_load(&c->write_since) < ETP_STOP_WRITE_GRACE_MS)
             continue;
         shutdown(c->fd, SHUT_RDWR);
         c->shut = 1;
     }
+    return n;
 }
 
+#define ETP_DETACH_BATCH 64
+
+/* Returns once every connection is closed or detached; srv_server_free's
+ * pool shutdown waits for the detached ones' threads before destroy. */
 static void etp_stop(void *state)
 {
     etp_state *st = state;
@@ -1003,8 +1063,16 @@ static void etp_stop(void *state)
     atomic_store(&st->stopping, 1);
 
     pthread_mutex_lock(&st->mu);
-    while (st->open > 0) {
-        etp_shutdown_conns(st);
+    while (st->open > st->detached) {
+        srv_request *done[ETP_DETACH_BATCH];
+        size_t n = etp_shutdown_conns(st, done, ETP_DETACH_BATCH);
+        if (n > 0) {
+            pthread_mutex_unlock(&st->mu);
+            for (size_t i = 0; i < n; i++)
+                srv__request_release(done[i]);
+            pthread_mutex_lock(&st->mu);
+            continue;
+        }
         struct timespec until;
         clock_gettime(CLOCK_MONOTONIC, &until);
         until.tv_nsec += ETP_STOP_SCAN_MS * 1000000L;

@@ -1661,6 +1661,61 @@ static void test_graceful_stop(void **state)
               SRV_ESTATE);
 }
 
+/* A blocking handler that outlives the grace period: the client gets the
+ * core's 503 (Connection: close) when the grace is over, and
+ * srv_server_stop returns then, on every engine - it does not wait for the
+ * handler, which only srv_server_free waits for. */
+typedef struct overrun_client {
+    const fx *f;
+    http_res res;
+    long long done_at;
+} overrun_client;
+
+static void *overrun_client_run(void *arg)
+{
+    overrun_client *oc = arg;
+    http_do(oc->f, &(http_req){.path = "/slow?ms=2500", .timeout_ms = 10000}, &oc->res);
+    oc->done_at = rc_now_ms();
+    return NULL;
+}
+
+static void test_stop_grace_overrun(void **state)
+{
+    fx *f = *state;
+    unsigned entered = fx_read(f, &f->entered);
+    overrun_client oc = {.f = f};
+    pthread_t ct;
+    CHECK(pthread_create(&ct, NULL, overrun_client_run, &oc) == 0, "pthread_create");
+    int in_flight = fx_wait(f, &f->entered, entered + 1, 3000);
+    long long t0 = rc_now_ms();
+    int rc = srv_server_stop(f->srv, 200);
+    long long took = rc_now_ms() - t0;
+    f->stopped = 1;
+    srv_stats st = stats(f);
+    pthread_join(ct, NULL);
+    long long answered = oc.done_at - t0;
+    if (g_timing)
+        fprintf(stderr, "# %s %s: stop(200 ms) with a 2.5 s handler took %lld ms, "
+                "client answered at %lld ms\n", g_engine_name, f->m->name, took, answered);
+
+    http_res r = oc.res;
+    CHECK(in_flight, "[stop past grace] the request never reached its handler");
+    CHECK(rc == 0, "[stop past grace] srv_server_stop returned %d (%s)", rc, srv_strerror(rc));
+    check_http(f, "GET /slow?ms=2500 cut by srv_server_stop(srv, 200)", &r, 503);
+    if (!f->m->http2)
+        CHECK(rc_header_has_token(&r.hdr, "Connection", "close"),
+              "[stop past grace] the 503 lacks Connection: close");
+    http_res_free(&r);
+    /* Bounds far from both sides: grace 200 ms, the handler 2500 ms. */
+    CHECK(took < 1500, "[stop past grace] srv_server_stop(srv, 200) took %lld ms: it waited "
+          "for the blocking handler (2.5 s) instead of answering 503", took);
+    CHECK(answered < 1500, "[stop past grace] the client got its 503 %lld ms after stop "
+          "began (grace 200 ms): it waited for the handler", answered);
+    CHECK(st.connections_open == 0 && st.requests_in_flight == 0,
+          "[stop past grace] after stop: connections_open=%u requests_in_flight=%u",
+          st.connections_open, st.requests_in_flight);
+}
+
 /* ------------------------------------------------------------------ */
 /* Raw HTTP/1 cases                                                    */
 /* ------------------------------------------------------------------ */
@@ -2367,7 +2422,8 @@ static void test_raw_max_connections(void **state)
     cmocka_unit_test_setup_teardown(test_client_disconnect, setup_default, fx_teardown), \
     cmocka_unit_test_setup_teardown(test_never_responds, setup_short_request, fx_teardown), \
     cmocka_unit_test_setup_teardown(test_concurrent_300, setup_many_workers, fx_teardown), \
-    cmocka_unit_test_setup_teardown(test_graceful_stop, setup_default, fx_teardown)
+    cmocka_unit_test_setup_teardown(test_graceful_stop, setup_default, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_stop_grace_overrun, setup_default, fx_teardown)
 
 int main(int argc, char **argv)
 {
