@@ -92,17 +92,17 @@ bool srv__header_has_token(const char *list, const char *token)
     return false;
 }
 
-static bool srv__is_tchar(unsigned char c)
+bool srv__http_is_tchar(int c)
 {
     return c > 0x20 && c < 0x7f && strchr("()<>@,;:\\\"/[]?={}", c) == NULL;
 }
 
-static bool srv__is_token_n(const char *s, size_t n)
+bool srv__http_is_token(const char *s, size_t n)
 {
     if (n == 0)
         return false;
     for (size_t i = 0; i < n; i++)
-        if (!srv__is_tchar((unsigned char)s[i]))
+        if (!srv__http_is_tchar((unsigned char)s[i]))
             return false;
     return true;
 }
@@ -247,7 +247,7 @@ static int srv__head_grow(srv_request *req, size_t n)
 
 int srv__request_set_method(srv_request *req, const char *method, size_t len)
 {
-    if (!srv__is_token_n(method, len))
+    if (!srv__http_is_token(method, len))
         return 400;
     req->method = srv__arena_strndup(&req->arena, method, len);
     if (req->method == NULL)
@@ -273,7 +273,7 @@ void srv__request_set_version(srv_request *req, int major, int minor)
 int srv__request_add_header(srv_request *req, const char *name, size_t name_len,
                             const char *value, size_t value_len)
 {
-    if (!srv__is_token_n(name, name_len))
+    if (!srv__http_is_token(name, name_len))
         return 400;
     while (value_len > 0 && (value[0] == ' ' || value[0] == '\t')) {
         value++;
@@ -649,7 +649,7 @@ int srv_set_header(srv_request *req, const char *name, const char *value)
 {
     if (req == NULL || name == NULL || value == NULL)
         return SRV_EINVAL;
-    if (!srv__is_token_n(name, strlen(name)) || srv__is_framing_header(name))
+    if (!srv__http_is_token(name, strlen(name)) || srv__is_framing_header(name))
         return SRV_EHEADER;
     for (const char *p = value; *p; p++)
         if (*p == '\r' || *p == '\n')

@@ -6,23 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool srv__is_token(const char *s)
-{
-    if (*s == '\0')
-        return false;
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c <= 0x20 || c >= 0x7f || strchr("()<>@,;:\\\"/[]?={}", c) != NULL)
-            return false;
-    }
-    return true;
-}
-
 int srv__router_add(srv__router *r, const char *method, const char *path,
                     srv_handler_fn handler, void *ctx)
 {
-    if (method == NULL || path == NULL || handler == NULL || !srv__is_token(method) ||
-        path[0] != '/')
+    if (method == NULL || path == NULL || handler == NULL ||
+        !srv__http_is_token(method, strlen(method)) || path[0] != '/')
         return SRV_EINVAL;
     for (size_t i = 0; i < r->count; i++)
         if (strcmp(r->routes[i].method, method) == 0 && strcmp(r->routes[i].path, path) == 0)

@@ -12,6 +12,7 @@
 #include "srv.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <sys/socket.h>
 
 #ifdef __cplusplus
@@ -166,6 +167,11 @@ unsigned srv__pool_waiting(const srv_server *srv);
  * of memory. `peer` may be NULL (then the peer reads "-"). */
 srv_request *srv__request_new(srv_server *srv, const struct sockaddr *peer,
                               socklen_t peer_len);
+
+/* Whether c is an RFC 9110 tchar, and s[0..n) a token (n > 0, tchars
+ * only): what a method or a header name must be. */
+bool srv__http_is_tchar(int c);
+bool srv__http_is_token(const char *s, size_t n);
 
 /* The method token as received (any token; routing decides 405). 400 for
  * an empty or non-token method. */

@@ -32,6 +32,11 @@
  * (or pauses at a message end), so this is the whole per-connection input
  * buffer. */
 #define ETP_READ_BUF 16384
+/* Longest method token taken aside for http-parser (see etp_take_method);
+ * a longer one is left to the parser, which answers 400. The buffer keeps
+ * room to show the parser "GET" in place of a shorter token. */
+#define ETP_MAX_METHOD 64
+#define ETP_METHOD_SLACK 2
 /* An idle kept-alive connection looks this often whether another connection
  * waits for its worker (then it yields: closes so the waiter is served). */
 #define ETP_IDLE_SLICE_MS 200
@@ -103,6 +108,10 @@ typedef struct etp_conn {
     int last_was_value; /* the last header callback was a value piece */
     size_t head_bytes;  /* URL + header names + values of this message */
     etp_buf url, field, value;
+    int at_start;       /* the next message's method is not read yet */
+    int need_more;      /* buf[off, len) is the start of a method: read on */
+    char method[ETP_MAX_METHOD]; /* this message's method, when the parser */
+    size_t method_len;           /* was shown GET instead (0: it was not) */
     char *buf;
     size_t off, len;    /* unparsed input is buf[off, len) */
     uint64_t deadline;  /* ETP_PH_HEAD: monotonic ms when 408 is due */
@@ -403,7 +412,12 @@ static int etp_on_headers_complete(http_parser *p)
     if (etp_flush_header(c))
         return -1;
     const char *m = http_method_str((enum http_method)p->method);
-    if ((rc = srv__request_set_method(req, m, strlen(m))) != 0)
+    size_t mlen = strlen(m);
+    if (c->method_len > 0) { /* the parser was shown GET instead */
+        m = c->method;
+        mlen = c->method_len;
+    }
+    if ((rc = srv__request_set_method(req, m, mlen)) != 0)
         return etp_cb_fail(c, rc);
     if ((rc = srv__request_set_target(req, c->url.p ? c->url.p : "", c->url.len)) != 0)
         return etp_cb_fail(c, rc);
@@ -640,14 +654,62 @@ static int etp_wait_request(etp_conn *c)
     }
 }
 
+static int etp_parser_knows(const char *m, size_t len)
+{
+#define ETP_KNOWN(num, name, string)                                                           \
+    if (len == sizeof #string - 1 && memcmp(m, #string, len) == 0)                             \
+        return 1;
+    HTTP_METHOD_MAP(ETP_KNOWN)
+#undef ETP_KNOWN
+    return 0;
+}
+
+/*
+ * http-parser 2.9 knows a fixed list of methods and fails on any other
+ * token (BREW, a lowercase get) with a 400, while the core routes any token:
+ * 404, 405 with Allow, or the application's own srv_route("BREW", ...), as
+ * on the other engines. So at the start of each message read the method
+ * here; an unknown token is kept in c->method and the parser is shown GET
+ * in its place (a request's method plays no part in its framing). Returns
+ * 1 to run the parser, 0 when the method is not complete in the buffer.
+ */
+static int etp_take_method(etp_conn *c)
+{
+    while (c->off < c->len && (c->buf[c->off] == '\r' || c->buf[c->off] == '\n'))
+        c->off++; /* empty lines before a request are ignored (RFC 9112 2.2) */
+    size_t i = c->off;
+    while (i < c->len && i - c->off <= ETP_MAX_METHOD &&
+           srv__http_is_tchar((unsigned char)c->buf[i]))
+        i++;
+    size_t mlen = i - c->off;
+    if (i == c->len && mlen <= ETP_MAX_METHOD)
+        return 0;
+    c->at_start = 0;
+    c->method_len = 0;
+    if (mlen == 0 || mlen > ETP_MAX_METHOD || c->buf[i] != ' ' ||
+        etp_parser_knows(c->buf + c->off, mlen))
+        return 1; /* the parser decides: a method it knows, or a 400 */
+    memcpy(c->method, c->buf + c->off, mlen);
+    c->method_len = mlen;
+    if (mlen >= 3) {
+        c->off += mlen - 3;
+    } else { /* room for it: ETP_METHOD_SLACK */
+        memmove(c->buf + i + (3 - mlen), c->buf + i, c->len - i);
+        c->len += 3 - mlen;
+    }
+    memcpy(c->buf + c->off, "GET", 3);
+    return 1;
+}
+
 static enum etp_close etp_serve(etp_conn *c)
 {
     etp_state *st = c->st;
     http_parser_init(&c->parser, HTTP_REQUEST);
     c->parser.data = c;
     etp_set_phase(c, ETP_PH_IDLE);
+    c->at_start = 1;
     for (;;) {
-        if (c->off == c->len) {
+        if (c->off == c->len || c->need_more) {
             int r;
             if (etp_get_phase(c) == ETP_PH_IDLE) {
                 r = etp_wait_idle(c);
@@ -660,7 +722,13 @@ static enum etp_close etp_serve(etp_conn *c)
                 if (r < 0)
                     return ETP_CLOSE_QUIET;
             }
-            ssize_t n = recv(c->fd, c->buf, ETP_READ_BUF, MSG_DONTWAIT);
+            /* A method begun in the last read stays, moved to the front. */
+            size_t keep = c->len - c->off;
+            if (keep > 0 && c->off > 0)
+                memmove(c->buf, c->buf + c->off, keep);
+            c->off = 0;
+            c->len = keep;
+            ssize_t n = recv(c->fd, c->buf + keep, ETP_READ_BUF - keep, MSG_DONTWAIT);
             if (n < 0) {
                 if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)
                     continue;
@@ -668,14 +736,18 @@ static enum etp_close etp_serve(etp_conn *c)
             }
             if (n == 0) /* EOF, idle or mid-request: nobody to answer */
                 return ETP_CLOSE_QUIET;
-            c->off = 0;
-            c->len = (size_t)n;
+            c->len = keep + (size_t)n;
+            c->need_more = 0;
             if (etp_get_phase(c) == ETP_PH_IDLE) {
                 etp_set_phase(c, ETP_PH_HEAD);
                 c->deadline = etp_now_ms() + st->cfg->header_timeout_ms;
             }
         }
 
+        if (c->at_start && !etp_take_method(c)) {
+            c->need_more = 1;
+            continue;
+        }
         size_t n = http_parser_execute(&c->parser, &etp_settings, c->buf + c->off,
                                        c->len - c->off);
         c->off += n;
@@ -684,6 +756,7 @@ static enum etp_close etp_serve(etp_conn *c)
             if (!etp_serve_request(c)) /* a normal close: do not wait */
                 return c->io_dead ? ETP_CLOSE_QUIET : ETP_CLOSE_SOFT;
             http_parser_pause(&c->parser, 0);
+            c->at_start = 1;
             if (c->off < c->len) { /* pipelined: the next head has begun */
                 etp_set_phase(c, ETP_PH_HEAD);
                 c->deadline = etp_now_ms() + st->cfg->header_timeout_ms;
@@ -755,7 +828,7 @@ static void etp_conn_run(srv_job *job)
     etp_conn *c = ETP_CONN_OF(job);
     enum etp_close how = ETP_CLOSE_QUIET;
     if (!atomic_load(&c->st->stopping)) {
-        c->buf = malloc(ETP_READ_BUF);
+        c->buf = malloc(ETP_READ_BUF + ETP_METHOD_SLACK);
         if (c->buf)
             how = etp_serve(c);
     }

@@ -512,6 +512,9 @@ static int fx_setup(void **state, enum preset p)
         {"GET", "/headers", h_headers, f},
         {"POST", "/multi", h_method, f},
         {"PUT", "/multi", h_method, f},
+        /* Extension methods: any token routes, on every engine. */
+        {"BREW", "/coffee", h_echo, f},
+        {"X", "/m", h_method, f},
         {"GET", "/n", h_n, f},
         {"GET", "/caf\xc3\xa9", h_cafe, f},
         {"GET", "/slow", h_slow, f},
@@ -1283,6 +1286,20 @@ static void test_method_not_allowed(void **state)
     check_http(f, "PUT /multi", &r, 200);
     check_body(f, "PUT /multi", &r, "PUT");
     http_res_free(&r);
+
+    /* A method no HTTP library lists is still a method: routed, or 405. */
+    http_do(f, &(http_req){.method = "BREW", .path = "/coffee", .body = "tea",
+                           .body_len = 3},
+            &r);
+    check_http(f, "BREW /coffee (routed extension method)", &r, 200);
+    check_body(f, "BREW /coffee", &r, "tea");
+    http_res_free(&r);
+
+    http_do(f, &(http_req){.method = "BREW", .path = "/hello"}, &r);
+    check_http(f, "BREW /hello", &r, 405);
+    CHECK(rc_header_has_token(&r.hdr, "Allow", "GET"), "[BREW /hello] Allow: %s lacks GET",
+          or_null(res_header(&r, "Allow")));
+    http_res_free(&r);
 }
 
 static void test_response_headers(void **state)
@@ -1751,6 +1768,41 @@ static void test_raw_pipelined(void **state)
     /* Had the HEAD carried a body, this would read "hello" as a status line. */
     conn_expect(c, "pipelined GET after HEAD", 0, 200, "last", NULL);
     CHECK(rc_unread(c) == 0, "[pipelined] %zu stray bytes", rc_unread(c));
+}
+
+/* Extension methods over raw HTTP/1: split across reads, one letter long,
+ * lowercase (methods are case-sensitive), pipelined with a body, unrouted. */
+static void test_raw_extension_methods(void **state)
+{
+    fx *f = *state;
+    rc_conn *c = conn_open(f, "extension methods");
+    conn_send_str(c, "pipelined BREW with a body, X, GET",
+                  "BREW /coffee HTTP/1.1\r\n" HOST "Content-Length: 5\r\n\r\nhello"
+                  "X /m HTTP/1.1\r\n" HOST "\r\n"
+                  "GET /hello HTTP/1.1\r\n" HOST "\r\n");
+    conn_expect(c, "pipelined BREW /coffee with a 5-byte body", 0, 200, "hello", NULL);
+    conn_expect(c, "pipelined one-letter method X /m", 0, 200, "X", NULL);
+    conn_expect(c, "pipelined GET /hello after them", 0, 200, "hello", NULL);
+
+    conn_send_str(c, "method split across reads", "BR");
+    sleep_ms(100);
+    conn_send_str(c, "method split across reads",
+                  "EW /coffee HTTP/1.1\r\n" HOST "Content-Length: 3\r\n\r\nabc");
+    conn_expect(c, "BREW sent as \"BR\" then \"EW ...\"", 0, 200, "abc", NULL);
+
+    rc_response r;
+    conn_send_str(c, "lowercase get", "get /hello HTTP/1.1\r\n" HOST "\r\n");
+    conn_expect(c, "get /hello (methods are case-sensitive)", 0, 405, NULL, &r);
+    int allow_get = rc_header_has_token(&r, "Allow", "GET");
+    rc_response_free(&r);
+    CHECK(allow_get, "[get /hello] the 405 lacks Allow: GET");
+
+    conn_send_str(c, "unrouted extension method",
+                  "BREW /nowhere HTTP/1.1\r\n" HOST "\r\n");
+    conn_expect(c, "BREW /nowhere", 0, 404, NULL, NULL);
+    conn_send_str(c, "after the extension methods", "GET /hello HTTP/1.1\r\n" HOST "\r\n");
+    conn_expect(c, "GET /hello on the same connection", 0, 200, "hello", NULL);
+    CHECK(rc_unread(c) == 0, "[extension methods] %zu stray bytes", rc_unread(c));
 }
 
 static void test_raw_post(void **state)
@@ -2459,6 +2511,7 @@ int main(int argc, char **argv)
 
     const struct CMUnitTest raw[] = {
         cmocka_unit_test_setup_teardown(test_raw_pipelined, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_extension_methods, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_raw_post, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_raw_chunked_extensions_trailers, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_raw_head, setup_default, fx_teardown),
