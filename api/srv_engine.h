@@ -81,9 +81,11 @@ struct srv_engine {
      * the grace period and after the core has answered every outstanding
      * request (so respond has been called for each one dispatched). Close
      * every connection, release every request still held, and join the
-     * engine's threads (and wait for its jobs in the worker pool). After it
-     * returns no engine thread runs and no core function is called by the
-     * engine for this server.
+     * engine's threads. Do not wait for a blocking handler: a connection
+     * whose pool job is inside one gets its answer written and its socket
+     * shut here, and the job closes it when the handler returns. After stop
+     * returns no engine thread runs; such a job may (srv_server_free drains
+     * the pool before destroy) but calls no core function for this server.
      */
     void (*stop)(void *state);
 

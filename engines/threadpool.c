@@ -52,6 +52,8 @@
  * shut down; stop looks again this often. */
 #define ETP_STOP_WRITE_GRACE_MS 2000
 #define ETP_STOP_SCAN_MS 100
+/* stop: connections detached (and written) in one go, at most. */
+#define ETP_DETACH_BATCH 64
 /* http-parser's built-in head limit (HTTP_MAX_HEADER_SIZE, 80 KiB). */
 #define ETP_PARSER_DEFAULT_MAX_HEAD (80u * 1024u)
 
@@ -209,48 +211,54 @@ static int etp_write_timeout(const etp_state *st)
 }
 
 /*
- * Write a and then b fully (either may be empty), with MSG_NOSIGNAL so a
- * vanished client is an error, not SIGPIPE. 0, or -1 when the client is
- * gone or stopped reading for the write timeout.
+ * Send what the socket takes now of a then b (either may be empty), from
+ * *sent bytes in, with MSG_NOSIGNAL so a vanished client is an error, not
+ * SIGPIPE. 1 when all is sent, 0 when the socket is full, -1 when the
+ * client is gone.
  */
-static int etp_send2(int fd, int timeout_ms, const void *a, size_t alen,
-                     const void *b, size_t blen)
+static int etp_send_some(int fd, const void *a, size_t alen, const void *b, size_t blen,
+                         size_t *sent)
 {
-    struct iovec iov[2] = {
-        {.iov_base = (void *)(uintptr_t)a, .iov_len = alen},
-        {.iov_base = (void *)(uintptr_t)b, .iov_len = blen},
-    };
-    int i = 0;
     for (;;) {
-        while (i < 2 && iov[i].iov_len == 0)
-            i++;
-        if (i == 2)
-            return 0;
-        struct msghdr m = {.msg_iov = iov + i, .msg_iovlen = (size_t)(2 - i)};
+        size_t s = *sent;
+        if (s >= alen + blen)
+            return 1;
+        struct iovec iov[2];
+        size_t k = 0;
+        if (s < alen) {
+            iov[k++] = (struct iovec){(char *)(uintptr_t)a + s, alen - s};
+            if (blen > 0)
+                iov[k++] = (struct iovec){(void *)(uintptr_t)b, blen};
+        } else {
+            iov[k++] = (struct iovec){(char *)(uintptr_t)b + (s - alen), blen - (s - alen)};
+        }
+        struct msghdr m = {.msg_iov = iov, .msg_iovlen = k};
         ssize_t n = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK)
-                return -1;
-            struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-            int r = poll(&pfd, 1, timeout_ms);
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r <= 0)
-                return -1;
+            return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+        }
+        *sent += (size_t)n;
+    }
+}
+
+/* Write a and then b fully. 0, or -1 when the client is gone or stopped
+ * reading for timeout_ms. */
+static int etp_send2(int fd, int timeout_ms, const void *a, size_t alen,
+                     const void *b, size_t blen)
+{
+    size_t sent = 0;
+    for (;;) {
+        int r = etp_send_some(fd, a, alen, b, blen, &sent);
+        if (r != 0)
+            return r > 0 ? 0 : -1;
+        struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+        int p = poll(&pfd, 1, timeout_ms);
+        if (p < 0 && errno == EINTR)
             continue;
-        }
-        size_t done = (size_t)n;
-        while (i < 2 && done >= iov[i].iov_len) {
-            done -= iov[i].iov_len;
-            iov[i].iov_len = 0;
-            i++;
-        }
-        if (i < 2) {
-            iov[i].iov_base = (char *)iov[i].iov_base + done;
-            iov[i].iov_len -= done;
-        }
+        if (p <= 0)
+            return -1;
     }
 }
 
@@ -691,11 +699,18 @@ static int etp_take_method(etp_conn *c)
         return 1; /* the parser decides: a method it knows, or a 400 */
     memcpy(c->method, c->buf + c->off, mlen);
     c->method_len = mlen;
+    size_t need = mlen < 3 ? 3 - mlen : 0;
     if (mlen >= 3) {
         c->off += mlen - 3;
-    } else { /* room for it: ETP_METHOD_SLACK */
-        memmove(c->buf + i + (3 - mlen), c->buf + i, c->len - i);
-        c->len += 3 - mlen;
+    } else if (c->off >= need) { /* consumed bytes before it: reuse them */
+        c->off -= need;
+    } else { /* the token starts the read: ETP_METHOD_SLACK, once per read */
+        if (c->len + need > ETP_READ_BUF + ETP_METHOD_SLACK) {
+            c->method_len = 0;
+            return 1;
+        }
+        memmove(c->buf + i + need, c->buf + i, c->len - i);
+        c->len += need;
     }
     memcpy(c->buf + c->off, "GET", 3);
     return 1;
@@ -787,9 +802,10 @@ static void etp_conn_finish(etp_conn *c, enum etp_close how)
     /* Unread input makes close() send a reset that can destroy the response
      * just written: after an error (the client may still be sending) or with
      * pipelined bytes left over, linger; otherwise drop what already came. */
-    if (c->detached && how == ETP_CLOSE_QUIET) /* drop what came since */
-        how = ETP_CLOSE_SOFT;
-    if (how == ETP_CLOSE_LINGER || c->off < c->len) {
+    if (c->detached) {
+        /* stop() writes and shuts the socket through its own descriptor */
+        etp_drain(c->fd, 0);
+    } else if (how == ETP_CLOSE_LINGER || c->off < c->len) {
         shutdown(c->fd, SHUT_WR);
         etp_drain(c->fd, ETP_LINGER_MS);
     } else if (how == ETP_CLOSE_SOFT) {
@@ -804,8 +820,6 @@ static void etp_conn_finish(etp_conn *c, enum etp_close how)
     etp_buf_free(&c->field);
     etp_buf_free(&c->value);
     free(c->buf);
-    pthread_mutex_destroy(&c->mu);
-    pthread_cond_destroy(&c->cv);
 
     pthread_mutex_lock(&st->mu);
     if (c->prev)
@@ -817,8 +831,10 @@ static void etp_conn_finish(etp_conn *c, enum etp_close how)
     close(c->fd);
     if (c->detached)
         st->detached--;
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
     free(c);
-    if (--st->open == 0)
+    if (--st->open <= st->detached) /* what stop() waits for */
         pthread_cond_broadcast(&st->drained);
     pthread_mutex_unlock(&st->mu);
 }
@@ -827,7 +843,12 @@ static void etp_conn_run(srv_job *job)
 {
     etp_conn *c = ETP_CONN_OF(job);
     enum etp_close how = ETP_CLOSE_QUIET;
-    if (!atomic_load(&c->st->stopping)) {
+    pthread_mutex_lock(&c->st->mu); /* stop() reads QUEUED under it */
+    int abandoned = c->shut;
+    if (!abandoned)
+        etp_set_phase(c, ETP_PH_IDLE);
+    pthread_mutex_unlock(&c->st->mu);
+    if (!abandoned && !atomic_load(&c->st->stopping)) {
         c->buf = malloc(ETP_READ_BUF + ETP_METHOD_SLACK);
         if (c->buf)
             how = etp_serve(c);
@@ -1069,42 +1090,118 @@ static void etp_quiesce(void *state)
 
 /*
  * A blocking handler that outlived the grace period: the core has answered
- * its request (503, Connection: close), but the connection's thread is
- * still inside the handler. Write that answer from here, shut the socket so
- * the client sees it complete, and hand the engine's reference back, so the
- * client and srv_server_stop do not wait for the handler, as on the other
- * engines. The thread finds `detached` when the handler returns and only
- * closes. st->mu held. Returns the request to release (off st->mu), or NULL.
+ * its request (its 503, or the application's answer given before the
+ * handler returned), but the connection's thread is still inside the
+ * handler. Stop claims the answer, writes it through a duplicate of the
+ * socket, shuts the socket so the client sees the response complete, and
+ * hands the engine's reference back: the client and srv_server_stop do not
+ * wait for the handler, as on the other engines. The thread finds
+ * `detached` when the handler returns and only drains and closes its own
+ * descriptor, never shutting the socket under stop's write.
  */
-static srv_request *etp_detach(etp_state *st, etp_conn *c)
+typedef struct etp_detached {
+    srv_request *req; /* NULL: a queued connection, answered 503 if it sent */
+    int fd; /* a dup: the socket outlives the connection thread's close */
+    struct sockaddr_storage peer;
+    socklen_t peer_len;
+    const char *head;
+    const void *body;
+    size_t hlen, blen, sent;
+    int over; /* written, or the client is gone */
+} etp_detached;
+
+/* st->mu held. Claims the connection's answer (its thread then keeps off
+ * the socket) and fills *out; 0 when there is nothing to claim yet. */
+static int etp_detach(etp_state *st, etp_conn *c, etp_detached *out)
 {
+    int fd = -1;
     pthread_mutex_lock(&c->mu);
     srv_request *req = c->responded && !c->detached ? c->serving : NULL;
-    if (req) {
+    if (req && (fd = fcntl(c->fd, F_DUPFD_CLOEXEC, 0)) >= 0) {
         c->detached = 1;
         c->serving = NULL;
     }
     pthread_mutex_unlock(&c->mu);
-    if (!req)
-        return NULL;
-    size_t hlen = 0, blen = 0;
-    const char *head = srv__response_http1_head(req, &hlen);
-    const void *body = srv__response_body(req, &blen);
-    /* A fresh socket buffer takes a short 503: never wait for the client. */
-    if (head)
-        etp_send2(c->fd, 0, head, hlen, body, blen);
-    shutdown(c->fd, SHUT_WR);
+    if (fd < 0) /* out of descriptors: stop waits for the handler instead */
+        return 0;
     c->shut = 1;
     st->detached++;
     srv__stats_connection_closed(st->srv);
-    return req;
+    *out = (etp_detached){.req = req, .fd = fd};
+    return 1;
+}
+
+/* st->mu held. A connection still queued for a worker (which may wait
+ * behind blocking handlers) has never been read; its job finds it shut and
+ * only closes (etp_conn_run), so stop does not wait for it. If the client
+ * has sent a request, it gets the 503 any engine gives in-flight requests
+ * at stop: out is filled for that; 0 when there is nothing to write. */
+static int etp_detach_queued(etp_state *st, etp_conn *c, etp_detached *out)
+{
+    int fd = fcntl(c->fd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0)
+        shutdown(c->fd, SHUT_RDWR);
+    c->shut = 1;
+    c->detached = 1;
+    st->detached++;
+    srv__stats_connection_closed(st->srv);
+    if (fd < 0)
+        return 0;
+    *out = (etp_detached){.fd = fd, .peer = c->peer, .peer_len = c->peer_len};
+    return 1;
+}
+
+/* Off st->mu: write the detached connections' answers side by side, all
+ * within ETP_STOP_WRITE_GRACE_MS (the grace a response being written gets),
+ * so one slow reader delays none of the others; then shut each socket and
+ * hand the engine's reference back. */
+static void etp_detached_finish(etp_state *st, etp_detached *d, size_t n)
+{
+    struct pollfd pfd[ETP_DETACH_BATCH];
+    uint64_t end = etp_now_ms() + ETP_STOP_WRITE_GRACE_MS;
+    for (size_t i = 0; i < n; i++) {
+        struct pollfd in = {.fd = d[i].fd, .events = POLLIN};
+        if (!d[i].req && poll(&in, 1, 0) == 1 && (in.revents & POLLIN)) {
+            d[i].req = srv__request_new(st->srv, (const struct sockaddr *)&d[i].peer,
+                                        d[i].peer_len);
+            if (d[i].req) /* respond ignores it: no engine data */
+                srv__request_fail(d[i].req, 503);
+        }
+        d[i].head = d[i].req ? srv__response_http1_head(d[i].req, &d[i].hlen) : NULL;
+        d[i].body = d[i].req ? srv__response_body(d[i].req, &d[i].blen) : NULL;
+        d[i].over = d[i].head == NULL;
+    }
+    for (;;) {
+        nfds_t waiting = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (d[i].over)
+                continue;
+            int r = etp_send_some(d[i].fd, d[i].head, d[i].hlen, d[i].body, d[i].blen,
+                                  &d[i].sent);
+            if (r != 0)
+                d[i].over = 1;
+            else
+                pfd[waiting++] = (struct pollfd){.fd = d[i].fd, .events = POLLOUT};
+        }
+        uint64_t now = etp_now_ms();
+        if (waiting == 0 || now >= end)
+            break;
+        if (poll(pfd, waiting, etp_clamp_ms(end - now)) < 0 && errno != EINTR)
+            break;
+    }
+    for (size_t i = 0; i < n; i++) {
+        etp_linger_close(d[i].fd, 0); /* the thread's own fd closes later */
+        if (d[i].req)
+            srv__request_release(d[i].req);
+    }
 }
 
 /* Shut down (st->mu held) every connection that has nothing left to send,
  * so its blocked read returns, and responses stuck in a write for
- * ETP_STOP_WRITE_GRACE_MS; detach those whose handler still runs, their
- * requests put in `out` (up to `cap`) to be released off the lock. */
-static size_t etp_shutdown_conns(etp_state *st, srv_request **out, size_t cap)
+ * ETP_STOP_WRITE_GRACE_MS; detach those still queued for a worker and those
+ * whose handler still runs (into `out`, up to `cap`, to be written off the
+ * lock). */
+static size_t etp_shutdown_conns(etp_state *st, etp_detached *out, size_t cap)
 {
     size_t n = 0;
     uint64_t now = etp_now_ms();
@@ -1112,8 +1209,13 @@ static size_t etp_shutdown_conns(etp_state *st, srv_request **out, size_t cap)
         if (c->shut)
             continue;
         enum etp_phase ph = etp_get_phase(c);
+        if (ph == ETP_PH_QUEUED) {
+            if (n < cap && etp_detach_queued(st, c, &out[n]))
+                n++;
+            continue;
+        }
         if (ph == ETP_PH_HANDLER) {
-            if (n < cap && (out[n] = etp_detach(st, c)) != NULL)
+            if (n < cap && etp_detach(st, c, &out[n]))
                 n++;
             continue;
         }
@@ -1125,8 +1227,6 @@ static size_t etp_shutdown_conns(etp_state *st, srv_request **out, size_t cap)
     return n;
 }
 
-#define ETP_DETACH_BATCH 64
-
 /* Returns once every connection is closed or detached; srv_server_free's
  * pool shutdown waits for the detached ones' threads before destroy. */
 static void etp_stop(void *state)
@@ -1137,12 +1237,11 @@ static void etp_stop(void *state)
 
     pthread_mutex_lock(&st->mu);
     while (st->open > st->detached) {
-        srv_request *done[ETP_DETACH_BATCH];
+        etp_detached done[ETP_DETACH_BATCH];
         size_t n = etp_shutdown_conns(st, done, ETP_DETACH_BATCH);
         if (n > 0) {
             pthread_mutex_unlock(&st->mu);
-            for (size_t i = 0; i < n; i++)
-                srv__request_release(done[i]);
+            etp_detached_finish(st, done, n);
             pthread_mutex_lock(&st->mu);
             continue;
         }

@@ -432,7 +432,8 @@ enum preset {
     P_SHORT_REQUEST_TIMEOUT, /* request_timeout_ms 500 */
     P_MANY_WORKERS,          /* worker_threads 200 (the benchmark's) */
     P_FEW_CONNECTIONS,       /* max_connections 4 */
-    P_IPV6_ANY               /* host "::" (dual-stack) */
+    P_IPV6_ANY,              /* host "::" (dual-stack) */
+    P_ONE_WORKER             /* worker_threads 1 */
 };
 
 /* Small limits and timeouts keep the suite fast; see the cases. */
@@ -484,6 +485,9 @@ static int fx_setup(void **state, enum preset p)
         break;
     case P_IPV6_ANY:
         f->cfg.host = "::";
+        break;
+    case P_ONE_WORKER:
+        f->cfg.worker_threads = 1;
         break;
     case P_FEW_CONNECTIONS:
         f->cfg.max_connections = 4;
@@ -565,6 +569,7 @@ static int setup_many_workers(void **state)
     return fx_setup(state, P_MANY_WORKERS);
 }
 static int setup_ipv6_any(void **state) { return fx_setup(state, P_IPV6_ANY); }
+static int setup_one_worker(void **state) { return fx_setup(state, P_ONE_WORKER); }
 static int setup_few_connections(void **state)
 {
     return fx_setup(state, P_FEW_CONNECTIONS);
@@ -1684,6 +1689,7 @@ static void test_graceful_stop(void **state)
  * handler, which only srv_server_free waits for. */
 typedef struct overrun_client {
     const fx *f;
+    const char *path;
     http_res res;
     long long done_at;
 } overrun_client;
@@ -1691,7 +1697,7 @@ typedef struct overrun_client {
 static void *overrun_client_run(void *arg)
 {
     overrun_client *oc = arg;
-    http_do(oc->f, &(http_req){.path = "/slow?ms=2500", .timeout_ms = 10000}, &oc->res);
+    http_do(oc->f, &(http_req){.path = oc->path, .timeout_ms = 10000}, &oc->res);
     oc->done_at = rc_now_ms();
     return NULL;
 }
@@ -1700,7 +1706,7 @@ static void test_stop_grace_overrun(void **state)
 {
     fx *f = *state;
     unsigned entered = fx_read(f, &f->entered);
-    overrun_client oc = {.f = f};
+    overrun_client oc = {.f = f, .path = "/slow?ms=2500"};
     pthread_t ct;
     CHECK(pthread_create(&ct, NULL, overrun_client_run, &oc) == 0, "pthread_create");
     int in_flight = fx_wait(f, &f->entered, entered + 1, 3000);
@@ -1730,6 +1736,52 @@ static void test_stop_grace_overrun(void **state)
           "began (grace 200 ms): it waited for the handler", answered);
     CHECK(st.connections_open == 0 && st.requests_in_flight == 0,
           "[stop past grace] after stop: connections_open=%u requests_in_flight=%u",
+          st.connections_open, st.requests_in_flight);
+}
+
+/* The only worker is in a 2.5 s blocking handler and a second request
+ * waits for it (threadpool: its connection is queued; the others: the
+ * request is queued for the pool). Stopping with 200 ms of grace answers
+ * both 503 at once and does not wait for the handler, on every engine. */
+static void test_stop_workers_busy(void **state)
+{
+    fx *f = *state;
+    unsigned entered = fx_read(f, &f->entered);
+    overrun_client a = {.f = f, .path = "/slow?ms=2500"};
+    overrun_client b = {.f = f, .path = "/hello"};
+    pthread_t at, bt;
+    CHECK(pthread_create(&at, NULL, overrun_client_run, &a) == 0, "pthread_create");
+    int in_handler = fx_wait(f, &f->entered, entered + 1, 3000);
+    int b_started = pthread_create(&bt, NULL, overrun_client_run, &b) == 0;
+    sleep_ms(300); /* b's request is sent and waits for the worker */
+    long long t0 = rc_now_ms();
+    int rc = srv_server_stop(f->srv, 200);
+    long long took = rc_now_ms() - t0;
+    f->stopped = 1;
+    srv_stats st = stats(f);
+    pthread_join(at, NULL);
+    if (b_started)
+        pthread_join(bt, NULL);
+    if (g_timing)
+        fprintf(stderr, "# %s %s: stop(200 ms) with the only worker busy took %lld ms; "
+                "answers at %lld and %lld ms\n", g_engine_name, f->m->name, took,
+                a.done_at - t0, b.done_at - t0);
+
+    CHECK(in_handler, "[stop, workers busy] the first request never reached its handler");
+    CHECK(b_started, "pthread_create (second client)");
+    CHECK(rc == 0, "[stop, workers busy] srv_server_stop returned %d (%s)", rc,
+          srv_strerror(rc));
+    check_http(f, "GET /slow?ms=2500 in the only worker at stop", &a.res, 503);
+    check_http(f, "GET /hello waiting for the busy worker at stop", &b.res, 503);
+    http_res_free(&a.res);
+    http_res_free(&b.res);
+    CHECK(took < 1500, "[stop, workers busy] srv_server_stop(srv, 200) took %lld ms: it "
+          "waited for the blocking handler (2.5 s)", took);
+    CHECK(a.done_at - t0 < 1500 && b.done_at - t0 < 1500,
+          "[stop, workers busy] answers came %lld and %lld ms after stop began (grace "
+          "200 ms): they waited for the handler", a.done_at - t0, b.done_at - t0);
+    CHECK(st.connections_open == 0 && st.requests_in_flight == 0,
+          "[stop, workers busy] after stop: connections_open=%u requests_in_flight=%u",
           st.connections_open, st.requests_in_flight);
 }
 
@@ -1800,6 +1852,19 @@ static void test_raw_extension_methods(void **state)
     conn_send_str(c, "unrouted extension method",
                   "BREW /nowhere HTTP/1.1\r\n" HOST "\r\n");
     conn_expect(c, "BREW /nowhere", 0, 404, NULL, NULL);
+    /* Many one-letter requests in one read (threadpool rewrites each one's
+     * method in its 16 KiB buffer: this once wrote past its end). */
+    enum { MANY = 600 };
+    static const char one[] = "X /m HTTP/1.1\r\n" HOST "\r\n";
+    char *many = malloc(MANY * (sizeof one - 1));
+    CHECK(many != NULL, "malloc");
+    for (int i = 0; i < MANY; i++)
+        memcpy(many + (size_t)i * (sizeof one - 1), one, sizeof one - 1);
+    conn_send(c, "600 pipelined one-letter requests", many, MANY * (sizeof one - 1));
+    free(many);
+    for (int i = 0; i < MANY; i++)
+        conn_expect(c, "one of 600 pipelined X /m", 0, 200, "X", NULL);
+
     conn_send_str(c, "after the extension methods", "GET /hello HTTP/1.1\r\n" HOST "\r\n");
     conn_expect(c, "GET /hello on the same connection", 0, 200, "hello", NULL);
     CHECK(rc_unread(c) == 0, "[extension methods] %zu stray bytes", rc_unread(c));
@@ -2475,7 +2540,8 @@ static void test_raw_max_connections(void **state)
     cmocka_unit_test_setup_teardown(test_never_responds, setup_short_request, fx_teardown), \
     cmocka_unit_test_setup_teardown(test_concurrent_300, setup_many_workers, fx_teardown), \
     cmocka_unit_test_setup_teardown(test_graceful_stop, setup_default, fx_teardown), \
-    cmocka_unit_test_setup_teardown(test_stop_grace_overrun, setup_default, fx_teardown)
+    cmocka_unit_test_setup_teardown(test_stop_grace_overrun, setup_default, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_stop_workers_busy, setup_one_worker, fx_teardown)
 
 int main(int argc, char **argv)
 {
