@@ -848,7 +848,13 @@ static void etp_conn_run(srv_job *job)
     if (!abandoned)
         etp_set_phase(c, ETP_PH_IDLE);
     pthread_mutex_unlock(&c->st->mu);
-    if (!abandoned && !atomic_load(&c->st->stopping)) {
+    if (!abandoned && atomic_load(&c->st->stopping)) {
+        /* Started during stop but not detached by it (stop detaches in
+         * batches): a client that sent a request still gets its 503. */
+        char b;
+        if (recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0)
+            how = etp_fail(c, 503);
+    } else if (!abandoned) {
         c->buf = malloc(ETP_READ_BUF + ETP_METHOD_SLACK);
         if (c->buf)
             how = etp_serve(c);
@@ -1108,6 +1114,7 @@ typedef struct etp_detached {
     const void *body;
     size_t hlen, blen, sent;
     int over; /* written, or the client is gone */
+    int has_input; /* queued: the client had sent bytes when detached */
 } etp_detached;
 
 /* st->mu held. Claims the connection's answer (its thread then keeps off
@@ -1135,19 +1142,31 @@ static int etp_detach(etp_state *st, etp_conn *c, etp_detached *out)
  * behind blocking handlers) has never been read; its job finds it shut and
  * only closes (etp_conn_run), so stop does not wait for it. If the client
  * has sent a request, it gets the 503 any engine gives in-flight requests
- * at stop: out is filled for that; 0 when there is nothing to write. */
+ * at stop, written off the lock from *out (1); 0 when no descriptor could
+ * be duplicated, and then a canned 503 was written here. */
 static int etp_detach_queued(etp_state *st, etp_conn *c, etp_detached *out)
 {
+    /* Peek now, under st->mu, before the job can start and drain the
+     * request away; EOF alone (0) is not a request. */
+    char b;
+    int has_input = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
     int fd = fcntl(c->fd, F_DUPFD_CLOEXEC, 0);
-    if (fd < 0)
-        shutdown(c->fd, SHUT_RDWR);
     c->shut = 1;
     c->detached = 1;
     st->detached++;
     srv__stats_connection_closed(st->srv);
-    if (fd < 0)
+    if (fd < 0) {
+        /* Out of descriptors: a canned 503 (not logged) that fits in the
+         * never-written send buffer, then the FIN. */
+        static const char msg[] = "HTTP/1.1 503 Service Unavailable\r\n"
+                                  "Content-Length: 0\r\nConnection: close\r\n\r\n";
+        if (has_input)
+            etp_send2(c->fd, 0, msg, sizeof msg - 1, NULL, 0);
+        shutdown(c->fd, SHUT_WR);
         return 0;
-    *out = (etp_detached){.fd = fd, .peer = c->peer, .peer_len = c->peer_len};
+    }
+    *out = (etp_detached){.fd = fd, .peer = c->peer, .peer_len = c->peer_len,
+                          .has_input = has_input};
     return 1;
 }
 
@@ -1160,8 +1179,7 @@ static void etp_detached_finish(etp_state *st, etp_detached *d, size_t n)
     struct pollfd pfd[ETP_DETACH_BATCH];
     uint64_t end = etp_now_ms() + ETP_STOP_WRITE_GRACE_MS;
     for (size_t i = 0; i < n; i++) {
-        struct pollfd in = {.fd = d[i].fd, .events = POLLIN};
-        if (!d[i].req && poll(&in, 1, 0) == 1 && (in.revents & POLLIN)) {
+        if (!d[i].req && d[i].has_input) {
             d[i].req = srv__request_new(st->srv, (const struct sockaddr *)&d[i].peer,
                                         d[i].peer_len);
             if (d[i].req) /* respond ignores it: no engine data */

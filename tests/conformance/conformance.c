@@ -433,7 +433,7 @@ enum preset {
     P_MANY_WORKERS,          /* worker_threads 200 (the benchmark's) */
     P_FEW_CONNECTIONS,       /* max_connections 4 */
     P_IPV6_ANY,              /* host "::" (dual-stack) */
-    P_ONE_WORKER             /* worker_threads 1 */
+    P_TWO_WORKERS            /* worker_threads 2 */
 };
 
 /* Small limits and timeouts keep the suite fast; see the cases. */
@@ -486,8 +486,8 @@ static int fx_setup(void **state, enum preset p)
     case P_IPV6_ANY:
         f->cfg.host = "::";
         break;
-    case P_ONE_WORKER:
-        f->cfg.worker_threads = 1;
+    case P_TWO_WORKERS:
+        f->cfg.worker_threads = 2;
         break;
     case P_FEW_CONNECTIONS:
         f->cfg.max_connections = 4;
@@ -569,7 +569,7 @@ static int setup_many_workers(void **state)
     return fx_setup(state, P_MANY_WORKERS);
 }
 static int setup_ipv6_any(void **state) { return fx_setup(state, P_IPV6_ANY); }
-static int setup_one_worker(void **state) { return fx_setup(state, P_ONE_WORKER); }
+static int setup_two_workers(void **state) { return fx_setup(state, P_TWO_WORKERS); }
 static int setup_few_connections(void **state)
 {
     return fx_setup(state, P_FEW_CONNECTIONS);
@@ -1739,26 +1739,63 @@ static void test_stop_grace_overrun(void **state)
           st.connections_open, st.requests_in_flight);
 }
 
-/* The only worker is in a 2.5 s blocking handler and a second request
- * waits for it (threadpool: its connection is queued; the others: the
- * request is queued for the pool). Stopping with 200 ms of grace answers
- * both 503 at once and does not wait for the handler, on every engine. */
+/* Both workers are busy and 101 requests wait: one worker is in a 2.5 s
+ * blocking handler; the other reads a half-sent head on threadpool (a
+ * connection per worker) or runs a second 2.5 s handler on the event-loop
+ * engines, where the waiting requests queue for the pool. Stopping with
+ * 200 ms of grace answers every request 503 at once, on every engine, and
+ * does not wait for the handlers. On threadpool the head's worker comes
+ * free during stop and meets connections stop has not detached yet (it
+ * does 64 at a time): they must be answered too, not drained or reset. */
 static void test_stop_workers_busy(void **state)
 {
     fx *f = *state;
     unsigned entered = fx_read(f, &f->entered);
     overrun_client a = {.f = f, .path = "/slow?ms=2500"};
-    overrun_client b = {.f = f, .path = "/hello"};
+    overrun_client b = {.f = f, .path = "/slow?ms=2500"};
     pthread_t at, bt;
     CHECK(pthread_create(&at, NULL, overrun_client_run, &a) == 0, "pthread_create");
     int in_handler = fx_wait(f, &f->entered, entered + 1, 3000);
+    rc_conn *head = conn_open(f, "stop, workers busy: half-sent head");
+    conn_send_str(head, "stop, workers busy: half-sent head",
+                  "GET /hello HTTP/1.1\r\nHost: conf");
+    sleep_ms(50); /* threadpool: a worker now waits for the rest of it */
     int b_started = pthread_create(&bt, NULL, overrun_client_run, &b) == 0;
-    sleep_ms(300); /* b's request is sent and waits for the worker */
+    /* More raw clients behind them than threadpool detaches in one batch
+     * (64): each must get its 503 too, none a bare close or a reset. */
+    enum { QUEUED = 100 };
+    rc_conn *q = calloc(QUEUED, sizeof *q);
+    CHECK(q != NULL, "calloc");
+    int sent = 0;
+    for (int i = 0; i < QUEUED; i++) {
+        rc_init(&q[i]);
+        if (rc_connect(&q[i], f->port, 3000) == RC_OK &&
+            rc_send_str(&q[i], "GET /slow?ms=2500 HTTP/1.1\r\nHost: conformance\r\n\r\n",
+                        3000) == RC_OK)
+            sent++;
+    }
+    sleep_ms(300); /* the requests are sent and wait for a worker (head: <1 s old) */
     long long t0 = rc_now_ms();
     int rc = srv_server_stop(f->srv, 200);
     long long took = rc_now_ms() - t0;
     f->stopped = 1;
     srv_stats st = stats(f);
+    int got503 = 0, other = 0, bare = 0;
+    for (int i = 0; i < QUEUED; i++) {
+        rc_response r;
+        int rr = rc_read_response(&q[i], &r, 0, 3000);
+        if (rr == RC_OK) {
+            if (r.status == 503)
+                got503++;
+            else
+                other++;
+            rc_response_free(&r);
+        } else {
+            bare++;
+        }
+        rc_close(&q[i]);
+    }
+    free(q);
     pthread_join(at, NULL);
     if (b_started)
         pthread_join(bt, NULL);
@@ -1772,7 +1809,7 @@ static void test_stop_workers_busy(void **state)
     CHECK(rc == 0, "[stop, workers busy] srv_server_stop returned %d (%s)", rc,
           srv_strerror(rc));
     check_http(f, "GET /slow?ms=2500 in the only worker at stop", &a.res, 503);
-    check_http(f, "GET /hello waiting for the busy worker at stop", &b.res, 503);
+    check_http(f, "a second GET /slow?ms=2500 at stop", &b.res, 503);
     http_res_free(&a.res);
     http_res_free(&b.res);
     CHECK(took < 1500, "[stop, workers busy] srv_server_stop(srv, 200) took %lld ms: it "
@@ -1780,6 +1817,9 @@ static void test_stop_workers_busy(void **state)
     CHECK(a.done_at - t0 < 1500 && b.done_at - t0 < 1500,
           "[stop, workers busy] answers came %lld and %lld ms after stop began (grace "
           "200 ms): they waited for the handler", a.done_at - t0, b.done_at - t0);
+    CHECK(sent == QUEUED && got503 == QUEUED,
+          "[stop, workers busy] of %d queued raw clients (%d sent), %d got 503, %d another "
+          "status, %d no response", QUEUED, sent, got503, other, bare);
     CHECK(st.connections_open == 0 && st.requests_in_flight == 0,
           "[stop, workers busy] after stop: connections_open=%u requests_in_flight=%u",
           st.connections_open, st.requests_in_flight);
@@ -2541,7 +2581,7 @@ static void test_raw_max_connections(void **state)
     cmocka_unit_test_setup_teardown(test_concurrent_300, setup_many_workers, fx_teardown), \
     cmocka_unit_test_setup_teardown(test_graceful_stop, setup_default, fx_teardown), \
     cmocka_unit_test_setup_teardown(test_stop_grace_overrun, setup_default, fx_teardown), \
-    cmocka_unit_test_setup_teardown(test_stop_workers_busy, setup_one_worker, fx_teardown)
+    cmocka_unit_test_setup_teardown(test_stop_workers_busy, setup_two_workers, fx_teardown)
 
 int main(int argc, char **argv)
 {
