@@ -14,9 +14,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
+
+/* stop: how long MHD's threads get to write the last answers before
+ * MHD_stop_daemon closes every connection (threadpool gives the same). */
+#define EMHD_STOP_WRITE_MS 2000
 
 /* Where a connection is, for the watchdog and quiesce. */
 enum {
@@ -51,6 +56,7 @@ typedef struct emhd_server {
     bool log_all;            /* SRV_MHD_LOG=1: print MHD's messages */
     atomic_bool running;     /* MHD_start_daemon returned */
     atomic_uint outstanding; /* suspended, resume not yet called */
+    atomic_uint held;        /* core requests not yet completed by MHD */
     pthread_mutex_t lock;    /* conns, open, start_msg, wd_stop */
     emhd_conn *conns;
     unsigned open;
@@ -287,8 +293,10 @@ static void emhd_notify_completed(void *cls, struct MHD_Connection *conn, void *
         fprintf(stderr, "libsrv mhd: request closed while suspended (leaked)\n");
         return;
     }
-    if (er->req != NULL)
+    if (er->req != NULL) {
         srv__request_release(er->req);
+        atomic_fetch_sub(&es->held, 1);
+    }
     free(er);
 }
 
@@ -481,6 +489,7 @@ static enum MHD_Result emhd_begin(emhd_server *es, emhd_req *er, struct MHD_Conn
     er->req = srv__request_new(es->srv, sa, salen);
     if (er->req == NULL)
         return MHD_NO;
+    atomic_fetch_add(&es->held, 1);
     srv__request_set_engine_data(er->req, er);
 
     int st = emhd_head_intact(er, conn, method, version) ? 0 : 400;
@@ -710,6 +719,21 @@ static void emhd_quiesce(void *state)
     pthread_mutex_unlock(&es->lock);
 }
 
+/* Whether a connection not yet in a request has bytes MHD has not read:
+ * a request on its way, which the core will answer 503 once MHD parses it. */
+static bool emhd_input_waiting(emhd_server *es)
+{
+    bool any = false;
+    pthread_mutex_lock(&es->lock);
+    for (emhd_conn *ec = es->conns; ec != NULL && !any; ec = ec->next) {
+        char b;
+        any = atomic_load(&ec->phase) != EMHD_ACTIVE && ec->fd >= 0 &&
+              recv(ec->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+    }
+    pthread_mutex_unlock(&es->lock);
+    return any;
+}
+
 static void emhd_stop(void *state)
 {
     emhd_server *es = state;
@@ -724,6 +748,20 @@ static void emhd_stop(void *state)
                     atomic_load(&es->outstanding));
             break;
         }
+        nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+    }
+    /* MHD_stop_daemon closes every connection at once, answers not yet
+     * written included, and the core's final 503s were only just resumed.
+     * Let MHD's threads write them, and parse requests whose bytes have
+     * arrived (answered 503 at once), for up to EMHD_STOP_WRITE_MS. Quiet
+     * means so for 3 checks in a row: MHD may have read a request and not
+     * parsed it yet. */
+    long long end = emhd_now_ms() + EMHD_STOP_WRITE_MS;
+    for (int quiet = 0; quiet < 3 && emhd_now_ms() < end;) {
+        if (atomic_load(&es->held) == 0 && !emhd_input_waiting(es))
+            quiet++;
+        else
+            quiet = 0;
         nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
     }
     MHD_stop_daemon(es->daemon);

@@ -1800,7 +1800,7 @@ static void test_stop_workers_busy(void **state)
     if (b_started)
         pthread_join(bt, NULL);
     if (g_timing)
-        fprintf(stderr, "# %s %s: stop(200 ms) with the only worker busy took %lld ms; "
+        fprintf(stderr, "# %s %s: stop(200 ms) with both workers busy took %lld ms; "
                 "answers at %lld and %lld ms\n", g_engine_name, f->m->name, took,
                 a.done_at - t0, b.done_at - t0);
 
