@@ -14,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -704,11 +706,24 @@ static void emhd_quiesce(void *state)
     if (es->quiesced)
         return;
     es->quiesced = true;
-    /* MHD stops polling the socket, which stays in LISTEN; shutdown makes
-     * new connects fail at once instead of hanging in the backlog. */
-    MHD_socket fd = MHD_quiesce_daemon(es->daemon);
-    if (fd != MHD_INVALID_SOCKET)
-        shutdown(fd, SHUT_RDWR);
+    /* Not MHD_quiesce_daemon: on an epoll daemon with its own threads it
+     * races with MHD's loop (both remove the listening socket from the
+     * epoll set; the loser gets ENOENT and MHD_PANICs, 0.9.75). Instead put
+     * a never-readable eventfd in place of the listening socket's
+     * descriptor: the socket closes (new connects are refused; epoll drops
+     * it from every set), and whatever MHD still does with that number
+     * (re-adding it to epoll, shutdown and close at MHD_stop_daemon) meets
+     * a valid, silent descriptor. MHD owns that descriptor from now on. */
+    int silent = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (silent >= 0 && dup3(silent, es->lfd, O_CLOEXEC) == es->lfd) {
+        es->lfd = -1;
+    } else {
+        MHD_socket fd = MHD_quiesce_daemon(es->daemon);
+        if (fd != MHD_INVALID_SOCKET)
+            shutdown(fd, SHUT_RDWR); /* it stays in LISTEN otherwise */
+    }
+    if (silent >= 0)
+        close(silent);
     /* Idle kept-alive connections: MHD would keep them until the stop, so
      * shut them down; MHD sees the EOF and closes them. Busy ones get
      * "Connection: close" with their response (srv__response_keep_alive). */
@@ -766,7 +781,8 @@ static void emhd_stop(void *state)
     }
     MHD_stop_daemon(es->daemon);
     es->daemon = NULL;
-    close(es->lfd);
+    if (es->lfd >= 0) /* MHD_quiesce_daemon gave it back to us */
+        close(es->lfd);
     es->lfd = -1;
 }
 
