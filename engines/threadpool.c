@@ -300,6 +300,18 @@ static void etp_linger_close(int fd, unsigned ms)
     close(fd);
 }
 
+/* Whether the client has sent bytes not read yet (EOF alone is not). */
+static int etp_client_sent(int fd)
+{
+    char b;
+    return recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+}
+
+/* The 503 written when the core cannot build one (out of memory or of
+ * descriptors): fits in any fresh socket buffer. */
+static const char etp_canned_503[] = "HTTP/1.1 503 Service Unavailable\r\n"
+                                     "Content-Length: 0\r\nConnection: close\r\n\r\n";
+
 /* http-parser's head limit is process-global. Our own count enforces
  * max_header_bytes below it; raise it (never lower it: other servers in the
  * process may need it) only when the configuration asks for more. */
@@ -851,8 +863,7 @@ static void etp_conn_run(srv_job *job)
     if (!abandoned && atomic_load(&c->st->stopping)) {
         /* Started during stop but not detached by it (stop detaches in
          * batches): a client that sent a request still gets its 503. */
-        char b;
-        if (recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0)
+        if (etp_client_sent(c->fd))
             how = etp_fail(c, 503);
     } else if (!abandoned) {
         c->buf = malloc(ETP_READ_BUF + ETP_METHOD_SLACK);
@@ -882,9 +893,7 @@ static void etp_refuse(etp_state *st, int fd, const struct sockaddr_storage *pee
             etp_send2(fd, 0, head, hlen, body, blen);
         srv__request_release(req);
     } else {
-        static const char msg[] = "HTTP/1.1 503 Service Unavailable\r\n"
-                                  "Content-Length: 0\r\nConnection: close\r\n\r\n";
-        etp_send2(fd, 0, msg, sizeof msg - 1, NULL, 0);
+        etp_send2(fd, 0, etp_canned_503, sizeof etp_canned_503 - 1, NULL, 0);
     }
     etp_linger_close(fd, 0); /* drain what already arrived, never wait */
     srv__stats_connection_closed(st->srv);
@@ -1117,6 +1126,15 @@ typedef struct etp_detached {
     int has_input; /* queued: the client had sent bytes when detached */
 } etp_detached;
 
+/* st->mu held: stop no longer waits for this connection; it counts as
+ * closed from now on (its job closes the descriptor later). */
+static void etp_count_detached(etp_state *st, etp_conn *c)
+{
+    c->shut = 1;
+    st->detached++;
+    srv__stats_connection_closed(st->srv);
+}
+
 /* st->mu held. Claims the connection's answer (its thread then keeps off
  * the socket) and fills *out; 0 when there is nothing to claim yet. */
 static int etp_detach(etp_state *st, etp_conn *c, etp_detached *out)
@@ -1131,9 +1149,7 @@ static int etp_detach(etp_state *st, etp_conn *c, etp_detached *out)
     pthread_mutex_unlock(&c->mu);
     if (fd < 0) /* out of descriptors: stop waits for the handler instead */
         return 0;
-    c->shut = 1;
-    st->detached++;
-    srv__stats_connection_closed(st->srv);
+    etp_count_detached(st, c);
     *out = (etp_detached){.req = req, .fd = fd};
     return 1;
 }
@@ -1147,21 +1163,15 @@ static int etp_detach(etp_state *st, etp_conn *c, etp_detached *out)
 static int etp_detach_queued(etp_state *st, etp_conn *c, etp_detached *out)
 {
     /* Peek now, under st->mu, before the job can start and drain the
-     * request away; EOF alone (0) is not a request. */
-    char b;
-    int has_input = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+     * request away. */
+    int has_input = etp_client_sent(c->fd);
     int fd = fcntl(c->fd, F_DUPFD_CLOEXEC, 0);
-    c->shut = 1;
-    c->detached = 1;
-    st->detached++;
-    srv__stats_connection_closed(st->srv);
+    c->detached = 1; /* its job has not started: no one else reads it */
+    etp_count_detached(st, c);
     if (fd < 0) {
-        /* Out of descriptors: a canned 503 (not logged) that fits in the
-         * never-written send buffer, then the FIN. */
-        static const char msg[] = "HTTP/1.1 503 Service Unavailable\r\n"
-                                  "Content-Length: 0\r\nConnection: close\r\n\r\n";
+        /* Out of descriptors: the canned 503 (not logged), then the FIN. */
         if (has_input)
-            etp_send2(c->fd, 0, msg, sizeof msg - 1, NULL, 0);
+            etp_send2(c->fd, 0, etp_canned_503, sizeof etp_canned_503 - 1, NULL, 0);
         shutdown(c->fd, SHUT_WR);
         return 0;
     }
