@@ -189,7 +189,8 @@ typedef struct srv_config {
     /* A non-blocking handler (SRV_ROUTE_NONBLOCKING) that holds its I/O
      * thread longer than this is counted in srv_stats.slow_nonblocking and
      * reported once on stderr: it blocks every connection of that thread.
-     * 0 disables the check. Default 20 ms. */
+     * 0 disables the check. Default 200 ms (well above a busy machine's
+     * scheduling delays, well below a blocking call worth finding). */
     unsigned nonblocking_warn_ms;
 } srv_config;
 
