@@ -62,6 +62,7 @@ typedef struct srv__pool {
     unsigned alive;       /* workers started and not exited */
     unsigned idle;        /* workers waiting on cv */
     unsigned wakes;       /* signals sent that no worker consumed yet */
+    unsigned spinning;    /* workers looking for a job before they sleep */
     unsigned min, max;    /* cfg worker_threads_min, worker_threads */
     unsigned idle_ms;     /* cfg worker_idle_timeout_ms */
     bool shutdown;
