@@ -82,6 +82,13 @@ int srv__config_validate(srv_server *srv)
     SRV__CHECK(c->max_header_bytes <= SRV__MAX_BYTES && c->max_uri_bytes <= SRV__MAX_BYTES,
                "max_header_bytes and max_uri_bytes must be at most %zu", (size_t)SRV__MAX_BYTES);
 
+    /* Sent as a header value: a control byte would split or corrupt the
+     * response head (header injection), whatever the engine. */
+    for (const char *p = c->server_name; *p != '\0'; p++)
+        SRV__CHECK((unsigned char)*p >= 0x20 && *p != 0x7f,
+                   "server_name holds a control character (byte 0x%02x): it is sent as the "
+                   "Server header value", (unsigned)(unsigned char)*p);
+
     if (c->io_threads == 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         c->io_threads = n > 0 ? (unsigned)n : 1;
