@@ -210,6 +210,16 @@ int srv__request_expects_continue(const srv_request *req);
 /* Append de-chunked body bytes. 413 past max_body_bytes. */
 int srv__request_append_body(srv_request *req, const void *data, size_t len);
 
+/*
+ * srv__request_arriving: +1 when a request has begun to arrive (its
+ * request line, say) and -1 exactly once when it no longer does (handed
+ * over with dispatch or fail, or abandoned). srv_server_stop's grace period
+ * waits for these as for requests in flight, so a request that completes
+ * within it is served; the engine answers 503 to those still arriving when
+ * stop is called. Any engine thread.
+ */
+void srv__request_arriving(srv_server *srv, int delta);
+
 /* The engine's own per-request pointer (e.g. its connection). */
 void srv__request_set_engine_data(srv_request *req, void *data);
 void *srv__request_engine_data(const srv_request *req);

@@ -35,7 +35,8 @@ enum {
     EMHD_IDLE,  /* no request yet, or between requests */
     EMHD_HEAD,  /* request line received, head not complete */
     EMHD_BODY,  /* head complete, body arriving (deadline: EMHD_BODY_RATE) */
-    EMHD_ACTIVE /* request complete: handler, response */
+    EMHD_ACTIVE, /* request complete: handler, response */
+    EMHD_REFUSED /* stop answered 503 while it arrived: MHD closes it */
 };
 
 /* A body must arrive within header_timeout_ms of the head, plus 1 s per
@@ -64,6 +65,7 @@ typedef struct emhd_conn emhd_conn;
 struct emhd_conn {
     emhd_conn *prev, *next;
     int fd;
+    struct MHD_Connection *conn;
     bool over_limit;         /* accepted past max_connections */
     bool reused;             /* MHD thread only: a request completed on it */
     bool expect_close;       /* MHD thread only: the last request ends it */
@@ -114,6 +116,7 @@ typedef struct emhd_req {
     size_t swallowed; /* body bytes discarded after body_status */
     bool suspended;   /* set before dispatch; respond then resumes */
     bool answered;    /* the core answers it (dispatched or emhd_fail) */
+    bool arriving;    /* counted by srv__request_arriving */
     long long body_from; /* ms: head complete (the body deadline's start) */
     size_t body_bytes;   /* body bytes received so far */
     atomic_bool ready; /* respond was called: the response is readable */
@@ -135,6 +138,27 @@ static void emhd_phase(emhd_conn *ec, int phase, long long deadline)
         return;
     atomic_store(&ec->deadline, deadline);
     atomic_store(&ec->phase, phase);
+}
+
+/* The MHD thread moves a request on from `from`; false when stop refused
+ * it meanwhile (EMHD_REFUSED: its 503 is written, MHD must close). */
+static bool emhd_phase_from(emhd_conn *ec, int from, int phase, long long deadline)
+{
+    if (ec == NULL)
+        return true;
+    if (!atomic_compare_exchange_strong(&ec->phase, &from, phase))
+        return false;
+    atomic_store(&ec->deadline, deadline);
+    return true;
+}
+
+/* The request no longer arrives (handed to the core, or abandoned). */
+static void emhd_arrived(emhd_req *er)
+{
+    if (er->arriving) {
+        er->arriving = false;
+        srv__request_arriving(er->es->srv, -1);
+    }
 }
 
 /* Drain the lingering sockets (lock held): discard what arrived, close
@@ -358,6 +382,7 @@ static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void 
             const union MHD_ConnectionInfo *ci =
                 MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
             ec->fd = ci != NULL ? ci->connect_fd : -1;
+            ec->conn = conn;
             pthread_mutex_lock(&es->lock);
             ec->next = es->conns;
             if (es->conns != NULL)
@@ -408,6 +433,8 @@ static void *emhd_uri_log(void *cls, const char *uri, struct MHD_Connection *con
         return NULL; /* the access handler then closes the connection */
     er->es = es;
     er->conn = conn;
+    er->arriving = true;
+    srv__request_arriving(es->srv, 1);
     er->uri = uri;
     er->target_len = n;
     if (n > 0)
@@ -441,6 +468,7 @@ static void emhd_notify_completed(void *cls, struct MHD_Connection *conn, void *
     if (er == NULL)
         return;
     *con_cls = NULL;
+    emhd_arrived(er);
     bool ready = atomic_load_explicit(&er->ready, memory_order_acquire);
     if (!er->answered) {
         /* MHD answered itself (431, a bad Content-Length or chunk, ...):
@@ -523,9 +551,12 @@ static enum MHD_Result emhd_fail(emhd_req *er, struct MHD_Connection *conn, int 
 {
     if (status < 100 || status > 599)
         status = 500; /* SRV_ENOMEM from a request helper */
+    /* its answer is being written: no deadline but MHD's send timeout */
+    if (!emhd_phase_from(er->ec, EMHD_BODY, EMHD_ACTIVE, 0))
+        return MHD_NO;
     er->answered = true;
-    emhd_phase(er->ec, EMHD_ACTIVE, 0); /* its answer is being written */
     srv__request_fail(er->req, status); /* calls respond: not suspended */
+    emhd_arrived(er);
     return emhd_send(er, conn, http10);
 }
 
@@ -536,6 +567,7 @@ static enum MHD_Result emhd_cut(emhd_req *er, struct MHD_Connection *conn)
 {
     er->answered = true;
     srv__request_fail(er->req, er->body_status); /* calls respond: not suspended */
+    emhd_arrived(er);
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (ci != NULL) {
@@ -714,7 +746,8 @@ static enum MHD_Result emhd_access(void *cls, struct MHD_Connection *conn, const
     if (er->req == NULL) {
         /* Head complete: the body (if any) has its own deadline. */
         er->body_from = emhd_now_ms();
-        emhd_phase(er->ec, EMHD_BODY, er->body_from + es->header_ms);
+        if (!emhd_phase_from(er->ec, EMHD_HEAD, EMHD_BODY, er->body_from + es->header_ms))
+            return MHD_NO;
         return emhd_begin(es, er, conn, method, version, http10);
     }
 
@@ -723,9 +756,10 @@ static enum MHD_Result emhd_access(void *cls, struct MHD_Connection *conn, const
         *upload_data_size = 0;
         if (!er->answered) {
             er->body_bytes += n;
-            emhd_phase(er->ec, EMHD_BODY,
-                       er->body_from + es->header_ms +
-                           (long long)(er->body_bytes / EMHD_BODY_RATE) * 1000);
+            if (!emhd_phase_from(er->ec, EMHD_BODY, EMHD_BODY,
+                                 er->body_from + es->header_ms +
+                                     (long long)(er->body_bytes / EMHD_BODY_RATE) * 1000))
+                return MHD_NO;
         }
         if (er->body_status == 0) {
             int st = srv__request_append_body(er->req, upload_data, n);
@@ -748,12 +782,14 @@ static enum MHD_Result emhd_access(void *cls, struct MHD_Connection *conn, const
 
     /* Suspend before dispatching: respond may run at once (404/405 on this
      * thread, or a fast worker) and resumes the connection. */
-    emhd_phase(er->ec, EMHD_ACTIVE, 0); /* request_timeout_ms covers it now */
+    if (!emhd_phase_from(er->ec, EMHD_BODY, EMHD_ACTIVE, 0)) /* request_timeout_ms from now */
+        return MHD_NO;
     er->answered = true;
     er->suspended = true;
     atomic_fetch_add(&es->outstanding, 1);
     MHD_suspend_connection(conn);
     srv__request_dispatch(er->req);
+    emhd_arrived(er); /* after dispatch counted it in flight */
     return MHD_YES;
 }
 
@@ -936,11 +972,30 @@ static bool emhd_input_waiting(emhd_server *es)
     return any;
 }
 
+/* The grace period is over: a request still arriving gets the core's 503
+ * (written here: MHD has no request to answer yet) and its write side
+ * shut; the MHD thread sees EMHD_REFUSED and closes it. */
+static void emhd_refuse_arriving(emhd_server *es)
+{
+    pthread_mutex_lock(&es->lock);
+    for (emhd_conn *ec = es->conns; ec != NULL; ec = ec->next) {
+        int p = atomic_load(&ec->phase);
+        if ((p == EMHD_HEAD || p == EMHD_BODY) && ec->fd >= 0 &&
+            atomic_compare_exchange_strong(&ec->phase, &p, EMHD_REFUSED)) {
+            atomic_store(&ec->deadline, 0);
+            emhd_answer_raw(es, ec->conn, ec->fd, 503, NULL, 0);
+            shutdown(ec->fd, SHUT_WR);
+        }
+    }
+    pthread_mutex_unlock(&es->lock);
+}
+
 static void emhd_stop(void *state)
 {
     emhd_server *es = state;
     emhd_quiesce(es);
     emhd_watchdog_join(es);
+    emhd_refuse_arriving(es);
     /* MHD_stop_daemon panics on a suspended connection. The core answered
      * every request, so each was resumed; wait out a respond that is still
      * between its store and its resume. */
