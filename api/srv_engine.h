@@ -30,7 +30,12 @@ enum {
     SRV_ENGINE_CAP_VERSION_505 = 1u << 1,
     /* Answers every garbage request line with 400 (otherwise it may close
      * without a response). */
-    SRV_ENGINE_CAP_GARBAGE_400 = 1u << 2
+    SRV_ENGINE_CAP_GARBAGE_400 = 1u << 2,
+    /* The engine's library decodes chunked bodies and answers some abusive
+     * chunk framing with a status of its own, before any engine hook
+     * (libmicrohttpd 0.9.75: a chunk line longer than its buffer gets 500).
+     * Without it the core's answer (400) applies exactly. */
+    SRV_ENGINE_CAP_LIB_CHUNKED = 1u << 3
 };
 
 struct srv_engine {

@@ -67,6 +67,7 @@ struct emhd_conn {
     int fd;
     struct MHD_Connection *conn;
     bool over_limit;         /* accepted past max_connections */
+    bool gone;               /* lock: its client hung up (emhd_over_limit) */
     bool reused;             /* MHD thread only: a request completed on it */
     bool expect_close;       /* MHD thread only: the last request ends it */
     unsigned long long sent; /* MHD thread only: emhd_sent when it went idle */
@@ -98,8 +99,8 @@ typedef struct emhd_server {
     emhd_linger linger[EMHD_LINGER_MAX];
     unsigned lingering;
     atomic_bool stopping;    /* emhd_stop began: MHD closes everything */
-    /* emhd_over_limit's count of connections whose client already left,
-     * cached for EMHD_HUNGUP_CACHE_MS (lock held). */
+    /* emhd_over_limit: listed connections whose client already left
+     * (ec->gone), and when it last looked (lock). */
     unsigned hung_up;
     long long hung_up_at;
 } emhd_server;
@@ -414,6 +415,8 @@ static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void 
         if (ec->next != NULL)
             ec->next->prev = ec->prev;
         es->open--;
+        if (ec->gone)
+            es->hung_up--;
         pthread_mutex_unlock(&es->lock);
         free(ec);
         *socket_context = NULL;
@@ -601,26 +604,41 @@ static enum MHD_Result emhd_add_header(void *cls, enum MHD_ValueKind kind, const
  * first request unless slots freed meanwhile. Clients that already hung up
  * do not hold a slot even if their MHD thread has not read the EOF yet
  * (another polling thread, or later in the same epoll batch): a client that
- * closes and reconnects at the limit is served, not refused.
+ * closes and reconnects at the limit is served, not refused. Finding them
+ * polls every connection, so it runs at most once per EMHD_HUNGUP_MS and
+ * remembers what it found (es->hung_up, ec->gone): a flood of connections
+ * past the limit costs O(1) each, not a walk of all of them under the lock.
  */
+#define EMHD_HUNGUP_MS 20
+
 static bool emhd_over_limit(emhd_server *es, emhd_conn *self)
 {
     pthread_mutex_lock(&es->lock);
-    unsigned open = es->open;
-    if (open > es->max_connections) {
-        struct pollfd *p = malloc(open * sizeof *p);
+    long long now = emhd_now_ms();
+    if (es->open - es->hung_up > es->max_connections && now - es->hung_up_at >= EMHD_HUNGUP_MS) {
+        es->hung_up_at = now;
+        unsigned n_max = es->open - es->hung_up;
+        struct pollfd *p = malloc(n_max * sizeof *p);
+        emhd_conn **who = malloc(n_max * sizeof *who);
         nfds_t n = 0;
-        for (emhd_conn *ec = es->conns; p != NULL && ec != NULL && n < open; ec = ec->next)
-            if (ec != self && ec->fd >= 0)
+        for (emhd_conn *ec = es->conns; p != NULL && who != NULL && ec != NULL && n < n_max;
+             ec = ec->next)
+            if (ec != self && !ec->gone && ec->fd >= 0) {
+                who[n] = ec;
                 p[n++] = (struct pollfd){.fd = ec->fd, .events = POLLRDHUP};
-        if (p != NULL && n > 0 && poll(p, n, 0) > 0)
+            }
+        if (p != NULL && who != NULL && n > 0 && poll(p, n, 0) > 0)
             for (nfds_t i = 0; i < n; i++)
-                if (p[i].revents & (POLLRDHUP | POLLHUP | POLLERR))
-                    open--;
+                if (p[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
+                    who[i]->gone = true;
+                    es->hung_up++;
+                }
         free(p);
+        free(who);
     }
+    bool over = es->open - es->hung_up > es->max_connections;
     pthread_mutex_unlock(&es->lock);
-    return open > es->max_connections;
+    return over;
 }
 
 /* Bytes [a, b) are between min and max long and each is a NUL (one of
@@ -1051,7 +1069,7 @@ const srv_engine srv_engine_mhd = {
     /* 505: MHD answers HTTP/0.x and 2+ itself, the core 1.2-1.9.
      * GARBAGE_400: MHD answers most garbage itself, and emhd_closing the
      * request line without a space that MHD drops silently. */
-    .caps = SRV_ENGINE_CAP_VERSION_505 | SRV_ENGINE_CAP_GARBAGE_400,
+    .caps = SRV_ENGINE_CAP_VERSION_505 | SRV_ENGINE_CAP_GARBAGE_400 | SRV_ENGINE_CAP_LIB_CHUNKED,
     .start = emhd_start,
     .respond = emhd_respond,
     .quiesce = emhd_quiesce,
