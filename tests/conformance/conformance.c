@@ -2909,6 +2909,84 @@ static void test_hr_stop_partial_head_overruns(void **state)
           ps.rc, ps.took);
 }
 
+/* Past max_connections (4 here) the refusal is readable by the client
+ * that gets it (issue 11 item 17): nothing unsolicited before its request
+ * (Go reports "unsolicited response on idle HTTP channel"), then the
+ * core's 503 with its headers, then the close. An HTTP/2 preface gets an
+ * HTTP/2 answer (GOAWAY) from an HTTP/2 engine, an HTTP/1 one (503 or 505)
+ * from the others. A connect the kernel refuses is readable too. */
+static void test_hr_over_limit_answer(void **state)
+{
+    fx *f = *state;
+    const char *what = "max_connections 4: a 5th connection";
+    rc_conn *held[4];
+    for (int i = 0; i < 4; i++) {
+        held[i] = conn_open(f, "max_connections: first 4");
+        conn_send_str(held[i], "max_connections: first 4",
+                      "GET /hello HTTP/1.1\r\n" HOST "\r\n");
+        conn_expect(held[i], "max_connections: first 4", 0, 200, "hello", NULL);
+    }
+    rc_conn *c = conn_slot(f, what);
+    int rc = rc_connect(c, f->port, 2000);
+    if (rc != RC_REFUSED) {
+        CHECK(rc == RC_OK, "[%s] connect: %s", what, rc_strerror(rc));
+        size_t unread = 0;
+        rc = rc_wait_close(c, 300, &unread);
+        CHECK(rc == RC_TIMEOUT && unread == 0, "[%s] before any request: %s with %zu "
+              "unsolicited bytes: %.*s", what, rc_strerror(rc), unread,
+              (int)(unread > 100 ? 100 : unread), c->buf + c->off);
+        conn_send_str(c, what, "GET /hello HTTP/1.1\r\n" HOST "\r\n");
+        rc_response r;
+        conn_expect(c, what, 0, 503, NULL, &r);
+        const char *ct = rc_header_get(&r, "Content-Type");
+        const char *server = rc_header_get(&r, "Server");
+        const char *date = rc_header_get(&r, "Date");
+        int ok = ct != NULL && strncmp(ct, "text/plain", 10) == 0 && server != NULL &&
+                 strcmp(server, "libsrv") == 0 && date != NULL;
+        rc_response_free(&r);
+        CHECK(ok, "[%s] the 503 lacks the core's headers (Content-Type %s, Server %s, "
+              "Date %s)", what, or_null(ct), or_null(server), or_null(date));
+        conn_expect_closed(c, what, 3000);
+    }
+    rc_close(c);
+
+    what = "max_connections 4: an HTTP/2 preface on a 5th connection";
+    c = conn_slot(f, what);
+    rc = rc_connect(c, f->port, 2000);
+    if (rc != RC_REFUSED) {
+        CHECK(rc == RC_OK, "[%s] connect: %s", what, rc_strerror(rc));
+        static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+                                      "\x00\x00\x00\x04\x00\x00\x00\x00\x00"; /* SETTINGS */
+        rc_send(c, preface, sizeof preface - 1, 2000);
+        size_t unread = 0;
+        rc = rc_wait_close(c, 3000, &unread);
+        CHECK(rc == RC_CLOSED || rc == RC_RESET, "[%s] still open after 3 s", what);
+        const char *b = c->buf + c->off;
+        if (engine_caps() & SRV_ENGINE_CAP_HTTP2) {
+            /* frames: 9-byte headers; a GOAWAY (type 7) among them */
+            int goaway = 0;
+            for (size_t o = 0; o + 9 <= unread;) {
+                size_t len = ((size_t)(unsigned char)b[o] << 16) |
+                             ((size_t)(unsigned char)b[o + 1] << 8) | (unsigned char)b[o + 2];
+                goaway |= b[o + 3] == 7;
+                o += 9 + len;
+            }
+            CHECK(goaway, "[%s] no GOAWAY among %zu bytes: %.*s", what, unread,
+                  (int)(unread > 60 ? 60 : unread), b);
+        } else {
+            int st = unread > 12 && strncmp(b, "HTTP/1.1 ", 9) == 0 ? atoi(b + 9) : 0;
+            CHECK(st == 503 || st == 505, "[%s] expected an HTTP/1 503 or 505, got %zu "
+                  "bytes: %.*s", what, unread, (int)(unread > 60 ? 60 : unread), b);
+        }
+    }
+    rc_close(c);
+    for (int i = 0; i < 4; i++)
+        rc_close(held[i]);
+    for (int i = 0; i < 100 && stats(f).connections_open >= f->cfg.max_connections; i++)
+        usleep(10 * 1000);
+    still_serving(f, "past max_connections");
+}
+
 /* ------------------------------------------------------------------ */
 /* main                                                                */
 /* ------------------------------------------------------------------ */
@@ -3009,6 +3087,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_hr_413_survives_unread_body, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_hr_stop_partial_head_completes, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_hr_stop_partial_head_overruns, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_hr_over_limit_answer, setup_few_connections, fx_teardown),
     };
     snprintf(name, sizeof name, "conformance %s: header rules and request framing",
              g_engine_name);
