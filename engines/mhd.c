@@ -331,10 +331,9 @@ static void emhd_answer_raw(emhd_server *es, struct MHD_Connection *conn, int fd
 /*
  * MHD is about to close the connection (NOTIFY_CLOSED; MHD_USE_TURBO, so
  * it has not shut the socket down yet).
- * - Between requests, a close MHD made on its own with the client still
- *   there means MHD refused a request line: with an answer (505, 414, a
- *   bad version's 400) that the core now logs, or silently (a line without
- *   a space) and the core's 400 is written here, as on every engine.
+ * - Between requests, a close MHD made on its own, with the client still
+ *   there and nothing written, means MHD dropped a request line without a
+ *   space: the core's 400 is written here, as on every engine.
  * - Then linger: keep a duplicate of the socket with its write side shut
  *   and drain it (emhd_linger_drain), so unread request bytes do not turn
  *   the close into a reset that destroys the answer (a 413 to a client
