@@ -119,6 +119,14 @@ int srv__config_validate(srv_server *srv)
 
     if (c->worker_threads_min > c->worker_threads)
         c->worker_threads_min = c->worker_threads;
+
+    /* Sent as a header value: a control byte would split or corrupt the
+     * response head (header injection), whatever the engine. */
+    for (const char *p = c->server_name; *p != '\0'; p++)
+        SRV__CHECK((unsigned char)*p >= 0x20 && *p != 0x7f,
+                   "server_name holds a control character (byte 0x%02x): it is sent as the "
+                   "Server header value", (unsigned)(unsigned char)*p);
+
     if (c->io_threads == 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         c->io_threads = n > 0 ? (unsigned)n : 1;

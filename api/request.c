@@ -303,6 +303,38 @@ void srv__request_set_version(srv_request *req, int major, int minor)
     req->minor = minor;
 }
 
+/*
+ * Header rules, decided once here for every engine (docs/ENGINES.md,
+ * "Header rules"): RFC 9110/9112 strictly where a lenient reading could
+ * let a proxy and this server see different requests.
+ */
+
+/* At most this many header lines (nginx and h2o's picohttpparser use 100
+ * too); more is 431 whatever their size. */
+#define SRV__MAX_HEADERS 100
+
+/* A field value may hold HTAB, SP, VCHAR and obs-text (RFC 9110 5.5):
+ * every other control byte (NUL, CR, LF, DEL, \x01...) is a 400. */
+static bool srv__value_ok(const char *value, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)value[i];
+        if ((c < 0x20 && c != '\t') || c == 0x7f)
+            return false;
+    }
+    return true;
+}
+
+/* Framing headers are refused with blanks after the value: "chunked "
+ * is chunked by RFC 9110, but libraries and proxies compare the raw bytes
+ * (libmicrohttpd 0.9.75 then reads the body until close), so two readers
+ * could frame the message differently. */
+static bool srv__is_framing(const char *name, size_t len)
+{
+    return (len == 17 && strncasecmp(name, "Transfer-Encoding", 17) == 0) ||
+           (len == 14 && strncasecmp(name, "Content-Length", 14) == 0);
+}
+
 int srv__request_add_header(srv_request *req, const char *name, size_t name_len,
                             const char *value, size_t value_len)
 {
@@ -312,16 +344,18 @@ int srv__request_add_header(srv_request *req, const char *name, size_t name_len,
         value++;
         value_len--;
     }
+    size_t raw_len = value_len;
     while (value_len > 0 && (value[value_len - 1] == ' ' || value[value_len - 1] == '\t'))
         value_len--;
-    for (size_t i = 0; i < value_len; i++) {
-        unsigned char c = (unsigned char)value[i];
-        if (c == '\0' || c == '\r' || c == '\n')
-            return 400;
-    }
+    if (!srv__value_ok(value, value_len))
+        return 400;
+    if (raw_len != value_len && srv__is_framing(name, name_len))
+        return 400;
     int rc = srv__head_grow(req, name_len + value_len + 4);
     if (rc != 0)
         return rc;
+    if (req->header_count >= SRV__MAX_HEADERS)
+        return 431;
     if (req->header_count == req->header_cap) {
         size_t cap = req->header_cap ? req->header_cap * 2 : 16;
         srv__kv *n = srv__arena_alloc(&req->arena, cap * sizeof *n);
@@ -368,6 +402,8 @@ int srv__request_headers_done(srv_request *req)
     const char *te = NULL;
     bool have_length = false;
     size_t length = 0;
+    unsigned hosts = 0;
+    bool empty_host = false;
     for (size_t i = 0; i < req->header_count; i++) {
         const srv__kv *h = &req->headers[i];
         if (strcasecmp(h->name, "Transfer-Encoding") == 0) {
@@ -376,17 +412,25 @@ int srv__request_headers_done(srv_request *req)
             te = h->value;
         } else if (strcasecmp(h->name, "Content-Length") == 0) {
             size_t v;
-            if (!srv__parse_length(h->value, &v))
-                return 400;
-            if (have_length && v != length)
+            /* Repeated, even with the same value (RFC 9110 8.6 allows
+             * either): a proxy may have read only one of them. */
+            if (have_length || !srv__parse_length(h->value, &v))
                 return 400;
             have_length = true;
             length = v;
+        } else if (strcasecmp(h->name, "Host") == 0) {
+            hosts++;
+            empty_host = h->value[0] == '\0';
         } else if (strcasecmp(h->name, "Expect") == 0) {
             if (strcasecmp(h->value, "100-continue") != 0)
                 return 417;
         }
     }
+    /* RFC 9112 3.2: HTTP/1.1 needs exactly one Host (we also refuse an
+     * empty one: our targets always have an authority); no HTTP/1.x
+     * request may repeat it. HTTP/2 carries :authority instead. */
+    if (!http2 && (hosts > 1 || (req->minor == 1 && (hosts == 0 || empty_host))))
+        return 400;
     if (te != NULL && have_length)
         return 400; /* request smuggling: refuse rather than pick one */
     if (te != NULL && strcasecmp(te, "chunked") != 0)

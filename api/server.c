@@ -36,6 +36,7 @@ srv_server *srv_server_new(const srv_engine *engine, const srv_config *cfg)
     srv->cfg.server_name = srv->server_name;
     atomic_init(&srv->state, SRV__NEW);
     atomic_init(&srv->port, srv->cfg.port);
+    atomic_init(&srv->arriving, 0);
     if (pthread_mutex_init(&srv->mu, NULL) != 0)
         goto fail;
     if (pthread_cond_init(&srv->cv, NULL) != 0) {
@@ -164,6 +165,14 @@ const char *srv_server_last_error(const srv_server *srv)
     return srv ? srv->error : "";
 }
 
+void srv__request_arriving(srv_server *srv, int delta)
+{
+    if (delta > 0)
+        atomic_fetch_add(&srv->arriving, (unsigned)delta);
+    else
+        atomic_fetch_sub(&srv->arriving, (unsigned)-delta);
+}
+
 int srv_server_stop(srv_server *srv, unsigned grace_ms)
 {
     if (srv == NULL)
@@ -179,7 +188,10 @@ int srv_server_stop(srv_server *srv, unsigned grace_ms)
     uint64_t deadline = srv__now_ms() + grace_ms;
     atomic_store(&srv->waiter, true); /* releases now broadcast on reaching 0 */
     pthread_mutex_lock(&srv->mu);
-    while (atomic_load(&srv->in_flight) > 0) {
+    /* Requests whose head or body is still arriving count too: one that
+     * completes within the grace is served (they are polled: the counter
+     * is kept off the lock). */
+    while (atomic_load(&srv->in_flight) > 0 || atomic_load(&srv->arriving) > 0) {
         uint64_t now = srv__now_ms();
         if (now >= deadline)
             break;

@@ -154,6 +154,7 @@ struct srv_server {
     atomic_uint_fast64_t dropped;
     atomic_uint_fast64_t connections_total;
     atomic_uint connections_open;
+    atomic_uint arriving; /* requests partly received (srv__request_arriving) */
 };
 
 /* Periodic check for handlers past request_timeout_ms (timer thread). */

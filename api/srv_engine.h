@@ -31,7 +31,12 @@ enum {
     SRV_ENGINE_CAP_VERSION_505 = 1u << 1,
     /* Answers every garbage request line with 400 (otherwise it may close
      * without a response). */
-    SRV_ENGINE_CAP_GARBAGE_400 = 1u << 2
+    SRV_ENGINE_CAP_GARBAGE_400 = 1u << 2,
+    /* The engine's library decodes chunked bodies and answers some abusive
+     * chunk framing with a status of its own, before any engine hook
+     * (libmicrohttpd 0.9.75: a chunk line longer than its buffer gets 500).
+     * Without it the core's answer (400) applies exactly. */
+    SRV_ENGINE_CAP_LIB_CHUNKED = 1u << 3
 };
 
 struct srv_engine {
@@ -221,6 +226,16 @@ int srv__request_expects_continue(const srv_request *req);
 
 /* Append de-chunked body bytes. 413 past max_body_bytes. */
 int srv__request_append_body(srv_request *req, const void *data, size_t len);
+
+/*
+ * srv__request_arriving: +1 when a request has begun to arrive (its
+ * request line, say) and -1 exactly once when it no longer does (handed
+ * over with dispatch or fail, or abandoned). srv_server_stop's grace period
+ * waits for these as for requests in flight, so a request that completes
+ * within it is served; the engine answers 503 to those still arriving when
+ * stop is called. Any engine thread.
+ */
+void srv__request_arriving(srv_server *srv, int delta);
 
 /* The engine's own per-request pointer (e.g. its connection). */
 void srv__request_set_engine_data(srv_request *req, void *data);

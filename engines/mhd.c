@@ -6,16 +6,21 @@
 #include <microhttpd.h>
 
 #include <limits.h>
+#include <linux/sockios.h>
+#include <linux/tcp.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -29,8 +34,28 @@
 enum {
     EMHD_IDLE,  /* no request yet, or between requests */
     EMHD_HEAD,  /* request line received, head not complete */
-    EMHD_ACTIVE /* head complete: body, handler, response */
+    EMHD_BODY,  /* head complete, body arriving (deadline: EMHD_BODY_RATE) */
+    EMHD_ACTIVE, /* request complete: handler, response */
+    EMHD_REFUSED /* stop answered 503 while it arrived: MHD closes it */
 };
+
+/* A body must arrive within header_timeout_ms of the head, plus 1 s per
+ * EMHD_BODY_RATE bytes received (a minimum average rate, as Jetty's
+ * minRequestDataRate): a trickle cannot hold a connection forever. */
+#define EMHD_BODY_RATE 16384
+
+/* Lingering close (nginx's lingering_close): a connection MHD closes
+ * while the client may still be sending keeps a duplicate of its socket,
+ * write side shut, and is drained until EOF for at most EMHD_LINGER_MS, so
+ * the kernel does not answer unread bytes with a reset that destroys the
+ * response. At most EMHD_LINGER_MAX at once; past that, closed at once. */
+#define EMHD_LINGER_MS 2000
+#define EMHD_LINGER_MAX 1024
+
+typedef struct emhd_linger {
+    int fd;
+    long long until;
+} emhd_linger;
 
 /* One per accepted connection (MHD's socket_context), listed so the
  * watchdog and quiesce can shut down the ones that must go: MHD's own
@@ -40,8 +65,12 @@ typedef struct emhd_conn emhd_conn;
 struct emhd_conn {
     emhd_conn *prev, *next;
     int fd;
+    struct MHD_Connection *conn;
     bool over_limit;         /* accepted past max_connections */
+    bool gone;               /* lock: its client hung up (emhd_over_limit) */
     bool reused;             /* MHD thread only: a request completed on it */
+    bool expect_close;       /* MHD thread only: the last request ends it */
+    unsigned long long sent; /* MHD thread only: emhd_sent when it went idle */
     atomic_int phase;        /* EMHD_IDLE, EMHD_HEAD, EMHD_ACTIVE */
     atomic_llong deadline;   /* ms (CLOCK_MONOTONIC) for IDLE/HEAD; 0: none */
 };
@@ -59,7 +88,7 @@ typedef struct emhd_server {
     atomic_bool running;     /* MHD_start_daemon returned */
     atomic_uint outstanding; /* suspended, resume not yet called */
     atomic_uint held;        /* core requests not yet completed by MHD */
-    pthread_mutex_t lock;    /* conns, open, start_msg, wd_stop */
+    pthread_mutex_t lock;    /* conns, open, start_msg, wd_stop, linger */
     emhd_conn *conns;
     unsigned open;
     char start_msg[200]; /* MHD's last complaint while starting */
@@ -67,6 +96,13 @@ typedef struct emhd_server {
     bool watchdog_started;
     bool wd_stop;
     pthread_cond_t wd_cond;
+    emhd_linger linger[EMHD_LINGER_MAX];
+    unsigned lingering;
+    atomic_bool stopping;    /* emhd_stop began: MHD closes everything */
+    /* emhd_over_limit: listed connections whose client already left
+     * (ec->gone), and when it last looked (lock). */
+    unsigned hung_up;
+    long long hung_up_at;
 } emhd_server;
 
 /* The hand-over of one request's response. A request is dispatched without
@@ -92,6 +128,10 @@ typedef struct emhd_req {
     /* Who hands the response over (EMHD_HAND_*): respond and the MHD
      * thread agree through it whether the connection must be resumed. */
     atomic_int hand;
+    bool answered;    /* the core answers it (dispatched or emhd_fail) */
+    bool arriving;    /* counted by srv__request_arriving */
+    long long body_from; /* ms: head complete (the body deadline's start) */
+    size_t body_bytes;   /* body bytes received so far */
     const char *uri;  /* MHD's copy of the target, in its read buffer */
     size_t target_len;
     char target[]; /* the raw request-target, as MHD received it */
@@ -112,14 +152,61 @@ static void emhd_phase(emhd_conn *ec, int phase, long long deadline)
     atomic_store(&ec->phase, phase);
 }
 
-/* Every 100 ms: shut down connections past their header or keep-alive
- * deadline. MHD then reads EOF and closes them on its own thread. */
+/* The MHD thread moves a request on from `from`; false when stop refused
+ * it meanwhile (EMHD_REFUSED: its 503 is written, MHD must close). */
+static bool emhd_phase_from(emhd_conn *ec, int from, int phase, long long deadline)
+{
+    if (ec == NULL)
+        return true;
+    if (!atomic_compare_exchange_strong(&ec->phase, &from, phase))
+        return false;
+    atomic_store(&ec->deadline, deadline);
+    return true;
+}
+
+/* The request no longer arrives (handed to the core, or abandoned). */
+static void emhd_arrived(emhd_req *er)
+{
+    if (er->arriving) {
+        er->arriving = false;
+        srv__request_arriving(er->es->srv, -1);
+    }
+}
+
+/* Drain the lingering sockets (lock held): discard what arrived, close
+ * at EOF, on an error or at the end of their time. */
+static void emhd_linger_drain(emhd_server *es, long long now)
+{
+    static char sink[16384];
+    for (unsigned i = 0; i < es->lingering;) {
+        emhd_linger *l = &es->linger[i];
+        bool done = now >= l->until;
+        for (int n = 0; !done && n < 64; n++) { /* at most 1 MiB a tick */
+            ssize_t r = recv(l->fd, sink, sizeof sink, MSG_DONTWAIT);
+            if (r > 0)
+                continue;
+            done = r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+            break;
+        }
+        if (done) {
+            close(l->fd);
+            *l = es->linger[--es->lingering];
+        } else {
+            i++;
+        }
+    }
+}
+
+/* Every 100 ms (10 ms while sockets linger): shut down connections past
+ * their header, body or keep-alive deadline. MHD then reads EOF and closes
+ * them on its own thread. */
 static void *emhd_watchdog(void *arg)
 {
     emhd_server *es = arg;
     pthread_mutex_lock(&es->lock);
     while (!es->wd_stop) {
         long long now = emhd_now_ms();
+        emhd_linger_drain(es, now);
         for (emhd_conn *ec = es->conns; ec != NULL; ec = ec->next) {
             long long d = atomic_load(&ec->deadline);
             if (d != 0 && now >= d && atomic_load(&ec->phase) != EMHD_ACTIVE) {
@@ -130,7 +217,7 @@ static void *emhd_watchdog(void *arg)
         }
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += 100 * 1000000L;
+        ts.tv_nsec += (es->lingering > 0 ? 10 : 100) * 1000000L;
         if (ts.tv_nsec >= 1000000000L) {
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000L;
@@ -151,6 +238,9 @@ static void emhd_watchdog_join(emhd_server *es)
     pthread_mutex_unlock(&es->lock);
     pthread_join(es->watchdog, NULL);
     es->watchdog_started = false;
+    pthread_mutex_lock(&es->lock);
+    emhd_linger_drain(es, LLONG_MAX); /* nobody drains them any more */
+    pthread_mutex_unlock(&es->lock);
 }
 
 /* ------------------------------------------------------------------ */
@@ -200,6 +290,99 @@ static void emhd_log(void *cls, const char *fmt, va_list ap)
     }
 }
 
+/* Bytes the application side has written to a TCP socket so far: acked
+ * plus still queued. ULLONG_MAX when unknown. */
+static unsigned long long emhd_sent(int fd)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    int queued = 0;
+    if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+        len < offsetof(struct tcp_info, tcpi_bytes_acked) + sizeof ti.tcpi_bytes_acked ||
+        ioctl(fd, SIOCOUTQ, &queued) != 0)
+        return ULLONG_MAX;
+    return (unsigned long long)ti.tcpi_bytes_acked + (unsigned long long)queued;
+}
+
+/*
+ * An answer MHD gave (or a close it made) without a request of ours: make
+ * the core answer `status` on a request of its own, so the answer is
+ * counted and logged like any other; when fd >= 0 also write the core's
+ * answer on the socket (MHD wrote nothing and no longer will).
+ */
+static void emhd_answer_raw(emhd_server *es, struct MHD_Connection *conn, int fd, int status,
+                            const char *target, size_t target_len)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci != NULL ? ci->client_addr : NULL;
+    socklen_t salen = 0;
+    if (sa != NULL)
+        salen = sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                          : sizeof(struct sockaddr_in);
+    srv_request *req = srv__request_new(es->srv, sa, salen);
+    if (req == NULL)
+        return;
+    emhd_req er = {.es = es, .conn = conn}; /* not suspended: respond only marks it */
+    srv__request_set_engine_data(req, &er);
+    if (target != NULL && target_len > 0)
+        (void)srv__request_set_target(req, target, target_len); /* for the log only */
+    srv__request_fail(req, status);
+    if (fd >= 0) {
+        size_t hlen = 0, blen = 0;
+        const char *head = srv__response_http1_head(req, &hlen);
+        const void *body = srv__response_body(req, &blen);
+        struct iovec iov[2] = {{(void *)head, hlen}, {(void *)body, blen}};
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = head != NULL ? 2 : 0};
+        (void)sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    srv__request_release(req);
+}
+
+/*
+ * MHD is about to close the connection (NOTIFY_CLOSED; MHD_USE_TURBO, so
+ * it has not shut the socket down yet).
+ * - Between requests, a close MHD made on its own, with the client still
+ *   there and nothing written, means MHD dropped a request line without a
+ *   space: the core's 400 is written here, as on every engine.
+ * - Then linger: keep a duplicate of the socket with its write side shut
+ *   and drain it (emhd_linger_drain), so unread request bytes do not turn
+ *   the close into a reset that destroys the answer (a 413 to a client
+ *   still sending its body).
+ */
+static void emhd_closing(emhd_server *es, struct MHD_Connection *conn, emhd_conn *ec)
+{
+    if (ec->fd < 0)
+        return;
+    bool stopping = atomic_load(&es->stopping) || srv__server_stopping(es->srv);
+    struct pollfd p = {.fd = ec->fd, .events = POLLRDHUP};
+    bool peer_gone = poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+    /* MHD wrote nothing since the connection went idle, and neither the
+     * client nor a deadline ended it: MHD dropped a request line it could
+     * not split (no space). Its other refusals of a request line (505, 414,
+     * 400) are written by MHD itself; they are not logged (0.9.75 gives no
+     * hook before its request callbacks, and no status once closing). */
+    long long d = atomic_load(&ec->deadline);
+    if (!ec->expect_close && !stopping && !peer_gone && atomic_load(&ec->phase) == EMHD_IDLE &&
+        d != 0 && emhd_now_ms() < d && emhd_sent(ec->fd) == ec->sent)
+        emhd_answer_raw(es, conn, ec->fd, 400, NULL, 0);
+    if (peer_gone || stopping)
+        return; /* nothing to wait for, or MHD_stop_daemon closes it all */
+    int fd = fcntl(ec->fd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0)
+        return; /* out of descriptors: MHD's plain close */
+    shutdown(fd, SHUT_WR);
+    pthread_mutex_lock(&es->lock);
+    if (es->lingering < EMHD_LINGER_MAX && !es->wd_stop) {
+        es->linger[es->lingering++] = (emhd_linger){fd, emhd_now_ms() + EMHD_LINGER_MS};
+        fd = -1;
+        pthread_cond_signal(&es->wd_cond); /* drain at a 10 ms pace from now */
+    }
+    pthread_mutex_unlock(&es->lock);
+    if (fd >= 0)
+        close(fd);
+}
+
 static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                                    enum MHD_ConnectionNotificationCode toe)
 {
@@ -210,6 +393,7 @@ static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void 
             const union MHD_ConnectionInfo *ci =
                 MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
             ec->fd = ci != NULL ? ci->connect_fd : -1;
+            ec->conn = conn;
             pthread_mutex_lock(&es->lock);
             ec->next = es->conns;
             if (es->conns != NULL)
@@ -230,6 +414,7 @@ static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void 
     }
     emhd_conn *ec = *socket_context;
     if (ec != NULL) {
+        emhd_closing(es, conn, ec);
         /* Under the lock, before MHD closes the fd: quiesce never shuts
          * down a reused descriptor. */
         pthread_mutex_lock(&es->lock);
@@ -240,6 +425,8 @@ static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void 
         if (ec->next != NULL)
             ec->next->prev = ec->prev;
         es->open--;
+        if (ec->gone)
+            es->hung_up--;
         pthread_mutex_unlock(&es->lock);
         free(ec);
         *socket_context = NULL;
@@ -259,6 +446,8 @@ static void *emhd_uri_log(void *cls, const char *uri, struct MHD_Connection *con
         return NULL; /* the access handler then closes the connection */
     er->es = es;
     er->conn = conn;
+    er->arriving = true;
+    srv__request_arriving(es->srv, 1);
     er->uri = uri;
     er->target_len = n;
     if (n > 0)
@@ -287,15 +476,27 @@ static size_t emhd_unescape(void *cls, struct MHD_Connection *conn, char *s)
 static void emhd_notify_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                                   enum MHD_RequestTerminationCode toe)
 {
-    (void)conn;
-    (void)toe;
     emhd_server *es = cls;
     emhd_req *er = *con_cls;
     if (er == NULL)
         return;
     *con_cls = NULL;
+    emhd_arrived(er);
+    bool ready = atomic_load(&er->hand) == EMHD_HAND_READY;
+    if (!er->answered) {
+        /* MHD answered itself (431, a bad Content-Length or chunk, ...):
+         * count and log it as the core's answers are. Its bytes are MHD's. */
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_HTTP_STATUS);
+        unsigned code = ci != NULL ? ci->http_status : 0;
+        if (code >= 400 && code <= 599)
+            emhd_answer_raw(es, conn, -1, (int)code, er->target, er->target_len);
+    }
     if (er->ec != NULL) {
         er->ec->reused = true;
+        er->ec->expect_close = !(toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && er->answered &&
+                                 ready && er->req != NULL && srv__response_keep_alive(er->req));
+        er->ec->sent = emhd_sent(er->ec->fd); /* MHD wrote the whole answer */
         emhd_phase(er->ec, EMHD_IDLE, emhd_now_ms() + es->keepalive_ms);
     }
     if (atomic_load(&er->hand) == EMHD_HAND_SUSPENDED) {
@@ -363,7 +564,12 @@ static enum MHD_Result emhd_fail(emhd_req *er, struct MHD_Connection *conn, int 
 {
     if (status < 100 || status > 599)
         status = 500; /* SRV_ENOMEM from a request helper */
+    /* its answer is being written: no deadline but MHD's send timeout */
+    if (!emhd_phase_from(er->ec, EMHD_BODY, EMHD_ACTIVE, 0))
+        return MHD_NO;
+    er->answered = true;
     srv__request_fail(er->req, status); /* calls respond: not suspended */
+    emhd_arrived(er);
     return emhd_send(er, conn, http10);
 }
 
@@ -372,7 +578,9 @@ static enum MHD_Result emhd_fail(emhd_req *er, struct MHD_Connection *conn, int 
  * while it reads a body), best effort, then let MHD close. */
 static enum MHD_Result emhd_cut(emhd_req *er, struct MHD_Connection *conn)
 {
+    er->answered = true;
     srv__request_fail(er->req, er->body_status); /* calls respond: not suspended */
+    emhd_arrived(er);
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (ci != NULL) {
@@ -406,26 +614,41 @@ static enum MHD_Result emhd_add_header(void *cls, enum MHD_ValueKind kind, const
  * first request unless slots freed meanwhile. Clients that already hung up
  * do not hold a slot even if their MHD thread has not read the EOF yet
  * (another polling thread, or later in the same epoll batch): a client that
- * closes and reconnects at the limit is served, not refused.
+ * closes and reconnects at the limit is served, not refused. Finding them
+ * polls every connection, so it runs at most once per EMHD_HUNGUP_MS and
+ * remembers what it found (es->hung_up, ec->gone): a flood of connections
+ * past the limit costs O(1) each, not a walk of all of them under the lock.
  */
+#define EMHD_HUNGUP_MS 20
+
 static bool emhd_over_limit(emhd_server *es, emhd_conn *self)
 {
     pthread_mutex_lock(&es->lock);
-    unsigned open = es->open;
-    if (open > es->max_connections) {
-        struct pollfd *p = malloc(open * sizeof *p);
+    long long now = emhd_now_ms();
+    if (es->open - es->hung_up > es->max_connections && now - es->hung_up_at >= EMHD_HUNGUP_MS) {
+        es->hung_up_at = now;
+        unsigned n_max = es->open - es->hung_up;
+        struct pollfd *p = malloc(n_max * sizeof *p);
+        emhd_conn **who = malloc(n_max * sizeof *who);
         nfds_t n = 0;
-        for (emhd_conn *ec = es->conns; p != NULL && ec != NULL && n < open; ec = ec->next)
-            if (ec != self && ec->fd >= 0)
+        for (emhd_conn *ec = es->conns; p != NULL && who != NULL && ec != NULL && n < n_max;
+             ec = ec->next)
+            if (ec != self && !ec->gone && ec->fd >= 0) {
+                who[n] = ec;
                 p[n++] = (struct pollfd){.fd = ec->fd, .events = POLLRDHUP};
-        if (p != NULL && n > 0 && poll(p, n, 0) > 0)
+            }
+        if (p != NULL && who != NULL && n > 0 && poll(p, n, 0) > 0)
             for (nfds_t i = 0; i < n; i++)
-                if (p[i].revents & (POLLRDHUP | POLLHUP | POLLERR))
-                    open--;
+                if (p[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
+                    who[i]->gone = true;
+                    es->hung_up++;
+                }
         free(p);
+        free(who);
     }
+    bool over = es->open - es->hung_up > es->max_connections;
     pthread_mutex_unlock(&es->lock);
-    return open > es->max_connections;
+    return over;
 }
 
 /* Bytes [a, b) are between min and max long and each is a NUL (one of
@@ -478,9 +701,8 @@ static bool emhd_head_intact(emhd_req *er, struct MHD_Connection *conn, const ch
     /* "METHOD\0 *target\0HTTP/x.y" */
     if (!(m_end < er->uri && er->uri + er->target_len + 1 == version && version + 8 <= end))
         return false;
-    for (const char *p = m_end + 1; p < er->uri; p++)
-        if (*p != ' ')
-            return false;
+    if (er->uri != m_end + 1) /* exactly one space after the method */
+        return false;
     emhd_walk w = {version + 8, true};
     MHD_get_connection_values_n(conn, MHD_HEADER_KIND, emhd_walk_header, &w);
     return w.ok && w.pos <= end && emhd_gap(w.pos, end, 2, 4, false);
@@ -550,13 +772,23 @@ static enum MHD_Result emhd_access(void *cls, struct MHD_Connection *conn, const
     bool http10 = version != NULL && strcmp(version, MHD_HTTP_VERSION_1_0) == 0;
 
     if (er->req == NULL) {
-        emhd_phase(er->ec, EMHD_ACTIVE, 0);
+        /* Head complete: the body (if any) has its own deadline. */
+        er->body_from = emhd_now_ms();
+        if (!emhd_phase_from(er->ec, EMHD_HEAD, EMHD_BODY, er->body_from + es->header_ms))
+            return MHD_NO;
         return emhd_begin(es, er, conn, method, version, http10);
     }
 
     if (*upload_data_size != 0) {
         size_t n = *upload_data_size;
         *upload_data_size = 0;
+        if (!er->answered) {
+            er->body_bytes += n;
+            if (!emhd_phase_from(er->ec, EMHD_BODY, EMHD_BODY,
+                                 er->body_from + es->header_ms +
+                                     (long long)(er->body_bytes / EMHD_BODY_RATE) * 1000))
+                return MHD_NO;
+        }
         if (er->body_status == 0) {
             int st = srv__request_append_body(er->req, upload_data, n);
             if (st != 0)
@@ -577,7 +809,11 @@ static enum MHD_Result emhd_access(void *cls, struct MHD_Connection *conn, const
     if (er->body_status != 0)
         return emhd_fail(er, conn, er->body_status, http10);
 
+    if (!emhd_phase_from(er->ec, EMHD_BODY, EMHD_ACTIVE, 0)) /* request_timeout_ms from now */
+        return MHD_NO;
+    er->answered = true;
     srv__request_dispatch(er->req);
+    emhd_arrived(er); /* after dispatch counted it in flight */
     /* Answered already (404/405, a non-blocking handler, a fast worker):
      * queue it in this very call. */
     if (atomic_load(&er->hand) == EMHD_HAND_READY)
@@ -651,12 +887,14 @@ static int emhd_start(srv_server *srv, void **state)
     size_t pool = head + 4096;
     if (pool < 8192)
         pool = 8192;
-    /* MHD's idle timeout only backs up the watchdog (body upload, a client
-     * that does not read its response). */
+    /* MHD's idle timeout only backs up the watchdog, and is the send
+     * timeout of a client that does not read its response. */
     unsigned idle_ms = cfg->header_timeout_ms > cfg->keepalive_timeout_ms
                            ? cfg->header_timeout_ms
                            : cfg->keepalive_timeout_ms;
-    unsigned idle_s = idle_ms / 1000u + (idle_ms % 1000u != 0);
+    /* One second more, so the watchdog's deadlines always come first
+     * (emhd_closing tells MHD's silent drops from timeouts by them). */
+    unsigned idle_s = idle_ms / 1000u + (idle_ms % 1000u != 0) + 1u;
 
     /* Publish the state before MHD's threads exist: a request they accept
      * reaches respond(state) through the core before start returns. */
@@ -675,8 +913,10 @@ static int emhd_start(srv_server *srv, void **state)
 
     *state = es;
     es->daemon = MHD_start_daemon(
+        /* TURBO: MHD then closes a socket without shutting it down first,
+         * so emhd_closing can still answer and linger on it. */
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
-            MHD_USE_ERROR_LOG,
+            MHD_USE_ERROR_LOG | MHD_USE_TURBO,
         0, NULL, NULL, emhd_access, es,
         MHD_OPTION_EXTERNAL_LOGGER, emhd_log, es,
         MHD_OPTION_LISTEN_SOCKET, (MHD_socket)lfd,
@@ -767,11 +1007,30 @@ static bool emhd_input_waiting(emhd_server *es)
     return any;
 }
 
+/* The grace period is over: a request still arriving gets the core's 503
+ * (written here: MHD has no request to answer yet) and its write side
+ * shut; the MHD thread sees EMHD_REFUSED and closes it. */
+static void emhd_refuse_arriving(emhd_server *es)
+{
+    pthread_mutex_lock(&es->lock);
+    for (emhd_conn *ec = es->conns; ec != NULL; ec = ec->next) {
+        int p = atomic_load(&ec->phase);
+        if ((p == EMHD_HEAD || p == EMHD_BODY) && ec->fd >= 0 &&
+            atomic_compare_exchange_strong(&ec->phase, &p, EMHD_REFUSED)) {
+            atomic_store(&ec->deadline, 0);
+            emhd_answer_raw(es, ec->conn, ec->fd, 503, NULL, 0);
+            shutdown(ec->fd, SHUT_WR);
+        }
+    }
+    pthread_mutex_unlock(&es->lock);
+}
+
 static void emhd_stop(void *state)
 {
     emhd_server *es = state;
     emhd_quiesce(es);
     emhd_watchdog_join(es);
+    emhd_refuse_arriving(es);
     /* MHD_stop_daemon panics on a suspended connection. The core answered
      * every request, so each was resumed; wait out a respond that is still
      * between its store and its resume. */
@@ -797,6 +1056,7 @@ static void emhd_stop(void *state)
             quiet = 0;
         nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
     }
+    atomic_store(&es->stopping, true);
     MHD_stop_daemon(es->daemon);
     es->daemon = NULL;
     if (es->lfd >= 0) /* MHD_quiesce_daemon gave it back to us */
@@ -823,9 +1083,10 @@ static void emhd_destroy(void *state)
 const srv_engine srv_engine_mhd = {
     .version = SRV_ENGINE_VERSION,
     .name = "mhd",
-    /* 505: MHD answers HTTP/0.x and 2+ itself, the core 1.2-1.9. No
-     * GARBAGE_400: MHD closes on a request line without a space. */
-    .caps = SRV_ENGINE_CAP_VERSION_505,
+    /* 505: MHD answers HTTP/0.x and 2+ itself, the core 1.2-1.9.
+     * GARBAGE_400: MHD answers most garbage itself, and emhd_closing the
+     * request line without a space that MHD drops silently. */
+    .caps = SRV_ENGINE_CAP_VERSION_505 | SRV_ENGINE_CAP_GARBAGE_400 | SRV_ENGINE_CAP_LIB_CHUNKED,
     .start = emhd_start,
     .respond = emhd_respond,
     .quiesce = emhd_quiesce,

@@ -44,6 +44,7 @@ typedef struct fake_req {
     int major, minor;                          /* default 1.1 */
     const char *headers[FAKE_MAX_PAIRS][2];    /* request headers */
     size_t nheaders;
+    int no_host;                               /* do not add "Host: fake" */
     const char *body;                          /* request body, may be NULL */
     const struct sockaddr *peer;
     socklen_t peer_len;

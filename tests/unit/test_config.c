@@ -187,6 +187,22 @@ static void test_rejects_empty_host(void **state)
     expect_start_error(*state, &cfg, SRV_EADDR, "host", 1);
 }
 
+static void test_rejects_server_name_with_crlf(void **state)
+{
+    srv_config cfg;
+    fake_config(&cfg);
+    cfg.server_name = "libsrv\r\nSet-Cookie: x=1";
+    expect_start_error(*state, &cfg, SRV_EINVAL, "server_name", 0);
+}
+
+static void test_rejects_server_name_with_control(void **state)
+{
+    srv_config cfg;
+    fake_config(&cfg);
+    cfg.server_name = "lib\x01srv";
+    expect_start_error(*state, &cfg, SRV_EINVAL, "0x01", 0);
+}
+
 static void test_bind_conflict_says_why(void **state)
 {
     fake *f = *state;
@@ -336,6 +352,8 @@ int main(void)
         T(test_null_config_means_defaults),
         T(test_config_is_copied),
         T(test_null_server_name_resolves_to_empty),
+        T(test_rejects_server_name_with_crlf),
+        T(test_rejects_server_name_with_control),
         T(test_rejects_zero_workers),
         T(test_rejects_port_70000),
         T(test_rejects_negative_port),

@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -57,6 +58,102 @@ static int list_has(const char *list, const char *token)
 }
 
 /* ------------------------------------------------------------------ */
+
+/* The core's header rules (docs/ENGINES.md "Header rules"), without
+ * sockets; the conformance suite asserts them on every engine. */
+static int header_case(fake *f, int minor, int no_host, const char *(*hdrs)[2], size_t n)
+{
+    fake_req *r = fake_req_new(f, "GET", "/hello");
+    r->minor = minor;
+    r->no_host = no_host;
+    for (size_t i = 0; i < n; i++) {
+        r->headers[i][0] = hdrs[i][0];
+        r->headers[i][1] = hdrs[i][1];
+    }
+    r->nheaders = n;
+    int st = fake_send(r);
+    fake_wait(r, FAKE_WAIT_MS);
+    return st;
+}
+
+static void test_header_rules(void **state)
+{
+    fake *f = *state;
+    srv_server *srv = fake_server(f, NULL);
+    assert_int_equal(srv_route(srv, "GET", "/hello", fake_handler, NULL), 0);
+    fake_start(f, NULL);
+    const char *ctl[][2] = {{"Host", "h"}, {"X-A", "a\x01" "b"}};
+    assert_int_equal(header_case(f, 1, 1, ctl, 2), 400);
+    const char *del[][2] = {{"Host", "h"}, {"X-A", "a\x7f"}};
+    assert_int_equal(header_case(f, 1, 1, del, 2), 400);
+    const char *tab[][2] = {{"Host", "h"}, {"X-A", "a\tb \xc3\xa9"}};
+    assert_int_equal(header_case(f, 1, 1, tab, 2), 0);
+    assert_int_equal(header_case(f, 1, 1, NULL, 0), 400); /* 1.1 without Host */
+    assert_int_equal(header_case(f, 0, 1, NULL, 0), 0);   /* 1.0 without Host */
+    const char *empty[][2] = {{"Host", ""}};
+    assert_int_equal(header_case(f, 1, 1, empty, 1), 400);
+    const char *two[][2] = {{"Host", "a"}, {"host", "a"}};
+    assert_int_equal(header_case(f, 1, 1, two, 2), 400);
+    assert_int_equal(header_case(f, 0, 1, two, 2), 400);
+    const char *cl2[][2] = {{"Content-Length", "0"}, {"Content-Length", "0"}};
+    assert_int_equal(header_case(f, 1, 0, cl2, 2), 400);
+    const char *te_sp[][2] = {{"Transfer-Encoding", "chunked "}};
+    assert_int_equal(header_case(f, 1, 0, te_sp, 1), 400);
+    const char *cl_sp[][2] = {{"Content-Length", "0\t"}};
+    assert_int_equal(header_case(f, 1, 0, cl_sp, 1), 400);
+    const char *lead[][2] = {{"Content-Length", "  0"}}; /* OWS before: fine */
+    assert_int_equal(header_case(f, 1, 0, lead, 1), 0);
+    fake_finish(f);
+}
+
+/* 100 header lines pass, the 101st is 431 (the core's count, whatever
+ * their size). */
+static void test_header_count_limit(void **state)
+{
+    fake *f = *state;
+    fake_start(f, NULL);
+    srv_request *req = srv__request_new(f->srv, NULL, 0);
+    assert_non_null(req);
+    int st = 0;
+    for (int i = 0; i < 100 && st == 0; i++)
+        st = srv__request_add_header(req, "X", 1, "v", 1);
+    assert_int_equal(st, 0);
+    assert_int_equal(srv__request_add_header(req, "X", 1, "v", 1), 431);
+    srv__request_release(req);
+    fake_finish(f);
+}
+
+/* The access log escapes '"', '\' and control bytes of the request line
+ * as \xHH: a target cannot forge a field or a line. */
+static void test_access_log_escapes(void **state)
+{
+    fake *f = *state;
+    srv_config cfg;
+    fake_config(&cfg);
+    cfg.access_log = 1;
+    srv_server *srv = fake_server(f, &cfg);
+    assert_int_equal(srv_route(srv, "GET", "/a\"b\\c", fake_handler, NULL), 0);
+    fake_start(f, &cfg);
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    int saved = dup(2);
+    dup2(p[1], 2);
+    fake_req *r = fake_req_new(f, "GET", "/a%22b\\c");
+    fake_send(r);
+    int st = fake_wait(r, FAKE_WAIT_MS);
+    dup2(saved, 2);
+    close(saved);
+    close(p[1]);
+    char line[1024] = {0};
+    ssize_t n = read(p[0], line, sizeof line - 1);
+    close(p[0]);
+    assert_true(n > 0);
+    assert_int_equal(st, 200);
+    if (strstr(line, "\"GET /a\\x22b\\x5Cc HTTP/1.1\" 200") == NULL &&
+        strstr(line, "\"GET /a%22b\\x5Cc HTTP/1.1\" 200") == NULL)
+        fail_msg("access log line not escaped: %s", line);
+    fake_finish(f);
+}
 
 static void test_routed_handler_runs_on_worker(void **state)
 {
@@ -854,6 +951,9 @@ int main(void)
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
         T(test_routed_handler_runs_on_worker),
         T(test_unknown_path_is_404),
+        T(test_header_rules),
+        T(test_header_count_limit),
+        T(test_access_log_escapes),
         T(test_wrong_method_is_405_with_allow),
         T(test_head_on_get_route),
         T(test_async_respond_from_another_thread),
