@@ -117,9 +117,13 @@ static int h1_collect(srv_http1 *p, const char *d, size_t len, size_t *i, size_t
     size_t n = end - *i;
     if (n > 0 && p->line_len > 0 && p->line[p->line_len - 1] == '\r')
         return -2; /* CR then something else */
-    for (size_t k = *i; k + 1 < end; k++)
-        if (d[k] == '\r')
+    /* No line of a head or trailer holds a control byte other than HTAB
+     * (and its final CR): refuse one at once rather than wait for a LF. */
+    for (size_t k = *i; k < end; k++) {
+        unsigned char c = (unsigned char)d[k];
+        if ((c < 0x20 && c != '\t' && c != '\r') || c == 0x7f || (c == '\r' && k + 1 < end))
             return -2;
+    }
     int over = n > bound || p->line_len > bound - n;
     if (over) /* keep what fits: the caller may look at it */
         n = bound > p->line_len ? bound - p->line_len : 0;
