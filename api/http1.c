@@ -9,6 +9,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 enum {
     H1_REQLINE,    /* collecting the request line (or empty lines before it) */
@@ -209,6 +210,14 @@ static int h1_field_line(const srv_http1 *p, size_t *colon)
     for (size_t k = (size_t)(c - l) + 1; k < p->line_len; k++)
         if (!h1_is_value_byte((unsigned char)l[k]))
             return 400;
+    /* "Transfer-Encoding: chunked " is chunked by RFC 9110, but servers and
+     * proxies disagree on it (one reads a chunked body, another reads to
+     * close): refuse the ambiguity rather than pick a side. */
+    static const char te[] = "Transfer-Encoding";
+    size_t last = p->line_len - 1;
+    if ((size_t)(c - l) == sizeof te - 1 && strncasecmp(l, te, sizeof te - 1) == 0 &&
+        last > (size_t)(c - l) && (l[last] == ' ' || l[last] == '\t'))
+        return 400;
     *colon = (size_t)(c - l);
     return 0;
 }

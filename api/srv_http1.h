@@ -18,7 +18,9 @@
  *   makes it long, else 400.
  * - Header lines: a token, ':' at once (no space before it), then a value of
  *   HTAB, SP, VCHAR or obs-text; any other control byte is 400. A line that
- *   starts with SP or HTAB (obs-fold) is 400 (RFC 9112 5.2 allows it).
+ *   starts with SP or HTAB (obs-fold) is 400 (RFC 9112 5.2 allows it). A
+ *   Transfer-Encoding value with trailing whitespace is 400: legal, but read
+ *   differently by other servers (a request-smuggling vector).
  * - Chunked bodies: the size is 1-16 hex digits (no sign, no "0x"); chunk
  *   extensions follow RFC 9112 7.1.1's grammar; CRLF must follow each
  *   chunk's data. Extensions and trailer lines together may take at most

@@ -2560,6 +2560,177 @@ static void test_raw_max_connections(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* Slow clients, deadlines and chunked framing (every engine)          */
+/* ------------------------------------------------------------------ */
+
+/* Idle connections hold no worker: with 32 workers, 300 connections that
+ * send nothing and 100 that send half a head must not delay a request. */
+static void test_slow_idle_flood(void **state)
+{
+    fx *f = *state;
+    enum { IDLE = 300, HALF = 100 };
+    const char *what = "300 idle + 100 half-head connections (32 workers)";
+    rc_conn *cs = calloc(IDLE + HALF, sizeof *cs);
+    CHECK(cs != NULL, "[%s] out of memory", what);
+    int opened = 0;
+    for (int i = 0; i < IDLE + HALF; i++) {
+        rc_init(&cs[i]);
+        if (rc_connect(&cs[i], f->port, 2000) != RC_OK)
+            break;
+        opened++;
+        if (i >= IDLE)
+            rc_send_str(&cs[i], "GET /hello HTTP/1.1\r\n" HOST "X-Half: ", 500);
+    }
+    long long t0 = rc_now_ms();
+    rc_conn *c = conn_open(f, what);
+    conn_send_str(c, what, "GET /hello HTTP/1.1\r\n" HOST "\r\n");
+    rc_response r;
+    int rc = rc_read_response(c, &r, 0, 3000);
+    long long took = rc_now_ms() - t0;
+    int st = rc == RC_OK ? r.status : 0;
+    rc_response_free(&r);
+    for (int i = 0; i < IDLE + HALF; i++)
+        rc_close(&cs[i]);
+    free(cs);
+    CHECK(opened == IDLE + HALF, "[%s] only %d connections opened", what, opened);
+    CHECK(rc == RC_OK && st == 200, "[%s] GET /hello: %s status %d", what,
+          rc_strerror(rc), st);
+    CHECK(took < 700, "[%s] GET /hello took %lld ms", what, took);
+}
+
+/* The first request's head has header_timeout_ms from the connect, not
+ * that long for its first byte and again for the rest. */
+static void test_slow_first_head_timeout(void **state)
+{
+    fx *f = *state;
+    const char *what = "first head begun 700 ms after connect (header_timeout_ms 1000)";
+    rc_conn *c = conn_open(f, what);
+    long long t0 = rc_now_ms();
+    rc_sleep_ms(700);
+    conn_send_str(c, what, "GET /hello HTTP/1.1\r\n" HOST "X-Slow: ");
+    rc_response r;
+    int rc = rc_read_response(c, &r, 0, T_HEADER_MS + 3000);
+    long long took = rc_now_ms() - t0;
+    int st = rc == RC_OK ? r.status : 0;
+    rc_response_free(&r);
+    CHECK(rc == RC_CLOSED || rc == RC_RESET || (rc == RC_OK && st == 408),
+          "[%s] expected 408 or a close, got %s status %d", what, rc_strerror(rc), st);
+    CHECK(took <= T_HEADER_MS + 500, "[%s] cut %lld ms after the connect", what, took);
+    rc_close(c);
+    still_serving(f, what);
+}
+
+/* A chunked body trickled one byte per 300 ms is cut: the head and the
+ * body each have a deadline (header_timeout_ms), not one per read. */
+static void test_slow_chunked_body(void **state)
+{
+    fx *f = *state;
+    const char *what = "a chunked body, one chunk of 1 byte per 300 ms";
+    rc_conn *c = conn_open(f, what);
+    conn_send_str(c, what, "POST /echo HTTP/1.1\r\n" HOST
+                  "Transfer-Encoding: chunked\r\n\r\n");
+    long long t0 = rc_now_ms();
+    int closed = 0;
+    while (rc_now_ms() - t0 < 3 * T_HEADER_MS + 3000) {
+        if (rc_send(c, "1\r\na\r\n", 6, 500) != RC_OK) {
+            closed = 1;
+            break;
+        }
+        size_t unread = 0;
+        int rc = rc_wait_close(c, 300, &unread);
+        if (rc == RC_CLOSED || rc == RC_RESET || unread > 0) {
+            closed = 1;
+            break;
+        }
+    }
+    long long took = rc_now_ms() - t0;
+    CHECK(closed, "[%s] still open after %lld ms", what, took);
+    CHECK(took <= 2 * T_HEADER_MS + 1500, "[%s] cut after %lld ms", what, took);
+    if (rc_unread(c) > 0) {
+        rc_response r;
+        int rc = rc_read_response(c, &r, 0, 1000);
+        int st = rc == RC_OK ? r.status : 0;
+        rc_response_free(&r);
+        CHECK(rc == RC_OK && (st == 408 || st == 400), "[%s] answered %s status %d, "
+              "expected 408 or a close", what, rc_strerror(rc), st);
+    }
+    rc_close(c);
+    still_serving(f, what);
+}
+
+#define CHUNKED_POST "POST /echo HTTP/1.1\r\n" HOST "Transfer-Encoding: chunked\r\n\r\n"
+
+/* Chunk framing is strict and the same everywhere; the pipelined GET after
+ * each bad body must never be served. */
+static void test_slow_chunk_framing(void **state)
+{
+    fx *f = *state;
+    bad_input_str(f, "data where the CRLF after a chunk belongs",
+                  CHUNKED_POST "2\r\nABXY0\r\n\r\nGET /hello HTTP/1.1\r\n" HOST "\r\n",
+                  400, BAD_STATUS);
+    bad_input_str(f, "a bare LF inside a chunk extension",
+                  CHUNKED_POST "2;a\nb\r\nAB\r\n0\r\n\r\nGET /hello HTTP/1.1\r\n" HOST "\r\n",
+                  400, BAD_STATUS);
+    bad_input_str(f, "0x2 as a chunk size",
+                  CHUNKED_POST "0x2\r\nAB\r\n0\r\n\r\nGET /hello HTTP/1.1\r\n" HOST "\r\n",
+                  400, BAD_STATUS);
+    bad_input_str(f, "Transfer-Encoding: chunked with a trailing space",
+                  "POST /echo HTTP/1.1\r\n" HOST "Transfer-Encoding: chunked \r\n\r\n"
+                  "2\r\nAB\r\n0\r\n\r\nGET /hello HTTP/1.1\r\n" HOST "\r\n",
+                  400, BAD_STATUS);
+}
+
+/* The request timeout's 503 arrives on time even while a blocking handler
+ * still runs (request_timeout_ms 500, the handler sleeps 1500 ms). */
+static void test_slow_timeout_while_blocking(void **state)
+{
+    fx *f = *state;
+    const char *what = "GET /slow?ms=1500 with request_timeout_ms 500";
+    rc_conn *c = conn_open(f, what);
+    long long t0 = rc_now_ms();
+    conn_send_str(c, what, "GET /slow?ms=1500 HTTP/1.1\r\n" HOST "\r\n");
+    conn_expect(c, what, 0, 503, NULL, NULL);
+    long long took = rc_now_ms() - t0;
+    CHECK(took >= T_SHORT_REQUEST_MS - 100 && took < 1200,
+          "[%s] 503 after %lld ms", what, took);
+    rc_close(c);
+}
+
+/* An upgrade the engine does not do is ignored and the connection kept. */
+static void test_slow_upgrade_ignored(void **state)
+{
+    fx *f = *state;
+    const char *what = "Connection: Upgrade with Upgrade: websocket";
+    rc_conn *c = conn_open(f, what);
+    conn_send_str(c, what, "GET /hello HTTP/1.1\r\n" HOST
+                  "Connection: Upgrade\r\nUpgrade: websocket\r\n\r\n");
+    conn_expect(c, what, 0, 200, "hello", NULL);
+    conn_send_str(c, what, "GET /hello HTTP/1.1\r\n" HOST "\r\n");
+    conn_expect(c, "the same connection after an ignored upgrade", 0, 200, "hello", NULL);
+    rc_close(c);
+}
+
+/* An engine without HTTP/2 answers the HTTP/2 preface with a close or an
+ * HTTP/2 frame, never with HTTP/1.1 text. */
+static void test_slow_h2_preface(void **state)
+{
+    fx *f = *state;
+    if (engine_caps() & SRV_ENGINE_CAP_HTTP2)
+        skip(); /* the HTTP/2 group covers prior knowledge */
+    const char *what = "HTTP/2 preface to an HTTP/1-only engine";
+    rc_conn *c = conn_open(f, what);
+    conn_send_str(c, what, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+    size_t unread = 0;
+    int rc = rc_wait_close(c, 3000, &unread);
+    CHECK(rc == RC_CLOSED || rc == RC_RESET, "[%s] still open after 3 s", what);
+    CHECK(unread == 0 || (unread >= 9 && (unsigned char)c->buf[c->off + 3] == 4),
+          "[%s] %zu bytes that are not an HTTP/2 SETTINGS frame: %.*s", what, unread,
+          (int)(unread > 40 ? 40 : unread), c->buf + c->off);
+    rc_close(c);
+    still_serving(f, what);
+}
+
+/* ------------------------------------------------------------------ */
 /* main                                                                */
 /* ------------------------------------------------------------------ */
 
@@ -2643,6 +2814,18 @@ int main(int argc, char **argv)
     };
     snprintf(name, sizeof name, "conformance %s: raw HTTP/1", g_engine_name);
     failed += cmocka_run_group_tests_name(name, raw, group_h1, NULL);
+
+    const struct CMUnitTest slow[] = {
+        cmocka_unit_test_setup_teardown(test_slow_idle_flood, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_slow_first_head_timeout, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_slow_chunked_body, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_slow_chunk_framing, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_slow_timeout_while_blocking, setup_short_request, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_slow_upgrade_ignored, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_slow_h2_preface, setup_default, fx_teardown),
+    };
+    snprintf(name, sizeof name, "conformance %s: slow clients and framing", g_engine_name);
+    failed += cmocka_run_group_tests_name(name, slow, group_h1, NULL);
 
     if (engine_caps() & SRV_ENGINE_CAP_HTTP2) {
         snprintf(name, sizeof name, "conformance %s: HTTP/2 prior knowledge "
