@@ -526,6 +526,11 @@ static void etp_poller_drain(etp_state *st, etp_conn *c)
  * complete, the input runs out, or it fails. */
 static void etp_poller_read(etp_state *st, etp_conn *c)
 {
+    /* The worker that handed the connection back wrote its fields before
+     * re-arming it under plock: taking plock makes that visible here in
+     * the memory model (epoll alone orders it only in the kernel). */
+    pthread_mutex_lock(&st->plock);
+    pthread_mutex_unlock(&st->plock);
     if (c->lingering) {
         etp_poller_drain(st, c);
         return;

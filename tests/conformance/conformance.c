@@ -2730,6 +2730,88 @@ static void test_slow_h2_preface(void **state)
     still_serving(f, what);
 }
 
+typedef struct slow_finisher {
+    rc_conn *c;
+    int sent; /* RC_* of the send */
+} slow_finisher;
+
+static void *slow_finish_head(void *arg)
+{
+    slow_finisher *fin = arg;
+    rc_sleep_ms(200);
+    fin->sent = rc_send_str(fin->c, "\r\n", 1000);
+    return NULL;
+}
+
+/* Stop begins while two heads are still arriving (and a handler keeps the
+ * grace period running): the head completed within the grace period is
+ * served, the one never completed gets 503, not a silent close. */
+static void test_slow_stop_arriving(void **state)
+{
+    fx *f = *state;
+    const char *what = "stop with heads still arriving";
+    unsigned entered = fx_read(f, &f->entered);
+    rc_conn *a = conn_open(f, what);
+    conn_send_str(a, what, "GET /slow?ms=800 HTTP/1.1\r\n" HOST "\r\n");
+    CHECK(fx_wait(f, &f->entered, entered + 1, 3000),
+          "[%s] the in-flight request never reached its handler", what);
+    rc_conn *b = conn_open(f, what);
+    conn_send_str(b, what, "GET /hello HTTP/1.1\r\n" HOST);
+    rc_conn *d = conn_open(f, what);
+    conn_send_str(d, what, "GET /hello HTTP/1.1\r\n" HOST "X-Never: ");
+    rc_sleep_ms(100);
+    slow_finisher fin = {.c = b, .sent = -100};
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, slow_finish_head, &fin) == 0, "pthread_create");
+    int rc = srv_server_stop(f->srv, 3000);
+    f->stopped = 1;
+    pthread_join(t, NULL);
+    CHECK(rc == 0, "[%s] srv_server_stop: %s", what, srv_strerror(rc));
+    CHECK(fin.sent == RC_OK, "[%s] completing the head: %s", what, rc_strerror(fin.sent));
+    conn_expect(a, "the request in flight when stop began", 0, 200, "slept", NULL);
+    conn_expect(b, "a head completed 200 ms into the grace period", 0, 200, "hello", NULL);
+    conn_expect(d, "a head never completed", 0, 503, NULL, NULL);
+}
+
+/* Past max_connections a refusal answers what the client asked: nothing
+ * arrives before the request (Go calls that an unsolicited response), and
+ * the request then gets 503 (or waits, where the engine holds the connect
+ * in the backlog). max_connections is 4 here. */
+static void test_slow_refusal_after_request(void **state)
+{
+    fx *f = *state;
+    const char *what = "a 5th connection past max_connections 4";
+    rc_conn *held[4];
+    for (int i = 0; i < 4; i++) {
+        held[i] = conn_open(f, what);
+        conn_send_str(held[i], what, "GET /hello HTTP/1.1\r\n" HOST "\r\n");
+        conn_expect(held[i], "max_connections: first 4", 0, 200, "hello", NULL);
+    }
+    rc_conn *c = conn_slot(f, what);
+    int rc = rc_connect(c, f->port, 2000);
+    CHECK(rc == RC_OK || rc == RC_REFUSED, "[%s] connect: %s", what, rc_strerror(rc));
+    if (rc == RC_OK) {
+        size_t unread = 0;
+        rc = rc_wait_close(c, 300, &unread);
+        CHECK(unread == 0, "[%s] %zu bytes arrived before any request: %.*s", what,
+              unread, (int)(unread > 60 ? 60 : unread), c->buf + c->off);
+        if (rc == RC_TIMEOUT) {
+            conn_send_str(c, what, "GET /hello HTTP/1.1\r\n" HOST "\r\n");
+            rc_response r;
+            rc = rc_read_response(c, &r, 0, 3000);
+            int st = rc == RC_OK ? r.status : 0;
+            rc_response_free(&r);
+            CHECK(rc == RC_TIMEOUT || rc == RC_CLOSED || rc == RC_RESET ||
+                  (rc == RC_OK && st == 503),
+                  "[%s] answered %s status %d, expected 503 (or to wait)", what,
+                  rc_strerror(rc), st);
+        }
+    }
+    rc_close(c);
+    for (int i = 0; i < 4; i++)
+        rc_close(held[i]);
+}
+
 /* ------------------------------------------------------------------ */
 /* main                                                                */
 /* ------------------------------------------------------------------ */
@@ -2823,6 +2905,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_slow_timeout_while_blocking, setup_short_request, fx_teardown),
         cmocka_unit_test_setup_teardown(test_slow_upgrade_ignored, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_slow_h2_preface, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_slow_stop_arriving, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_slow_refusal_after_request, setup_few_connections, fx_teardown),
     };
     snprintf(name, sizeof name, "conformance %s: slow clients and framing", g_engine_name);
     failed += cmocka_run_group_tests_name(name, slow, group_h1, NULL);
