@@ -188,6 +188,39 @@ static int etp_write_timeout(const etp_state *st)
     return t < ETP_MIN_WRITE_TIMEOUT_MS ? ETP_MIN_WRITE_TIMEOUT_MS : etp_clamp_ms(t);
 }
 
+/* What a connection waits for; etp_wait_for is the one place that turns
+ * it into a deadline (docs/ENGINES.md, "Deadlines"). */
+enum etp_wait {
+    ETP_WAIT_FIRST_HEAD, /* accepted: the whole first head, from the accept */
+    ETP_WAIT_IDLE,       /* kept alive: the first byte of the next request */
+    ETP_WAIT_HEAD,       /* a next request began: its head */
+    ETP_WAIT_BODY,       /* the head is complete: the whole body */
+    ETP_WAIT_REFUSE,     /* over max_connections: the request to refuse */
+    ETP_WAIT_LINGER      /* answered and shut: the client's last bytes */
+};
+
+static void etp_wait_for(etp_conn *c, enum etp_wait w)
+{
+    const srv_config *cfg = c->st->cfg;
+    uint64_t ms;
+    switch (w) {
+    case ETP_WAIT_IDLE:
+        ms = cfg->keepalive_timeout_ms;
+        break;
+    case ETP_WAIT_REFUSE:
+        ms = cfg->header_timeout_ms < ETP_REFUSE_WAIT_MS ? cfg->header_timeout_ms
+                                                         : ETP_REFUSE_WAIT_MS;
+        break;
+    case ETP_WAIT_LINGER:
+        ms = ETP_LINGER_MS;
+        break;
+    default: /* a head or a body: header_timeout_ms each, however it trickles */
+        ms = cfg->header_timeout_ms;
+        break;
+    }
+    c->deadline = etp_now_ms() + ms;
+}
+
 /*
  * Send what the socket takes now of a then b (either may be empty), from
  * *sent bytes in, in one sendmsg when it fits, with MSG_NOSIGNAL so a
@@ -451,7 +484,7 @@ static void etp_poller_linger(etp_state *st, etp_conn *c)
     shutdown(c->fd, SHUT_WR);
     c->lingering = 1;
     c->drained = 0;
-    c->deadline = etp_now_ms() + ETP_LINGER_MS;
+    etp_wait_for(c, ETP_WAIT_LINGER);
     if (etp_arm(st, c, EPOLL_CTL_MOD) != 0)
         etp_poller_close(st, c, 0);
 }
@@ -555,7 +588,7 @@ static void etp_poller_read(etp_state *st, etp_conn *c)
          * nothing left: a request without a body completes then. */
         while (off < (size_t)n || ev == SRV_HTTP1_HEAD_READY) {
             if (srv__http1_idle(&c->parser) && c->served > 0) /* the head's own deadline */
-                c->deadline = etp_now_ms() + st->cfg->header_timeout_ms;
+                etp_wait_for(c, ETP_WAIT_HEAD);
             if (!c->req) {
                 c->req = srv__request_new(st->srv, (const struct sockaddr *)&c->peer,
                                           c->peer_len);
@@ -573,8 +606,7 @@ static void etp_poller_read(etp_state *st, etp_conn *c)
                 return;
             }
             if (ev == SRV_HTTP1_HEAD_READY) {
-                /* The body has its own deadline (docs/ENGINES.md). */
-                c->deadline = etp_now_ms() + st->cfg->header_timeout_ms;
+                etp_wait_for(c, ETP_WAIT_BODY);
                 if (!c->refuse && srv__http1_body_expected(&c->parser) &&
                     srv__request_expects_continue(c->req)) {
                     static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -690,18 +722,15 @@ static void etp_accepted(etp_state *st, int fd, const struct sockaddr_storage *p
     atomic_init(&c->phase, ETP_PH_POLL);
     atomic_init(&c->write_since, 0);
     srv__http1_init(&c->parser, st->srv);
-    uint64_t now = etp_now_ms();
     srv__stats_connection_opened(st->srv);
     if (over) {
         /* Read its head (bounded in bytes and time) so that the 503 answers
          * what the client asked, in a protocol it reads. */
         c->refuse = 1;
         st->refusing++;
-        unsigned wait = st->cfg->header_timeout_ms;
-        c->deadline = now + (wait < ETP_REFUSE_WAIT_MS ? wait : ETP_REFUSE_WAIT_MS);
+        etp_wait_for(c, ETP_WAIT_REFUSE);
     } else {
-        /* A first request gets header_timeout_ms in all, from the accept. */
-        c->deadline = now + st->cfg->header_timeout_ms;
+        etp_wait_for(c, ETP_WAIT_FIRST_HEAD);
         pthread_mutex_lock(&st->mu);
         c->next = st->conns;
         if (st->conns)
@@ -938,7 +967,7 @@ static int etp_worker_parse(etp_conn *c, const char *d, size_t n, size_t *usedp)
     enum srv_http1_event ev = SRV_HTTP1_HEAD_READY;
     while (off < n || ev == SRV_HTTP1_HEAD_READY) {
         if (srv__http1_idle(&c->parser))
-            c->deadline = etp_now_ms() + st->cfg->header_timeout_ms;
+            etp_wait_for(c, ETP_WAIT_HEAD);
         if (!c->req) {
             c->req = srv__request_new(st->srv, (const struct sockaddr *)&c->peer, c->peer_len);
             if (!c->req) {
@@ -964,7 +993,7 @@ static int etp_worker_parse(etp_conn *c, const char *d, size_t n, size_t *usedp)
             break;
         }
         if (ev == SRV_HTTP1_HEAD_READY) {
-            c->deadline = etp_now_ms() + st->cfg->header_timeout_ms;
+            etp_wait_for(c, ETP_WAIT_BODY);
             if (srv__http1_body_expected(&c->parser) && srv__request_expects_continue(c->req)) {
                 static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
                 etp_send2(c->fd, etp_write_timeout(st), cont, sizeof cont - 1, NULL, 0);
@@ -990,7 +1019,7 @@ static int etp_hand_back(etp_conn *c)
     if (srv__http1_idle(&c->parser)) {
         if (atomic_load(&st->quiescing))
             return -1; /* stop closes idle connections */
-        c->deadline = etp_now_ms() + st->cfg->keepalive_timeout_ms;
+        etp_wait_for(c, ETP_WAIT_IDLE);
     }
     etp_set_phase(c, ETP_PH_POLL);
     pthread_mutex_lock(&st->plock);
