@@ -8,9 +8,6 @@
  * and hands the connection back to the poller. Idle and slow clients cost
  * no worker.
  */
-#include "srv_engine.h"
-#include "srv_http1.h"
-
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -31,120 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
-/* The poller's read buffer (one, shared by every connection it reads). */
-#define ETP_READ_BUF 16384
-/* The poller looks for expired deadlines this often. */
-#define ETP_SCAN_MS 50
-/* epoll events taken per wait; connections accepted per readiness. */
-#define ETP_EVENTS 256
-#define ETP_ACCEPT_BATCH 64
-/* Lingering close after an error: read and discard for at most this long so
- * the client sees our response instead of a reset. */
-#define ETP_LINGER_MS 1000
-#define ETP_LINGER_MAX_BYTES (4u * 1024u * 1024u)
-/* Past max_connections: at most this many connections are read (their
- * head, for at most ETP_REFUSE_WAIT_MS) to be answered 503; more get the
- * 503 at once. */
-#define ETP_MAX_REFUSING 256
-#define ETP_REFUSE_WAIT_MS 2000
-/* Back-off when accept() fails for lack of descriptors or memory. */
-#define ETP_ACCEPT_BACKOFF_MS 20
-/* Writes that make no progress for this long (at least) give up. */
-#define ETP_MIN_WRITE_TIMEOUT_MS 1000
-/* stop: a response being written gets this long before its connection is
- * shut down; stop looks again this often. */
-#define ETP_STOP_WRITE_GRACE_MS 2000
-#define ETP_STOP_SCAN_MS 100
-/* stop: connections detached (and written) in one go, at most. */
-#define ETP_DETACH_BATCH 64
-/* After an answer, a worker that nobody waits for reads the next request of
- * a kept-alive connection for this long itself (one recv, no hand-back to
- * the poller) before it hands the connection back. */
-#define ETP_KEEP_WAIT_MS 2
-
-/* Who has a connection; stop() reads it to know what to do with it. */
-enum etp_phase {
-    ETP_PH_POLL,    /* the poller's: idle, or a request arriving */
-    ETP_PH_QUEUED,  /* a complete request, waiting for a worker */
-    ETP_PH_RUN,     /* a worker's, between requests */
-    ETP_PH_HANDLER, /* handed to the core: handler runs or answer awaited */
-    ETP_PH_WRITE,   /* a worker writes the answer */
-    ETP_PH_CLOSING
-};
-
-struct etp_state;
-
-typedef struct etp_conn {
-    srv_job job; /* the pool runs etp_conn_run(&job) */
-    struct etp_state *st;
-    struct etp_conn *prev, *next; /* st->conns, under st->mu */
-    int fd;
-    struct sockaddr_storage peer;
-    socklen_t peer_len;
-    atomic_int phase;
-    atomic_uint_fast64_t write_since; /* ETP_PH_WRITE: when it began (ms) */
-    int shut; /* stop() shut the socket down or detached it (st->mu) */
-
-    /* respond() -> worker hand-back (c->mu). */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int responded;
-    srv_request *serving; /* handed to the core, its answer not yet claimed */
-    int detached;         /* stop() wrote the answer and owns none of it now
-                           * (also under st->mu) */
-    int in_handler;       /* the worker is inside srv__request_run */
-    pthread_t worker;
-    size_t early_sent;    /* bytes respond() wrote while the handler ran */
-    int early_dead;       /* such a write failed */
-
-    /* Poller list (st->plock) while the poller has it. */
-    struct etp_conn *pprev, *pnext;
-    int in_plist;
-
-    /* Owned by whoever has the connection (poller or worker, never both). */
-    srv_http1 parser;
-    srv_request *req;   /* the message being read */
-    srv_request *ready; /* a complete request for the worker */
-    char *pend;         /* bytes read past `ready`: pend[pend_off, pend_len) */
-    size_t pend_off, pend_len;
-    uint64_t deadline;  /* poller: when the current wait ends (ms) */
-    unsigned served;
-    int refuse;         /* over max_connections: read the head, answer 503 */
-    int lingering;      /* answered and shut for writing; draining input */
-    size_t drained;
-    int io_dead;        /* a write failed: close without answering */
-    int rcvtimeo;       /* SO_RCVTIMEO set for ETP_KEEP_WAIT_MS */
-} etp_conn;
-
-typedef struct etp_state {
-    srv_server *srv;
-    const srv_config *cfg;
-    int listen_fd;
-    int epfd;
-    int wake_fd;  /* eventfd: quiesce and stop wake the poller */
-    int spare_fd; /* /dev/null, given up to accept-and-refuse on EMFILE */
-    pthread_t poller;
-    int poller_started;
-    int quiesced; /* controlling thread only */
-    atomic_int quiescing;
-    atomic_int stopping;
-    char rbuf[ETP_READ_BUF]; /* the poller's */
-
-    pthread_mutex_t plock; /* the poller list, poller_gone, listen_closed */
-    pthread_cond_t pcond;
-    etp_conn *plist;
-    int poller_gone;   /* workers close instead of handing back */
-    int listen_closed; /* quiesce waits for the poller to close it */
-    unsigned refusing; /* poller only */
-
-    pthread_mutex_t mu; /* conns, open, detached; then a conn's mu */
-    pthread_cond_t drained;
-    etp_conn *conns;
-    unsigned open;     /* accepted and not yet closed (not refused ones) */
-    unsigned detached; /* open ones whose handler stop() stopped waiting for */
-} etp_state;
-
-#define ETP_CONN_OF(j) ((etp_conn *)((char *)(j) - offsetof(etp_conn, job)))
+#include "threadpool_int.h"
 
 static void etp_conn_run(srv_job *job);
 
@@ -152,14 +36,14 @@ static void etp_conn_run(srv_job *job);
 /* Small helpers                                                       */
 /* ------------------------------------------------------------------ */
 
-static uint64_t etp_now_ms(void)
+uint64_t etp_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static int etp_clamp_ms(uint64_t ms)
+int etp_clamp_ms(uint64_t ms)
 {
     return ms > INT_MAX ? INT_MAX : (int)ms;
 }
@@ -176,7 +60,7 @@ static void etp_set_phase(etp_conn *c, enum etp_phase ph)
     atomic_store_explicit(&c->phase, ph, memory_order_relaxed);
 }
 
-static enum etp_phase etp_get_phase(etp_conn *c)
+enum etp_phase etp_get_phase(etp_conn *c)
 {
     return (enum etp_phase)atomic_load_explicit(&c->phase, memory_order_relaxed);
 }
@@ -227,7 +111,7 @@ static void etp_wait_for(etp_conn *c, enum etp_wait w)
  * vanished client is an error, not SIGPIPE. 1 when all is sent, 0 when the
  * socket is full, -1 when the client is gone.
  */
-static int etp_send_some(int fd, const void *a, size_t alen, const void *b, size_t blen,
+int etp_send_some(int fd, const void *a, size_t alen, const void *b, size_t blen,
                          size_t *sent)
 {
     for (;;) {
@@ -272,7 +156,7 @@ static int etp_send_from(int fd, int timeout_ms, const void *a, size_t alen, con
     }
 }
 
-static int etp_send2(int fd, int timeout_ms, const void *a, size_t alen, const void *b,
+int etp_send2(int fd, int timeout_ms, const void *a, size_t alen, const void *b,
                      size_t blen)
 {
     return etp_send_from(fd, timeout_ms, a, alen, b, blen, 0);
@@ -309,17 +193,14 @@ static void etp_drain(int fd, unsigned ms)
     }
 }
 
-static void etp_linger_close(int fd, unsigned ms)
+void etp_linger_close(int fd, unsigned ms)
 {
     shutdown(fd, SHUT_WR);
     etp_drain(fd, ms);
     close(fd);
 }
 
-/* The 503 written when the core cannot build one (out of memory or of
- * descriptors): fits in any fresh socket buffer. */
-static const char etp_canned_503[] = "HTTP/1.1 503 Service Unavailable\r\n"
-                                     "Content-Length: 0\r\nConnection: close\r\n\r\n";
+static const char etp_canned_503[] = ETP_CANNED_503;
 
 /* The answer to an HTTP/2 connection preface: an empty SETTINGS frame (the
  * server preface RFC 9113 3.4 requires first), then GOAWAY with last stream
@@ -1247,153 +1128,8 @@ static void etp_quiesce(void *state)
     pthread_mutex_unlock(&st->plock);
 }
 
-/*
- * A blocking handler that outlived the grace period: the core has answered
- * its request (its 503, or the application's answer given before the
- * handler returned), but the connection's worker is still inside the
- * handler. Stop claims the answer, writes what respond did not already
- * write through a duplicate of the socket, shuts the socket so the client
- * sees the response complete, and hands the engine's reference back. The
- * worker finds `detached` when the handler returns and only drains and
- * closes its own descriptor.
- */
-typedef struct etp_detached {
-    srv_request *req; /* NULL: a queued connection, answered 503 */
-    int fd; /* a dup: the socket outlives the worker's close */
-    struct sockaddr_storage peer;
-    socklen_t peer_len;
-    const char *head;
-    const void *body;
-    size_t hlen, blen, sent;
-    int over; /* written, or the client is gone */
-} etp_detached;
-
-/* st->mu held: stop no longer waits for this connection; it counts as
- * closed from now on (its job closes the descriptor later). */
-static void etp_count_detached(etp_state *st, etp_conn *c)
-{
-    c->shut = 1;
-    st->detached++;
-    srv__stats_connection_closed(st->srv);
-}
-
-/* st->mu held. Claims the connection's answer (its worker then keeps off
- * the socket) and fills *out; 0 when there is nothing to claim yet. */
-static int etp_detach(etp_state *st, etp_conn *c, etp_detached *out)
-{
-    int fd = -1;
-    size_t sent = 0;
-    pthread_mutex_lock(&c->mu);
-    srv_request *req = c->responded && !c->detached ? c->serving : NULL;
-    if (req && (fd = fcntl(c->fd, F_DUPFD_CLOEXEC, 0)) >= 0) {
-        c->detached = 1;
-        c->serving = NULL;
-        sent = c->early_sent;
-    }
-    pthread_mutex_unlock(&c->mu);
-    if (fd < 0) /* out of descriptors: stop waits for the handler instead */
-        return 0;
-    etp_count_detached(st, c);
-    *out = (etp_detached){.req = req, .fd = fd, .sent = sent};
-    return 1;
-}
-
-/* st->mu held. A connection queued for a worker (which may wait behind
- * blocking handlers) holds a complete request the core has not seen; it
- * gets the 503 any engine gives in-flight requests at stop, written off
- * the lock from *out (1); its job finds it shut and only closes. 0 when no
- * descriptor could be duplicated: then a canned 503 was written here. */
-static int etp_detach_queued(etp_state *st, etp_conn *c, etp_detached *out)
-{
-    int fd = fcntl(c->fd, F_DUPFD_CLOEXEC, 0);
-    c->detached = 1; /* its job has not started: no one else reads it */
-    etp_count_detached(st, c);
-    if (fd < 0) {
-        etp_send2(c->fd, 0, etp_canned_503, sizeof etp_canned_503 - 1, NULL, 0);
-        shutdown(c->fd, SHUT_WR);
-        return 0;
-    }
-    *out = (etp_detached){.fd = fd, .peer = c->peer, .peer_len = c->peer_len};
-    return 1;
-}
-
-/* Off st->mu: write the detached connections' answers side by side, all
- * within ETP_STOP_WRITE_GRACE_MS, so one slow reader delays none of the
- * others; then shut each socket and hand the engine's reference back. */
-static void etp_detached_finish(etp_state *st, etp_detached *d, size_t n)
-{
-    struct pollfd pfd[ETP_DETACH_BATCH];
-    uint64_t end = etp_now_ms() + ETP_STOP_WRITE_GRACE_MS;
-    for (size_t i = 0; i < n; i++) {
-        if (!d[i].req) {
-            d[i].req = srv__request_new(st->srv, (const struct sockaddr *)&d[i].peer,
-                                        d[i].peer_len);
-            if (d[i].req) /* respond ignores it: no engine data */
-                srv__request_fail(d[i].req, 503);
-        }
-        d[i].head = d[i].req ? srv__response_http1_head(d[i].req, &d[i].hlen) : NULL;
-        d[i].body = d[i].req ? srv__response_body(d[i].req, &d[i].blen) : NULL;
-        d[i].over = d[i].head == NULL;
-    }
-    for (;;) {
-        nfds_t waiting = 0;
-        for (size_t i = 0; i < n; i++) {
-            if (d[i].over)
-                continue;
-            int r = etp_send_some(d[i].fd, d[i].head, d[i].hlen, d[i].body, d[i].blen,
-                                  &d[i].sent);
-            if (r != 0)
-                d[i].over = 1;
-            else
-                pfd[waiting++] = (struct pollfd){.fd = d[i].fd, .events = POLLOUT};
-        }
-        uint64_t now = etp_now_ms();
-        if (waiting == 0 || now >= end)
-            break;
-        if (poll(pfd, waiting, etp_clamp_ms(end - now)) < 0 && errno != EINTR)
-            break;
-    }
-    for (size_t i = 0; i < n; i++) {
-        etp_linger_close(d[i].fd, 0); /* the worker's own fd closes later */
-        if (d[i].req)
-            srv__request_release(d[i].req);
-    }
-}
-
-/* st->mu held: shut down every worker-owned connection that has nothing
- * left to send, so a blocked read returns, and responses stuck in a write
- * for ETP_STOP_WRITE_GRACE_MS; detach those queued for a worker and those
- * whose handler still runs (into `out`, up to `cap`). */
-static size_t etp_shutdown_conns(etp_state *st, etp_detached *out, size_t cap)
-{
-    size_t n = 0;
-    uint64_t now = etp_now_ms();
-    for (etp_conn *c = st->conns; c; c = c->next) {
-        if (c->shut)
-            continue;
-        enum etp_phase ph = etp_get_phase(c);
-        if (ph == ETP_PH_QUEUED) {
-            if (n < cap && etp_detach_queued(st, c, &out[n]))
-                n++;
-            continue;
-        }
-        if (ph == ETP_PH_HANDLER) {
-            if (n < cap && etp_detach(st, c, &out[n]))
-                n++;
-            continue;
-        }
-        if (ph == ETP_PH_WRITE && now - atomic_load(&c->write_since) < ETP_STOP_WRITE_GRACE_MS)
-            continue;
-        if (ph == ETP_PH_POLL || ph == ETP_PH_CLOSING)
-            continue; /* the poller's, or closing: no socket to shut */
-        shutdown(c->fd, SHUT_RDWR);
-        c->shut = 1;
-    }
-    return n;
-}
-
-/* Returns once every connection is closed or detached; srv_server_free's
- * pool shutdown waits for the detached ones' workers before destroy. */
+/* The poller answers and closes what it holds, then the workers' connections
+ * are closed or detached (engines/threadpool_stop.c). */
 static void etp_stop(void *state)
 {
     etp_state *st = state;
@@ -1404,27 +1140,7 @@ static void etp_stop(void *state)
         pthread_join(st->poller, NULL);
         st->poller_started = 0;
     }
-
-    pthread_mutex_lock(&st->mu);
-    while (st->open > st->detached) {
-        etp_detached done[ETP_DETACH_BATCH];
-        size_t n = etp_shutdown_conns(st, done, ETP_DETACH_BATCH);
-        if (n > 0) {
-            pthread_mutex_unlock(&st->mu);
-            etp_detached_finish(st, done, n);
-            pthread_mutex_lock(&st->mu);
-            continue;
-        }
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_nsec += ETP_STOP_SCAN_MS * 1000000L;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&st->drained, &st->mu, &until);
-    }
-    pthread_mutex_unlock(&st->mu);
+    etp_stop_connections(st);
 }
 
 static void etp_destroy(void *state)
