@@ -389,6 +389,13 @@ static void etp_poller_fail(etp_state *st, etp_conn *c, int status)
 /* Poller: a complete request; give the connection to a worker. */
 static void etp_poller_hand_over(etp_state *st, etp_conn *c, const char *rest, size_t n)
 {
+    if (c->refuse) { /* over max_connections: read, then refused */
+        srv_request *req = c->req;
+        c->req = NULL;
+        etp_answer_now(st, c, req, 503);
+        etp_poller_linger(st, c);
+        return;
+    }
     if (n > 0) { /* pipelined bytes: the worker parses them after */
         c->pend = malloc(n);
         if (!c->pend) {
@@ -401,13 +408,6 @@ static void etp_poller_hand_over(etp_state *st, etp_conn *c, const char *rest, s
     }
     c->ready = c->req;
     c->req = NULL;
-    if (c->refuse) { /* over max_connections: read, then refused */
-        srv_request *req = c->ready;
-        c->ready = NULL;
-        etp_answer_now(st, c, req, 503);
-        etp_poller_linger(st, c);
-        return;
-    }
     pthread_mutex_lock(&st->plock);
     etp_plist_del(st, c);
     pthread_mutex_unlock(&st->plock);
