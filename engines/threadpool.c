@@ -1,14 +1,13 @@
 /*
- * The "threadpool" engine (Tomcat-like, blocking thread-per-connection):
- * HTTP/1.x parsed by http-parser 2.9 (Debian 2.9.4). One acceptor thread
- * runs accept4(); each connection is a job on the core's worker pool, which
- * reads, runs the handler and writes on that worker until the connection
- * closes. The pool's FIFO is the queue of connections waiting for a worker.
+ * The "threadpool" engine (Tomcat NIO connector style): one poller thread
+ * runs epoll over the listening socket and every connection that is not
+ * being served, reading request heads and bodies non-blocking through the
+ * core's sans-I/O HTTP/1 parser (api/http1.c). A connection gets a worker
+ * of the core's pool only once its request is complete; the worker runs the
+ * handler, writes the answer, serves pipelined requests already buffered,
+ * and hands the connection back to the poller. Idle and slow clients cost
+ * no worker.
  */
-#include "srv_engine.h"
-
-#include <http_parser.h>
-
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -22,139 +21,29 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
-/* Bytes read from a socket at once; the parser consumes every read fully
- * (or pauses at a message end), so this is the whole per-connection input
- * buffer. */
-#define ETP_READ_BUF 16384
-/* Longest method token taken aside for http-parser (see etp_take_method);
- * a longer one is left to the parser, which answers 400. The buffer keeps
- * room to show the parser "GET" in place of a shorter token. */
-#define ETP_MAX_METHOD 64
-#define ETP_METHOD_SLACK 2
-/* An idle kept-alive connection looks this often whether another connection
- * waits for its worker (then it yields: closes so the waiter is served). */
-#define ETP_IDLE_SLICE_MS 200
-/* Lingering close after an error: read and discard for at most this long so
- * the client sees our response instead of a reset. */
-#define ETP_LINGER_MS 1000
-#define ETP_LINGER_MAX_BYTES (4u * 1024u * 1024u)
-/* Back-off when accept() fails for lack of descriptors or memory. */
-#define ETP_ACCEPT_BACKOFF_MS 20
-/* Writes that make no progress for this long (at least) give up. */
-#define ETP_MIN_WRITE_TIMEOUT_MS 1000
-/* stop: a response being written gets this long before its connection is
- * shut down; stop looks again this often. */
-#define ETP_STOP_WRITE_GRACE_MS 2000
-#define ETP_STOP_SCAN_MS 100
-/* stop: connections detached (and written) in one go, at most. */
-#define ETP_DETACH_BATCH 64
-/* http-parser's built-in head limit (HTTP_MAX_HEADER_SIZE, 80 KiB). */
-#define ETP_PARSER_DEFAULT_MAX_HEAD (80u * 1024u)
+#include "threadpool_int.h"
 
-/* Where a connection is; read by stop() to spare responses being written. */
-enum etp_phase {
-    ETP_PH_QUEUED,  /* accepted, waiting for a worker */
-    ETP_PH_IDLE,    /* between requests (or before the first byte) */
-    ETP_PH_HEAD,    /* a request started; its head is not complete */
-    ETP_PH_BODY,    /* head complete, reading the body */
-    ETP_PH_HANDLER, /* handed to the core: handler runs or answer awaited */
-    ETP_PH_WRITE,   /* writing the answer */
-    ETP_PH_CLOSING
-};
-
-enum etp_close {
-    ETP_CLOSE_QUIET, /* close() at once */
-    ETP_CLOSE_SOFT,  /* shutdown(SHUT_WR), drop input already here, close() */
-    ETP_CLOSE_LINGER /* shutdown(SHUT_WR), drain up to ETP_LINGER_MS, close() */
-};
-
-typedef struct etp_buf {
-    char *p;
-    size_t len, cap;
-} etp_buf;
-
-struct etp_state;
-
-typedef struct etp_conn {
-    srv_job job; /* the pool runs etp_conn_run(&job) */
-    struct etp_state *st;
-    struct etp_conn *prev, *next; /* st->conns, under st->mu */
-    int fd;
-    struct sockaddr_storage peer;
-    socklen_t peer_len;
-    atomic_int phase;
-    atomic_uint_fast64_t write_since; /* ETP_PH_WRITE: when it began (ms) */
-    int shut; /* stop() shut the socket down (st->mu) */
-
-    /* respond() -> connection thread hand-back. */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int responded;
-    srv_request *serving; /* handed to the core, its answer not yet claimed */
-    int detached;         /* stop() wrote the answer and owns none of it now
-                           * (also under st->mu) */
-
-    /* Everything below is touched by the connection's worker only. */
-    http_parser parser;
-    srv_request *req;   /* the request being read, not yet handed over */
-    int fail_status;    /* status remembered by a failing callback */
-    int io_dead;        /* a write failed: close without answering */
-    int headers_done;   /* this message's head is complete (trailers next) */
-    int have_field;     /* a header name is being accumulated */
-    int last_was_value; /* the last header callback was a value piece */
-    size_t head_bytes;  /* URL + header names + values of this message */
-    etp_buf url, field, value;
-    int at_start;       /* the next message's method is not read yet */
-    int need_more;      /* buf[off, len) is the start of a method: read on */
-    char method[ETP_MAX_METHOD]; /* this message's method, when the parser */
-    size_t method_len;           /* was shown GET instead (0: it was not) */
-    char *buf;
-    size_t off, len;    /* unparsed input is buf[off, len) */
-    uint64_t deadline;  /* ETP_PH_HEAD: monotonic ms when 408 is due */
-    unsigned served;    /* responses written on this connection */
-    int yielded;        /* closed while idle so a waiting one gets a worker */
-} etp_conn;
-
-typedef struct etp_state {
-    srv_server *srv;
-    const srv_config *cfg;
-    int listen_fd;
-    int stop_fd; /* eventfd, written once at quiesce: wakes idle waits */
-    int spare_fd; /* /dev/null, given up to accept-and-refuse on EMFILE */
-    pthread_t acceptor;
-    int acceptor_started;
-    int quiesced; /* controlling thread only */
-    atomic_int quiescing;
-    atomic_int stopping;
-    atomic_uint yielding; /* idle connections closing to free a worker */
-
-    pthread_mutex_t mu; /* conns, open, detached; then a conn's mu */
-    pthread_cond_t drained;
-    etp_conn *conns;
-    unsigned open; /* accepted and not yet closed, queued ones included */
-    unsigned detached; /* open ones whose handler stop() stopped waiting for */
-} etp_state;
-
-#define ETP_CONN_OF(j) ((etp_conn *)((char *)(j) - offsetof(etp_conn, job)))
+static void etp_conn_run(srv_job *job);
 
 /* ------------------------------------------------------------------ */
 /* Small helpers                                                       */
 /* ------------------------------------------------------------------ */
 
-static uint64_t etp_now_ms(void)
+uint64_t etp_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static int etp_clamp_ms(uint64_t ms)
+int etp_clamp_ms(uint64_t ms)
 {
     return ms > INT_MAX ? INT_MAX : (int)ms;
 }
@@ -166,39 +55,12 @@ static void etp_sleep_ms(unsigned ms)
     }
 }
 
-static int etp_buf_append(etp_buf *b, const char *data, size_t len)
-{
-    if (len > SIZE_MAX - b->len - 1)
-        return -1;
-    if (b->len + len + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + len + 1)
-            cap = cap > SIZE_MAX / 2 ? b->len + len + 1 : cap * 2;
-        char *p = realloc(b->p, cap);
-        if (!p)
-            return -1;
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, data, len);
-    b->len += len;
-    b->p[b->len] = '\0';
-    return 0;
-}
-
-static void etp_buf_free(etp_buf *b)
-{
-    free(b->p);
-    b->p = NULL;
-    b->len = b->cap = 0;
-}
-
 static void etp_set_phase(etp_conn *c, enum etp_phase ph)
 {
     atomic_store_explicit(&c->phase, ph, memory_order_relaxed);
 }
 
-static enum etp_phase etp_get_phase(etp_conn *c)
+enum etp_phase etp_get_phase(etp_conn *c)
 {
     return (enum etp_phase)atomic_load_explicit(&c->phase, memory_order_relaxed);
 }
@@ -210,13 +72,46 @@ static int etp_write_timeout(const etp_state *st)
     return t < ETP_MIN_WRITE_TIMEOUT_MS ? ETP_MIN_WRITE_TIMEOUT_MS : etp_clamp_ms(t);
 }
 
+/* What a connection waits for; etp_wait_for is the one place that turns
+ * it into a deadline (docs/ENGINES.md, "Deadlines"). */
+enum etp_wait {
+    ETP_WAIT_FIRST_HEAD, /* accepted: the whole first head, from the accept */
+    ETP_WAIT_IDLE,       /* kept alive: the first byte of the next request */
+    ETP_WAIT_HEAD,       /* a next request began: its head */
+    ETP_WAIT_BODY,       /* the head is complete: the whole body */
+    ETP_WAIT_REFUSE,     /* over max_connections: the request to refuse */
+    ETP_WAIT_LINGER      /* answered and shut: the client's last bytes */
+};
+
+static void etp_wait_for(etp_conn *c, enum etp_wait w)
+{
+    const srv_config *cfg = c->st->cfg;
+    uint64_t ms;
+    switch (w) {
+    case ETP_WAIT_IDLE:
+        ms = cfg->keepalive_timeout_ms;
+        break;
+    case ETP_WAIT_REFUSE:
+        ms = cfg->header_timeout_ms < ETP_REFUSE_WAIT_MS ? cfg->header_timeout_ms
+                                                         : ETP_REFUSE_WAIT_MS;
+        break;
+    case ETP_WAIT_LINGER:
+        ms = ETP_LINGER_MS;
+        break;
+    default: /* a head or a body: header_timeout_ms each, however it trickles */
+        ms = cfg->header_timeout_ms;
+        break;
+    }
+    c->deadline = etp_now_ms() + ms;
+}
+
 /*
  * Send what the socket takes now of a then b (either may be empty), from
- * *sent bytes in, with MSG_NOSIGNAL so a vanished client is an error, not
- * SIGPIPE. 1 when all is sent, 0 when the socket is full, -1 when the
- * client is gone.
+ * *sent bytes in, in one sendmsg when it fits, with MSG_NOSIGNAL so a
+ * vanished client is an error, not SIGPIPE. 1 when all is sent, 0 when the
+ * socket is full, -1 when the client is gone.
  */
-static int etp_send_some(int fd, const void *a, size_t alen, const void *b, size_t blen,
+int etp_send_some(int fd, const void *a, size_t alen, const void *b, size_t blen,
                          size_t *sent)
 {
     for (;;) {
@@ -243,12 +138,11 @@ static int etp_send_some(int fd, const void *a, size_t alen, const void *b, size
     }
 }
 
-/* Write a and then b fully. 0, or -1 when the client is gone or stopped
- * reading for timeout_ms. */
-static int etp_send2(int fd, int timeout_ms, const void *a, size_t alen,
-                     const void *b, size_t blen)
+/* Write a and then b fully from *sent on. 0, or -1 when the client is
+ * gone or stopped reading for timeout_ms. */
+static int etp_send_from(int fd, int timeout_ms, const void *a, size_t alen, const void *b,
+                         size_t blen, size_t sent)
 {
-    size_t sent = 0;
     for (;;) {
         int r = etp_send_some(fd, a, alen, b, blen, &sent);
         if (r != 0)
@@ -260,6 +154,12 @@ static int etp_send2(int fd, int timeout_ms, const void *a, size_t alen,
         if (p <= 0)
             return -1;
     }
+}
+
+int etp_send2(int fd, int timeout_ms, const void *a, size_t alen, const void *b,
+                     size_t blen)
+{
+    return etp_send_from(fd, timeout_ms, a, alen, b, blen, 0);
 }
 
 /* Read and discard what the client still sends, for at most `ms` and
@@ -293,517 +193,62 @@ static void etp_drain(int fd, unsigned ms)
     }
 }
 
-static void etp_linger_close(int fd, unsigned ms)
+void etp_linger_close(int fd, unsigned ms)
 {
     shutdown(fd, SHUT_WR);
     etp_drain(fd, ms);
     close(fd);
 }
 
-/* Whether the client has sent bytes not read yet (EOF alone is not). */
-static int etp_client_sent(int fd)
-{
-    char b;
-    return recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
-}
+static const char etp_canned_503[] = ETP_CANNED_503;
 
-/* The 503 written when the core cannot build one (out of memory or of
- * descriptors): fits in any fresh socket buffer. */
-static const char etp_canned_503[] = "HTTP/1.1 503 Service Unavailable\r\n"
-                                     "Content-Length: 0\r\nConnection: close\r\n\r\n";
-
-/* http-parser's head limit is process-global. Our own count enforces
- * max_header_bytes below it; raise it (never lower it: other servers in the
- * process may need it) only when the configuration asks for more. */
-static void etp_raise_parser_limit(const srv_config *cfg)
-{
-    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    static uint64_t current = ETP_PARSER_DEFAULT_MAX_HEAD;
-    uint64_t need = (uint64_t)cfg->max_header_bytes + (uint64_t)cfg->max_uri_bytes + 1024u;
-    if (need > UINT32_MAX)
-        need = UINT32_MAX;
-    pthread_mutex_lock(&lock);
-    if (need > current) {
-        current = need;
-        http_parser_set_max_header_size((uint32_t)need);
-    }
-    pthread_mutex_unlock(&lock);
-}
-
-/* ------------------------------------------------------------------ */
-/* Parser callbacks: build the srv_request                             */
-/* ------------------------------------------------------------------ */
-
-/* Remember why a callback fails; returning non-zero (never 1 from
- * on_headers_complete, which means "skip the body") stops the parser. */
-static int etp_cb_fail(etp_conn *c, int status)
-{
-    if (!c->fail_status)
-        c->fail_status = status > 0 ? status : 500; /* SRV_ENOMEM */
-    return -1;
-}
-
-/* Count head bytes (URL, names, values) as they arrive, so an oversized
- * head is refused before it is buffered. The core counts the request line
- * and header lines, at least as many bytes, so its answer would be 431 too. */
-static int etp_count_head(etp_conn *c, size_t len)
-{
-    c->head_bytes += len;
-    return c->head_bytes > c->st->cfg->max_header_bytes ? etp_cb_fail(c, 431) : 0;
-}
-
-static int etp_flush_header(etp_conn *c)
-{
-    if (!c->have_field)
-        return 0;
-    size_t vlen = c->value.len;
-    while (vlen > 0 && (c->value.p[vlen - 1] == ' ' || c->value.p[vlen - 1] == '\t'))
-        vlen--;
-    int rc = srv__request_add_header(c->req, c->field.p ? c->field.p : "", c->field.len,
-                                     c->value.p ? c->value.p : "", vlen);
-    c->have_field = 0;
-    c->last_was_value = 0;
-    c->field.len = 0;
-    c->value.len = 0;
-    return rc ? etp_cb_fail(c, rc) : 0;
-}
-
-static int etp_on_message_begin(http_parser *p)
-{
-    etp_conn *c = p->data;
-    c->fail_status = 0;
-    c->headers_done = 0;
-    c->have_field = 0;
-    c->last_was_value = 0;
-    c->head_bytes = 0;
-    c->url.len = c->field.len = c->value.len = 0;
-    if (etp_get_phase(c) != ETP_PH_HEAD) {
-        etp_set_phase(c, ETP_PH_HEAD);
-        c->deadline = etp_now_ms() + c->st->cfg->header_timeout_ms;
-    }
-    if (c->req) /* cannot happen: the previous one was handed over */
-        srv__request_release(c->req);
-    c->req = srv__request_new(c->st->srv, (const struct sockaddr *)&c->peer, c->peer_len);
-    if (!c->req)
-        return etp_cb_fail(c, 500);
-    srv__request_set_engine_data(c->req, c);
-    return 0;
-}
-
-static int etp_on_url(http_parser *p, const char *at, size_t len)
-{
-    etp_conn *c = p->data;
-    if (c->url.len + len > c->st->cfg->max_uri_bytes)
-        return etp_cb_fail(c, 414);
-    if (etp_count_head(c, len))
-        return -1;
-    return etp_buf_append(&c->url, at, len) ? etp_cb_fail(c, 500) : 0;
-}
-
-static int etp_on_header_field(http_parser *p, const char *at, size_t len)
-{
-    etp_conn *c = p->data;
-    if (c->headers_done) /* a trailer of a chunked body: not kept */
-        return 0;
-    if (c->last_was_value && etp_flush_header(c))
-        return -1;
-    c->have_field = 1;
-    if (etp_count_head(c, len))
-        return -1;
-    return etp_buf_append(&c->field, at, len) ? etp_cb_fail(c, 500) : 0;
-}
-
-static int etp_on_header_value(http_parser *p, const char *at, size_t len)
-{
-    etp_conn *c = p->data;
-    if (c->headers_done)
-        return 0;
-    c->last_was_value = 1;
-    if (etp_count_head(c, len))
-        return -1;
-    return etp_buf_append(&c->value, at, len) ? etp_cb_fail(c, 500) : 0;
-}
-
-static int etp_on_headers_complete(http_parser *p)
-{
-    etp_conn *c = p->data;
-    srv_request *req = c->req;
-    int rc;
-    if (etp_flush_header(c))
-        return -1;
-    const char *m = http_method_str((enum http_method)p->method);
-    size_t mlen = strlen(m);
-    if (c->method_len > 0) { /* the parser was shown GET instead */
-        m = c->method;
-        mlen = c->method_len;
-    }
-    if ((rc = srv__request_set_method(req, m, mlen)) != 0)
-        return etp_cb_fail(c, rc);
-    if ((rc = srv__request_set_target(req, c->url.p ? c->url.p : "", c->url.len)) != 0)
-        return etp_cb_fail(c, rc);
-    srv__request_set_version(req, p->http_major, p->http_minor);
-    if ((rc = srv__request_headers_done(req)) != 0) {
-        /* The core's status line echoes the minor version ("HTTP/1.5 505"):
-         * answer an unsupported version in HTTP/1.1. */
-        if (rc == 505)
-            srv__request_set_version(req, 1, 1);
-        return etp_cb_fail(c, rc);
-    }
-    c->headers_done = 1;
-    etp_set_phase(c, ETP_PH_BODY);
-
-    int has_body = (p->flags & F_CHUNKED) ||
-                   (p->content_length > 0 && p->content_length != ULLONG_MAX);
-    if (has_body && srv__request_expects_continue(req)) {
-        static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-        if (etp_send2(c->fd, etp_write_timeout(c->st), cont, sizeof cont - 1, NULL, 0)) {
-            c->io_dead = 1;
-            return etp_cb_fail(c, 500);
-        }
-    }
-    return 0; /* never 1: that would make the body the next request */
-}
-
-static int etp_on_body(http_parser *p, const char *at, size_t len)
-{
-    etp_conn *c = p->data;
-    int rc = srv__request_append_body(c->req, at, len);
-    return rc ? etp_cb_fail(c, rc) : 0;
-}
-
-static int etp_on_message_complete(http_parser *p)
-{
-    /* One request at a time: execute() returns HPE_PAUSED right after this
-     * message; pipelined bytes are parsed once it is answered. */
-    http_parser_pause(p, 1);
-    return 0;
-}
-
-static const http_parser_settings etp_settings = {
-    .on_message_begin = etp_on_message_begin,
-    .on_url = etp_on_url,
-    .on_header_field = etp_on_header_field,
-    .on_header_value = etp_on_header_value,
-    .on_headers_complete = etp_on_headers_complete,
-    .on_body = etp_on_body,
-    .on_message_complete = etp_on_message_complete,
+/* The answer to an HTTP/2 connection preface: an empty SETTINGS frame (the
+ * server preface RFC 9113 3.4 requires first), then GOAWAY with last stream
+ * 0 and HTTP_1_1_REQUIRED (0xd): clients then retry over HTTP/1.1. */
+static const unsigned char etp_h2_goaway[] = {
+    0, 0, 0, 4, 0, 0, 0, 0, 0,                  /* SETTINGS, empty */
+    0, 0, 8, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xd /* GOAWAY */
 };
 
-static int etp_parse_status(etp_conn *c, enum http_errno e)
+/* Write the core's answer (already final) without blocking: what the socket
+ * takes now. Used by the poller, which never waits on one client. */
+static void etp_write_now(int fd, srv_request *req)
 {
-    if (c->fail_status)
-        return c->fail_status;
-    switch (e) {
-    case HPE_HEADER_OVERFLOW:
-        return 431;
-    case HPE_INVALID_TRANSFER_ENCODING:
-        return 501;
-    default: /* HPE_UNEXPECTED_CONTENT_LENGTH and every other parse error */
-        return 400;
-    }
+    size_t hlen = 0, blen = 0, sent = 0;
+    const char *head = srv__response_http1_head(req, &hlen);
+    const void *body = srv__response_body(req, &blen);
+    if (head)
+        etp_send_some(fd, head, hlen, body, blen, &sent);
+    else
+        etp_send_some(fd, etp_canned_503, sizeof etp_canned_503 - 1, NULL, 0, &sent);
 }
 
-/* ------------------------------------------------------------------ */
-/* Answering                                                           */
-/* ------------------------------------------------------------------ */
-
-/* The respond slot: hand the final response to the connection's worker. No
- * I/O here; any thread may call it. */
-static void etp_respond(void *state, srv_request *req)
+/* A request the core answers at once with `status` (no engine data, so the
+ * respond slot ignores it), written without blocking and released. */
+static void etp_answer_now(etp_state *st, etp_conn *c, srv_request *req, int status)
 {
-    (void)state;
-    etp_conn *c = srv__request_engine_data(req);
-    if (!c) /* the acceptor's 503 for a connection over the limit */
-        return;
-    pthread_mutex_lock(&c->mu);
-    c->responded = 1;
-    pthread_cond_signal(&c->cv);
-    pthread_mutex_unlock(&c->mu);
-}
-
-/* Wait for respond, write the response, release the request. Returns
- * non-zero when the connection may serve another request. */
-static int etp_write_response(etp_conn *c, srv_request *req)
-{
-    etp_state *st = c->st;
-    pthread_mutex_lock(&c->mu);
-    while (!c->responded)
-        pthread_cond_wait(&c->cv, &c->mu);
-    c->responded = 0;
-    int detached = c->detached;
-    c->serving = NULL; /* the answer is ours to write: stop() keeps off */
-    pthread_mutex_unlock(&c->mu);
-    if (detached) { /* stop() wrote it and released our reference */
-        c->io_dead = 1;
-        return 0;
-    }
-    atomic_store(&c->write_since, etp_now_ms());
-    etp_set_phase(c, ETP_PH_WRITE);
-
-    /* Tomcat BIO: do not park this worker on an idle socket while other
-     * connections wait for one. */
-    if (srv__pool_waiting(st->srv) > 0 || atomic_load(&st->stopping))
-        srv__request_set_close(req);
-    int keep = 0;
-    if (!c->io_dead) {
-        size_t hlen = 0, blen = 0;
-        const char *head = srv__response_http1_head(req, &hlen);
-        const void *body = srv__response_body(req, &blen);
-        if (head && etp_send2(c->fd, etp_write_timeout(st), head, hlen, body, blen) == 0)
-            keep = srv__response_keep_alive(req);
-        else
-            c->io_dead = 1;
-    }
-    srv__request_release(req);
-    c->served++;
-    return keep;
-}
-
-/* A complete request: run its handler here (we are a pool worker), then
- * answer it. Returns non-zero to keep the connection. */
-static int etp_serve_request(etp_conn *c)
-{
-    srv_request *req = c->req;
-    c->req = NULL;
-    etp_set_phase(c, ETP_PH_HANDLER);
-    /* The parser closes after this message (HTTP/1.0 without keep-alive,
-     * Connection: close), or what follows an upgrade offer may not be HTTP:
-     * serve the request as plain HTTP/1.1, then close. */
-    int must_close = !http_should_keep_alive(&c->parser) || c->parser.upgrade;
-    if (must_close)
-        srv__request_set_close(req);
-    pthread_mutex_lock(&c->mu);
-    c->serving = req;
-    pthread_mutex_unlock(&c->mu);
-    srv__request_run(req);
-    return etp_write_response(c, req) && !must_close;
-}
-
-/* Bad input, timeout or failure while reading: the core answers `status`
- * (its short text body); then the connection closes, lingering. */
-static enum etp_close etp_fail(etp_conn *c, int status)
-{
-    srv_request *req = c->req;
-    c->req = NULL;
-    if (c->io_dead) {
-        if (req)
-            srv__request_release(req);
-        return ETP_CLOSE_QUIET;
-    }
+    if (!req)
+        req = srv__request_new(st->srv, (const struct sockaddr *)&c->peer, c->peer_len);
     if (!req) {
-        req = srv__request_new(c->st->srv, (const struct sockaddr *)&c->peer, c->peer_len);
-        if (!req)
-            return ETP_CLOSE_LINGER;
-        srv__request_set_engine_data(req, c);
+        size_t sent = 0;
+        etp_send_some(c->fd, etp_canned_503, sizeof etp_canned_503 - 1, NULL, 0, &sent);
+        return;
     }
-    etp_set_phase(c, ETP_PH_HANDLER);
+    srv__request_set_engine_data(req, NULL);
     srv__request_fail(req, status);
-    etp_write_response(c, req);
-    return c->io_dead ? ETP_CLOSE_QUIET : ETP_CLOSE_LINGER;
+    etp_write_now(c->fd, req);
+    srv__request_release(req);
 }
 
 /* ------------------------------------------------------------------ */
-/* The connection job                                                  */
+/* Closing                                                             */
 /* ------------------------------------------------------------------ */
 
-/*
- * Wait for the first byte of the next request. 1: readable; 0: close
- * quietly (idle timeout, stop, or yielding the worker to a waiting
- * connection); -1: error.
- */
-static int etp_wait_idle(etp_conn *c)
-{
-    etp_state *st = c->st;
-    const srv_config *cfg = st->cfg;
-    unsigned limit = cfg->keepalive_timeout_ms;
-    if (c->served == 0 && (limit == 0 || cfg->header_timeout_ms < limit))
-        limit = cfg->header_timeout_ms; /* nothing sent yet: also a head wait */
-    uint64_t end = etp_now_ms() + limit;
-    for (;;) {
-        uint64_t now = etp_now_ms();
-        int left = now >= end ? 0 : etp_clamp_ms(end - now);
-        int slice = (c->served && left > ETP_IDLE_SLICE_MS) ? ETP_IDLE_SLICE_MS : left;
-        struct pollfd pfd[2] = {
-            {.fd = c->fd, .events = POLLIN},
-            {.fd = st->stop_fd, .events = POLLIN},
-        };
-        int r = poll(pfd, 2, slice);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        if (pfd[0].revents) /* data first: a request already sent is served */
-            return 1;
-        if (pfd[1].revents || atomic_load(&st->stopping))
-            return 0;
-        if (left == 0 || (r == 0 && slice == left))
-            return 0;
-        if (c->served &&
-            srv__pool_waiting(st->srv) > atomic_load(&st->yielding)) {
-            atomic_fetch_add(&st->yielding, 1);
-            c->yielded = 1;
-            return 0;
-        }
-    }
-}
-
-/* Wait for more of a started request. 1: readable; 0: timed out; -1: error. */
-static int etp_wait_request(etp_conn *c)
-{
-    const srv_config *cfg = c->st->cfg;
-    for (;;) {
-        int timeout;
-        if (etp_get_phase(c) == ETP_PH_BODY) {
-            /* the body may be long: time out when it stalls */
-            timeout = etp_clamp_ms(cfg->header_timeout_ms);
-        } else {
-            uint64_t now = etp_now_ms();
-            if (now >= c->deadline)
-                return 0;
-            timeout = etp_clamp_ms(c->deadline - now);
-        }
-        struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
-        int r = poll(&pfd, 1, timeout);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        return r > 0 ? 1 : 0;
-    }
-}
-
-static int etp_parser_knows(const char *m, size_t len)
-{
-#define ETP_KNOWN(num, name, string)                                                           \
-    if (len == sizeof #string - 1 && memcmp(m, #string, len) == 0)                             \
-        return 1;
-    HTTP_METHOD_MAP(ETP_KNOWN)
-#undef ETP_KNOWN
-    return 0;
-}
-
-/*
- * http-parser 2.9 knows a fixed list of methods and fails on any other
- * token (BREW, a lowercase get) with a 400, while the core routes any token:
- * 404, 405 with Allow, or the application's own srv_route("BREW", ...), as
- * on the other engines. So at the start of each message read the method
- * here; an unknown token is kept in c->method and the parser is shown GET
- * in its place (a request's method plays no part in its framing). Returns
- * 1 to run the parser, 0 when the method is not complete in the buffer.
- */
-static int etp_take_method(etp_conn *c)
-{
-    while (c->off < c->len && (c->buf[c->off] == '\r' || c->buf[c->off] == '\n'))
-        c->off++; /* empty lines before a request are ignored (RFC 9112 2.2) */
-    size_t i = c->off;
-    while (i < c->len && i - c->off <= ETP_MAX_METHOD &&
-           srv__http_is_tchar((unsigned char)c->buf[i]))
-        i++;
-    size_t mlen = i - c->off;
-    if (i == c->len && mlen <= ETP_MAX_METHOD)
-        return 0;
-    c->at_start = 0;
-    c->method_len = 0;
-    if (mlen == 0 || mlen > ETP_MAX_METHOD || c->buf[i] != ' ' ||
-        etp_parser_knows(c->buf + c->off, mlen))
-        return 1; /* the parser decides: a method it knows, or a 400 */
-    memcpy(c->method, c->buf + c->off, mlen);
-    c->method_len = mlen;
-    size_t need = mlen < 3 ? 3 - mlen : 0;
-    if (mlen >= 3) {
-        c->off += mlen - 3;
-    } else if (c->off >= need) { /* consumed bytes before it: reuse them */
-        c->off -= need;
-    } else { /* the token starts the read: ETP_METHOD_SLACK, once per read */
-        if (c->len + need > ETP_READ_BUF + ETP_METHOD_SLACK) {
-            c->method_len = 0;
-            return 1;
-        }
-        memmove(c->buf + i + need, c->buf + i, c->len - i);
-        c->len += need;
-    }
-    memcpy(c->buf + c->off, "GET", 3);
-    return 1;
-}
-
-static enum etp_close etp_serve(etp_conn *c)
-{
-    etp_state *st = c->st;
-    http_parser_init(&c->parser, HTTP_REQUEST);
-    c->parser.data = c;
-    etp_set_phase(c, ETP_PH_IDLE);
-    c->at_start = 1;
-    for (;;) {
-        if (c->off == c->len || c->need_more) {
-            int r;
-            if (etp_get_phase(c) == ETP_PH_IDLE) {
-                r = etp_wait_idle(c);
-                if (r <= 0)
-                    return ETP_CLOSE_QUIET;
-            } else {
-                r = etp_wait_request(c);
-                if (r == 0)
-                    return etp_fail(c, 408);
-                if (r < 0)
-                    return ETP_CLOSE_QUIET;
-            }
-            /* A method begun in the last read stays, moved to the front. */
-            size_t keep = c->len - c->off;
-            if (keep > 0 && c->off > 0)
-                memmove(c->buf, c->buf + c->off, keep);
-            c->off = 0;
-            c->len = keep;
-            ssize_t n = recv(c->fd, c->buf + keep, ETP_READ_BUF - keep, MSG_DONTWAIT);
-            if (n < 0) {
-                if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)
-                    continue;
-                return ETP_CLOSE_QUIET; /* reset */
-            }
-            if (n == 0) /* EOF, idle or mid-request: nobody to answer */
-                return ETP_CLOSE_QUIET;
-            c->len = keep + (size_t)n;
-            c->need_more = 0;
-            if (etp_get_phase(c) == ETP_PH_IDLE) {
-                etp_set_phase(c, ETP_PH_HEAD);
-                c->deadline = etp_now_ms() + st->cfg->header_timeout_ms;
-            }
-        }
-
-        if (c->at_start && !etp_take_method(c)) {
-            c->need_more = 1;
-            continue;
-        }
-        size_t n = http_parser_execute(&c->parser, &etp_settings, c->buf + c->off,
-                                       c->len - c->off);
-        c->off += n;
-        enum http_errno e = HTTP_PARSER_ERRNO(&c->parser);
-        if (e == HPE_PAUSED) {
-            if (!etp_serve_request(c)) /* a normal close: do not wait */
-                return c->io_dead ? ETP_CLOSE_QUIET : ETP_CLOSE_SOFT;
-            http_parser_pause(&c->parser, 0);
-            c->at_start = 1;
-            if (c->off < c->len) { /* pipelined: the next head has begun */
-                etp_set_phase(c, ETP_PH_HEAD);
-                c->deadline = etp_now_ms() + st->cfg->header_timeout_ms;
-            } else {
-                etp_set_phase(c, ETP_PH_IDLE);
-            }
-            continue;
-        }
-        if (e != HPE_OK)
-            return etp_fail(c, etp_parse_status(c, e));
-        if (c->off < c->len) /* stopped early without an error: not HTTP */
-            return ETP_CLOSE_LINGER;
-    }
-}
-
-/* Close and forget a connection. The fd is closed only under st->mu, once
- * unlinked, so stop() never shuts down a number already reused. The unlock
- * is the last touch of the engine's state: stop() may return (and destroy
- * free it) right after. */
-static void etp_conn_finish(etp_conn *c, enum etp_close how)
+/* Close and forget a connection (not a refused one). The fd is closed only
+ * under st->mu, once unlinked, so stop() never shuts down a number already
+ * reused. The unlock is the last touch of the engine's state: stop() may
+ * return (and destroy free it) right after. */
+static void etp_conn_finish(etp_conn *c, int linger)
 {
     etp_state *st = c->st;
     etp_set_phase(c, ETP_PH_CLOSING);
@@ -811,27 +256,26 @@ static void etp_conn_finish(etp_conn *c, enum etp_close how)
         srv__request_release(c->req);
         c->req = NULL;
     }
+    if (c->ready) {
+        srv__request_release(c->ready);
+        c->ready = NULL;
+    }
     /* Unread input makes close() send a reset that can destroy the response
-     * just written: after an error (the client may still be sending) or with
-     * pipelined bytes left over, linger; otherwise drop what already came. */
+     * just written: after an error, linger; otherwise drop what came. */
     if (c->detached) {
-        /* stop() writes and shuts the socket through its own descriptor */
-        etp_drain(c->fd, 0);
-    } else if (how == ETP_CLOSE_LINGER || c->off < c->len) {
+        etp_drain(c->fd, 0); /* stop() writes and shuts through its own fd */
+    } else if (linger || c->pend_off < c->pend_len) {
         shutdown(c->fd, SHUT_WR);
-        etp_drain(c->fd, ETP_LINGER_MS);
-    } else if (how == ETP_CLOSE_SOFT) {
+        etp_drain(c->fd, linger ? ETP_LINGER_MS : 0);
+    } else if (!c->io_dead) {
         shutdown(c->fd, SHUT_WR);
         etp_drain(c->fd, 0);
     }
-    if (!c->detached) /* stop() counted it closed when it shut it */
+    epoll_ctl(st->epfd, EPOLL_CTL_DEL, c->fd, NULL); /* a dup'd fd may live on */
+    if (!c->detached) /* stop() counted it closed when it detached it */
         srv__stats_connection_closed(st->srv);
-    if (c->yielded)
-        atomic_fetch_sub(&st->yielding, 1);
-    etp_buf_free(&c->url);
-    etp_buf_free(&c->field);
-    etp_buf_free(&c->value);
-    free(c->buf);
+    srv__http1_free(&c->parser);
+    free(c->pend);
 
     pthread_mutex_lock(&st->mu);
     if (c->prev)
@@ -851,49 +295,272 @@ static void etp_conn_finish(etp_conn *c, enum etp_close how)
     pthread_mutex_unlock(&st->mu);
 }
 
-static void etp_conn_run(srv_job *job)
+/* ------------------------------------------------------------------ */
+/* The poller                                                          */
+/* ------------------------------------------------------------------ */
+
+/* st->plock held. */
+static void etp_plist_add(etp_state *st, etp_conn *c)
 {
-    etp_conn *c = ETP_CONN_OF(job);
-    enum etp_close how = ETP_CLOSE_QUIET;
-    pthread_mutex_lock(&c->st->mu); /* stop() reads QUEUED under it */
-    int abandoned = c->shut;
-    if (!abandoned)
-        etp_set_phase(c, ETP_PH_IDLE);
-    pthread_mutex_unlock(&c->st->mu);
-    if (!abandoned && atomic_load(&c->st->stopping)) {
-        /* Started during stop but not detached by it (stop detaches in
-         * batches): a client that sent a request still gets its 503. */
-        if (etp_client_sent(c->fd))
-            how = etp_fail(c, 503);
-    } else if (!abandoned) {
-        c->buf = malloc(ETP_READ_BUF + ETP_METHOD_SLACK);
-        if (c->buf)
-            how = etp_serve(c);
-    }
-    etp_conn_finish(c, how);
+    c->pprev = NULL;
+    c->pnext = st->plist;
+    if (st->plist)
+        st->plist->pprev = c;
+    st->plist = c;
+    c->in_plist = 1;
 }
 
-/* ------------------------------------------------------------------ */
-/* Acceptor                                                            */
-/* ------------------------------------------------------------------ */
+/* st->plock held. */
+static void etp_plist_del(etp_state *st, etp_conn *c)
+{
+    if (!c->in_plist)
+        return;
+    if (c->pprev)
+        c->pprev->pnext = c->pnext;
+    else
+        st->plist = c->pnext;
+    if (c->pnext)
+        c->pnext->pprev = c->pprev;
+    c->pprev = c->pnext = NULL;
+    c->in_plist = 0;
+}
 
-/* Over max_connections (or out of memory): answer 503 at once and close,
- * on the acceptor thread, without ever blocking on the client. */
-static void etp_refuse(etp_state *st, int fd, const struct sockaddr_storage *peer,
-                       socklen_t peer_len)
+/* Watch the connection again (one event, then it is ours until re-armed). */
+static int etp_arm(etp_state *st, etp_conn *c, int op)
+{
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT, .data.ptr = c};
+    return epoll_ctl(st->epfd, op, c->fd, &ev);
+}
+
+/* Poller: forget a connection it owns and close it. */
+static void etp_poller_close(etp_state *st, etp_conn *c, int linger)
+{
+    pthread_mutex_lock(&st->plock);
+    etp_plist_del(st, c);
+    pthread_mutex_unlock(&st->plock);
+    if (c->refuse) {
+        epoll_ctl(st->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+        if (c->req)
+            srv__request_release(c->req);
+        srv__http1_free(&c->parser);
+        if (linger)
+            etp_linger_close(c->fd, 0);
+        else
+            close(c->fd);
+        pthread_mutex_destroy(&c->mu);
+        pthread_cond_destroy(&c->cv);
+        free(c);
+        st->refusing--;
+        srv__stats_connection_closed(st->srv);
+        return;
+    }
+    etp_conn_finish(c, 0);
+    (void)linger; /* lingering was done in the poller already */
+}
+
+/* Poller: the answer is written; shut our side and read what the client
+ * still sends for ETP_LINGER_MS without holding anything up. */
+static void etp_poller_linger(etp_state *st, etp_conn *c)
+{
+    shutdown(c->fd, SHUT_WR);
+    c->lingering = 1;
+    c->drained = 0;
+    etp_wait_for(c, ETP_WAIT_LINGER);
+    if (etp_arm(st, c, EPOLL_CTL_MOD) != 0)
+        etp_poller_close(st, c, 0);
+}
+
+/* Poller: answer the message being read with `status` and close. */
+static void etp_poller_fail(etp_state *st, etp_conn *c, int status)
+{
+    srv_request *req = c->req;
+    c->req = NULL;
+    if (c->parser.h2_preface) { /* not HTTP/1: a GOAWAY it understands */
+        size_t sent = 0;
+        etp_send_some(c->fd, etp_h2_goaway, sizeof etp_h2_goaway, NULL, 0, &sent);
+        if (req)
+            srv__request_release(req);
+    } else {
+        etp_answer_now(st, c, req, status);
+    }
+    etp_poller_linger(st, c);
+}
+
+/* Poller: a complete request; give the connection to a worker. */
+static void etp_poller_hand_over(etp_state *st, etp_conn *c, const char *rest, size_t n)
+{
+    if (c->refuse) { /* over max_connections: read, then refused */
+        srv_request *req = c->req;
+        c->req = NULL;
+        etp_answer_now(st, c, req, 503);
+        etp_poller_linger(st, c);
+        return;
+    }
+    if (n > 0) { /* pipelined bytes: the worker parses them after */
+        c->pend = malloc(n);
+        if (!c->pend) {
+            etp_poller_fail(st, c, 500);
+            return;
+        }
+        memcpy(c->pend, rest, n);
+        c->pend_off = 0;
+        c->pend_len = n;
+    }
+    c->ready = c->req;
+    c->req = NULL;
+    pthread_mutex_lock(&st->plock);
+    etp_plist_del(st, c);
+    pthread_mutex_unlock(&st->plock);
+    etp_set_phase(c, ETP_PH_QUEUED);
+    if (srv__pool_submit(st->srv, &c->job) != 0)
+        etp_conn_finish(c, 0);
+}
+
+/* Poller: a lingering connection is readable: drop what came. */
+static void etp_poller_drain(etp_state *st, etp_conn *c)
+{
+    for (;;) {
+        ssize_t n = recv(c->fd, st->rbuf, sizeof st->rbuf, MSG_DONTWAIT);
+        if (n > 0) {
+            c->drained += (size_t)n;
+            if (c->drained < ETP_LINGER_MAX_BYTES)
+                continue;
+        } else if (n < 0 && errno == EINTR) {
+            continue;
+        } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if (etp_arm(st, c, EPOLL_CTL_MOD) == 0)
+                return;
+        }
+        etp_poller_close(st, c, 0);
+        return;
+    }
+}
+
+/* Poller: the connection is readable: read and parse until the request is
+ * complete, the input runs out, or it fails. */
+static void etp_poller_read(etp_state *st, etp_conn *c)
+{
+    /* The worker that handed the connection back wrote its fields before
+     * re-arming it under plock: taking plock makes that visible here in
+     * the memory model (epoll alone orders it only in the kernel). */
+    pthread_mutex_lock(&st->plock);
+    pthread_mutex_unlock(&st->plock);
+    if (c->lingering) {
+        etp_poller_drain(st, c);
+        return;
+    }
+    for (;;) {
+        ssize_t n = recv(c->fd, st->rbuf, sizeof st->rbuf, MSG_DONTWAIT);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if (etp_arm(st, c, EPOLL_CTL_MOD) != 0)
+                etp_poller_close(st, c, 0);
+            return;
+        }
+        if (n <= 0) { /* EOF or reset, idle or mid-request: nobody to answer */
+            c->io_dead = n < 0;
+            etp_poller_close(st, c, 0);
+            return;
+        }
+        size_t off = 0;
+        enum srv_http1_event ev = SRV_HTTP1_HEAD_READY;
+        /* Until the input runs out; after HEAD_READY feed again even with
+         * nothing left: a request without a body completes then. */
+        while (off < (size_t)n || ev == SRV_HTTP1_HEAD_READY) {
+            if (srv__http1_idle(&c->parser) && c->served > 0) /* the head's own deadline */
+                etp_wait_for(c, ETP_WAIT_HEAD);
+            if (!c->req) {
+                c->req = srv__request_new(st->srv, (const struct sockaddr *)&c->peer,
+                                          c->peer_len);
+                if (!c->req) {
+                    etp_poller_fail(st, c, 503);
+                    return;
+                }
+                srv__request_set_engine_data(c->req, c);
+            }
+            size_t used = 0;
+            ev = srv__http1_feed(&c->parser, c->req, st->rbuf + off, (size_t)n - off, &used);
+            off += used;
+            if (ev == SRV_HTTP1_FAIL) {
+                etp_poller_fail(st, c, srv__http1_status(&c->parser));
+                return;
+            }
+            if (ev == SRV_HTTP1_HEAD_READY) {
+                etp_wait_for(c, ETP_WAIT_BODY);
+                if (!c->refuse && srv__http1_body_expected(&c->parser) &&
+                    srv__request_expects_continue(c->req)) {
+                    static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+                    size_t sent = 0;
+                    etp_send_some(c->fd, cont, sizeof cont - 1, NULL, 0, &sent);
+                }
+                continue;
+            }
+            if (ev == SRV_HTTP1_MESSAGE_COMPLETE) {
+                etp_poller_hand_over(st, c, st->rbuf + off, (size_t)n - off);
+                return;
+            }
+        }
+        if ((size_t)n < sizeof st->rbuf) { /* most likely all there is */
+            if (etp_arm(st, c, EPOLL_CTL_MOD) != 0)
+                etp_poller_close(st, c, 0);
+            return;
+        }
+    }
+}
+
+/* Poller: deadlines. A request that started gets 408; an idle connection
+ * (kept alive, or that never sent a byte) closes quietly. */
+static void etp_poller_scan(etp_state *st, uint64_t now, int stopping)
+{
+    for (;;) {
+        etp_conn *due = NULL;
+        pthread_mutex_lock(&st->plock);
+        for (etp_conn *c = st->plist; c; c = c->pnext) {
+            if (c->lingering ? (now >= c->deadline || stopping)
+                             : (now >= c->deadline || stopping ||
+                                (atomic_load(&st->quiescing) && srv__http1_idle(&c->parser)))) {
+                due = c;
+                break;
+            }
+        }
+        pthread_mutex_unlock(&st->plock);
+        if (!due)
+            return;
+        if (due->lingering || srv__http1_idle(&due->parser)) {
+            etp_poller_close(st, due, 0);
+        } else if (stopping) {
+            /* Stop began while this request was arriving: the 503 every
+             * engine gives the requests it cannot finish. */
+            srv_request *req = due->req;
+            due->req = NULL;
+            etp_answer_now(st, due, req, 503);
+            etp_poller_close(st, due, 1);
+        } else if (due->refuse) {
+            srv_request *req = due->req;
+            due->req = NULL;
+            etp_answer_now(st, due, req, 503);
+            etp_poller_linger(st, due);
+        } else {
+            etp_poller_fail(st, due, 408);
+        }
+    }
+}
+
+/* Over max_connections or out of memory: answer 503 at once and close,
+ * without ever blocking on the client. */
+static void etp_refuse_now(etp_state *st, int fd, const struct sockaddr_storage *peer,
+                           socklen_t peer_len)
 {
     srv__stats_connection_opened(st->srv);
     srv_request *req = srv__request_new(st->srv, (const struct sockaddr *)peer, peer_len);
+    size_t sent = 0;
     if (req) {
         srv__request_fail(req, 503); /* respond ignores it: no engine data */
-        size_t hlen = 0, blen = 0;
-        const char *head = srv__response_http1_head(req, &hlen);
-        const void *body = srv__response_body(req, &blen);
-        if (head)
-            etp_send2(fd, 0, head, hlen, body, blen);
+        etp_write_now(fd, req);
         srv__request_release(req);
     } else {
-        etp_send2(fd, 0, etp_canned_503, sizeof etp_canned_503 - 1, NULL, 0);
+        etp_send_some(fd, etp_canned_503, sizeof etp_canned_503 - 1, NULL, 0, &sent);
     }
     etp_linger_close(fd, 0); /* drain what already arrived, never wait */
     srv__stats_connection_closed(st->srv);
@@ -905,20 +572,27 @@ static void etp_accepted(etp_state *st, int fd, const struct sockaddr_storage *p
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 
+    pthread_mutex_lock(&st->mu);
+    int over = st->open >= st->cfg->max_connections;
+    pthread_mutex_unlock(&st->mu);
+    if (over && st->refusing >= ETP_MAX_REFUSING) {
+        etp_refuse_now(st, fd, peer, peer_len);
+        return;
+    }
     etp_conn *c = calloc(1, sizeof *c);
     if (!c) {
-        etp_refuse(st, fd, peer, peer_len);
+        etp_refuse_now(st, fd, peer, peer_len);
         return;
     }
     if (pthread_mutex_init(&c->mu, NULL) != 0) {
         free(c);
-        etp_refuse(st, fd, peer, peer_len);
+        etp_refuse_now(st, fd, peer, peer_len);
         return;
     }
     if (pthread_cond_init(&c->cv, NULL) != 0) {
         pthread_mutex_destroy(&c->mu);
         free(c);
-        etp_refuse(st, fd, peer, peer_len);
+        etp_refuse_now(st, fd, peer, peer_len);
         return;
     }
     c->job.run = etp_conn_run;
@@ -926,78 +600,407 @@ static void etp_accepted(etp_state *st, int fd, const struct sockaddr_storage *p
     c->fd = fd;
     memcpy(&c->peer, peer, peer_len <= sizeof c->peer ? peer_len : sizeof c->peer);
     c->peer_len = peer_len <= sizeof c->peer ? peer_len : (socklen_t)sizeof c->peer;
-    atomic_init(&c->phase, ETP_PH_QUEUED);
+    atomic_init(&c->phase, ETP_PH_POLL);
     atomic_init(&c->write_since, 0);
-
-    pthread_mutex_lock(&st->mu);
-    if (st->open >= st->cfg->max_connections) {
-        pthread_mutex_unlock(&st->mu);
-        pthread_mutex_destroy(&c->mu);
-        pthread_cond_destroy(&c->cv);
-        free(c);
-        etp_refuse(st, fd, peer, peer_len);
-        return;
-    }
-    c->next = st->conns;
-    if (st->conns)
-        st->conns->prev = c;
-    st->conns = c;
-    st->open++;
-    pthread_mutex_unlock(&st->mu);
-
+    srv__http1_init(&c->parser, st->srv);
     srv__stats_connection_opened(st->srv);
-    if (srv__pool_submit(st->srv, &c->job) != 0)
-        etp_conn_finish(c, ETP_CLOSE_QUIET);
+    if (over) {
+        /* Read its head (bounded in bytes and time) so that the 503 answers
+         * what the client asked, in a protocol it reads. */
+        c->refuse = 1;
+        st->refusing++;
+        etp_wait_for(c, ETP_WAIT_REFUSE);
+    } else {
+        etp_wait_for(c, ETP_WAIT_FIRST_HEAD);
+        pthread_mutex_lock(&st->mu);
+        c->next = st->conns;
+        if (st->conns)
+            st->conns->prev = c;
+        st->conns = c;
+        st->open++;
+        pthread_mutex_unlock(&st->mu);
+    }
+    pthread_mutex_lock(&st->plock);
+    etp_plist_add(st, c);
+    pthread_mutex_unlock(&st->plock);
+    if (etp_arm(st, c, EPOLL_CTL_ADD) != 0)
+        etp_poller_close(st, c, 0);
 }
 
-static void *etp_acceptor_main(void *arg)
+static void etp_accept_some(etp_state *st)
 {
-    etp_state *st = arg;
-    for (;;) {
+    for (int i = 0; i < ETP_ACCEPT_BATCH; i++) {
         struct sockaddr_storage peer;
         socklen_t peer_len = sizeof peer;
-        int fd = accept4(st->listen_fd, (struct sockaddr *)&peer, &peer_len, SOCK_CLOEXEC);
-        if (fd < 0) {
-            int err = errno;
-            if (atomic_load(&st->quiescing))
-                break; /* shutdown() of the listening socket woke us */
-            switch (err) {
-            case EINTR:
-            case ECONNABORTED:
-            case EPROTO:
-            case EAGAIN:
-                continue;
-            case EMFILE:
-            case ENFILE:
-                /* Refuse the oldest waiting client with our spare descriptor
-                 * rather than leave it hanging, then back off. */
-                if (st->spare_fd >= 0) {
-                    close(st->spare_fd);
-                    peer_len = sizeof peer;
-                    fd = accept4(st->listen_fd, (struct sockaddr *)&peer, &peer_len,
-                                 SOCK_CLOEXEC);
-                    if (fd >= 0)
-                        etp_refuse(st, fd, &peer, peer_len);
-                    st->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-                }
-                etp_sleep_ms(ETP_ACCEPT_BACKOFF_MS);
-                continue;
-            case EBADF:
-            case EINVAL:
-            case ENOTSOCK:
-                return NULL;
-            default: /* ENOBUFS, ENOMEM, network errors */
-                etp_sleep_ms(ETP_ACCEPT_BACKOFF_MS);
-                continue;
+        int fd = accept4(st->listen_fd, (struct sockaddr *)&peer, &peer_len,
+                         SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd >= 0) {
+            etp_accepted(st, fd, &peer, peer_len);
+            continue;
+        }
+        switch (errno) {
+        case EINTR:
+        case ECONNABORTED:
+        case EPROTO:
+            continue;
+        case EMFILE:
+        case ENFILE:
+            /* Refuse the oldest waiting client with our spare descriptor
+             * rather than leave it hanging, then back off. */
+            if (st->spare_fd >= 0) {
+                close(st->spare_fd);
+                peer_len = sizeof peer;
+                fd = accept4(st->listen_fd, (struct sockaddr *)&peer, &peer_len,
+                             SOCK_CLOEXEC | SOCK_NONBLOCK);
+                if (fd >= 0)
+                    etp_refuse_now(st, fd, &peer, peer_len);
+                st->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+            }
+            etp_sleep_ms(ETP_ACCEPT_BACKOFF_MS);
+            return;
+        case EAGAIN:
+        default: /* ENOBUFS, ENOMEM, network errors */
+            return;
+        }
+    }
+}
+
+static void etp_poller_close_listen(etp_state *st)
+{
+    if (st->listen_fd >= 0) {
+        epoll_ctl(st->epfd, EPOLL_CTL_DEL, st->listen_fd, NULL);
+        close(st->listen_fd);
+        st->listen_fd = -1;
+    }
+    pthread_mutex_lock(&st->plock);
+    st->listen_closed = 1;
+    pthread_cond_broadcast(&st->pcond);
+    pthread_mutex_unlock(&st->plock);
+}
+
+static void *etp_poller_main(void *arg)
+{
+    etp_state *st = arg;
+    struct epoll_event evs[ETP_EVENTS];
+    uint64_t next_scan = etp_now_ms() + ETP_SCAN_MS;
+    for (;;) {
+        uint64_t now = etp_now_ms();
+        int timeout = now >= next_scan ? 0 : etp_clamp_ms(next_scan - now);
+        int n = epoll_wait(st->epfd, evs, ETP_EVENTS, timeout);
+        if (n < 0 && errno != EINTR)
+            break;
+        int stopping = atomic_load(&st->stopping);
+        if (atomic_load(&st->quiescing) && st->listen_fd >= 0)
+            etp_poller_close_listen(st);
+        for (int i = 0; i < n; i++) {
+            void *p = evs[i].data.ptr;
+            if (p == &st->listen_fd) {
+                if (st->listen_fd >= 0)
+                    etp_accept_some(st);
+            } else if (p == &st->wake_fd) {
+                uint64_t v;
+                ssize_t r = read(st->wake_fd, &v, sizeof v);
+                (void)r;
+                next_scan = 0; /* look at every connection now */
+            } else {
+                etp_poller_read(st, p);
             }
         }
-        if (atomic_load(&st->quiescing)) {
-            close(fd);
+        now = etp_now_ms();
+        if (now >= next_scan || stopping) {
+            etp_poller_scan(st, now, stopping);
+            next_scan = now + ETP_SCAN_MS;
+        }
+        if (stopping)
+            break;
+    }
+    /* Every connection still ours is closed (the scan did it); from now on
+     * workers close theirs instead of handing them back. */
+    pthread_mutex_lock(&st->plock);
+    st->poller_gone = 1;
+    etp_conn *left = st->plist;
+    pthread_mutex_unlock(&st->plock);
+    while (left) { /* handed back between the scan and poller_gone */
+        etp_poller_close(st, left, 0);
+        pthread_mutex_lock(&st->plock);
+        left = st->plist;
+        pthread_mutex_unlock(&st->plock);
+    }
+    if (st->listen_fd >= 0)
+        etp_poller_close_listen(st);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* Answering (workers)                                                 */
+/* ------------------------------------------------------------------ */
+
+/* The respond slot. When the connection's worker is inside a handler that
+ * another thread answered (the core's timeout 503, an application thread),
+ * write the answer now, without blocking, so the client does not wait for
+ * the handler to return; the worker writes whatever is left. Otherwise just
+ * wake the worker. Any thread may call it. */
+static void etp_respond(void *state, srv_request *req)
+{
+    (void)state;
+    etp_conn *c = srv__request_engine_data(req);
+    if (!c) /* answered by the poller or a refusal: written by its caller */
+        return;
+    pthread_mutex_lock(&c->mu);
+    c->responded = 1;
+    if (c->in_handler && !c->detached && !pthread_equal(c->worker, pthread_self())) {
+        size_t hlen = 0, blen = 0;
+        const char *head = srv__response_http1_head(req, &hlen);
+        const void *body = srv__response_body(req, &blen);
+        if (head && etp_send_some(c->fd, head, hlen, body, blen, &c->early_sent) < 0)
+            c->early_dead = 1;
+    }
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Wait for respond, write the response, release the request. Returns
+ * non-zero when the connection may serve another request. */
+static int etp_write_response(etp_conn *c, srv_request *req)
+{
+    etp_state *st = c->st;
+    pthread_mutex_lock(&c->mu);
+    while (!c->responded)
+        pthread_cond_wait(&c->cv, &c->mu);
+    c->responded = 0;
+    int detached = c->detached;
+    size_t sent = c->early_sent;
+    int dead = c->early_dead;
+    c->early_sent = 0;
+    c->early_dead = 0;
+    c->serving = NULL; /* the answer is ours to write: stop() keeps off */
+    pthread_mutex_unlock(&c->mu);
+    if (detached) { /* stop() wrote it and released our reference */
+        c->io_dead = 1;
+        return 0;
+    }
+    atomic_store(&c->write_since, etp_now_ms());
+    etp_set_phase(c, ETP_PH_WRITE);
+    int keep = 0;
+    if (!c->io_dead && !dead) {
+        size_t hlen = 0, blen = 0;
+        const char *head = srv__response_http1_head(req, &hlen);
+        const void *body = srv__response_body(req, &blen);
+        if (head &&
+            etp_send_from(c->fd, etp_write_timeout(st), head, hlen, body, blen, sent) == 0)
+            keep = srv__response_keep_alive(req);
+        else
+            c->io_dead = 1;
+    } else {
+        c->io_dead = 1;
+    }
+    srv__request_release(req);
+    c->served++;
+    return keep;
+}
+
+/* A complete request: run its handler here (we are a pool worker), then
+ * answer it. Returns non-zero to keep the connection. */
+static int etp_serve_request(etp_conn *c, srv_request *req)
+{
+    etp_set_phase(c, ETP_PH_HANDLER);
+    pthread_mutex_lock(&c->mu);
+    c->serving = req;
+    c->in_handler = 1;
+    c->worker = pthread_self();
+    pthread_mutex_unlock(&c->mu);
+    srv__request_run(req);
+    pthread_mutex_lock(&c->mu);
+    c->in_handler = 0;
+    pthread_mutex_unlock(&c->mu);
+    return etp_write_response(c, req);
+}
+
+/* Worker: bad input in pipelined bytes; answer `status`, then close. */
+static void etp_worker_fail(etp_conn *c, int status)
+{
+    srv_request *req = c->req;
+    c->req = NULL;
+    if (!req) {
+        req = srv__request_new(c->st->srv, (const struct sockaddr *)&c->peer, c->peer_len);
+        if (!req)
+            return;
+    }
+    srv__request_set_engine_data(req, c);
+    etp_set_phase(c, ETP_PH_HANDLER);
+    pthread_mutex_lock(&c->mu);
+    c->serving = req;
+    pthread_mutex_unlock(&c->mu);
+    srv__request_fail(req, status);
+    etp_write_response(c, req);
+}
+
+/*
+ * Worker: parse bytes already read (pipelined, or read by the keep-wait).
+ * 1: c->ready holds the next complete request; 0: all consumed, the next
+ * message (if begun) continues in the poller; -1: failed and answered.
+ */
+static int etp_worker_parse(etp_conn *c, const char *d, size_t n, size_t *usedp)
+{
+    etp_state *st = c->st;
+    size_t off = 0;
+    int r = 0;
+    enum srv_http1_event ev = SRV_HTTP1_HEAD_READY;
+    while (off < n || ev == SRV_HTTP1_HEAD_READY) {
+        if (srv__http1_idle(&c->parser))
+            etp_wait_for(c, ETP_WAIT_HEAD);
+        if (!c->req) {
+            c->req = srv__request_new(st->srv, (const struct sockaddr *)&c->peer, c->peer_len);
+            if (!c->req) {
+                etp_worker_fail(c, 503);
+                r = -1;
+                break;
+            }
+            srv__request_set_engine_data(c->req, c);
+        }
+        size_t used = 0;
+        ev = srv__http1_feed(&c->parser, c->req, d + off, n - off, &used);
+        off += used;
+        if (ev == SRV_HTTP1_FAIL) {
+            if (c->parser.h2_preface) {
+                etp_send2(c->fd, etp_write_timeout(st), etp_h2_goaway, sizeof etp_h2_goaway,
+                          NULL, 0);
+                srv__request_release(c->req);
+                c->req = NULL;
+            } else {
+                etp_worker_fail(c, srv__http1_status(&c->parser));
+            }
+            r = -1;
             break;
         }
-        etp_accepted(st, fd, &peer, peer_len);
+        if (ev == SRV_HTTP1_HEAD_READY) {
+            etp_wait_for(c, ETP_WAIT_BODY);
+            if (srv__http1_body_expected(&c->parser) && srv__request_expects_continue(c->req)) {
+                static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+                etp_send2(c->fd, etp_write_timeout(st), cont, sizeof cont - 1, NULL, 0);
+            }
+            continue;
+        }
+        if (ev == SRV_HTTP1_MESSAGE_COMPLETE) {
+            c->ready = c->req;
+            c->req = NULL;
+            r = 1;
+            break;
+        }
     }
-    return NULL;
+    *usedp = off;
+    return r;
+}
+
+/* Worker: give a kept-alive connection back to the poller. Returns 0 when
+ * the poller has it now (do not touch c again), -1 to close it here. */
+static int etp_hand_back(etp_conn *c)
+{
+    etp_state *st = c->st;
+    if (srv__http1_idle(&c->parser)) {
+        if (atomic_load(&st->quiescing))
+            return -1; /* stop closes idle connections */
+        etp_wait_for(c, ETP_WAIT_IDLE);
+    }
+    etp_set_phase(c, ETP_PH_POLL);
+    pthread_mutex_lock(&st->plock);
+    if (st->poller_gone) {
+        pthread_mutex_unlock(&st->plock);
+        return -1;
+    }
+    etp_plist_add(st, c);
+    int rc = etp_arm(st, c, EPOLL_CTL_MOD);
+    if (rc != 0)
+        etp_plist_del(st, c);
+    pthread_mutex_unlock(&st->plock);
+    return rc == 0 ? 0 : -1;
+}
+
+/*
+ * Worker: wait ETP_KEEP_WAIT_MS for the next request of a kept-alive
+ * connection when no other connection waits for a worker: a client that
+ * sends its next request at once (a benchmark, a pipelining proxy) costs
+ * one recv instead of a hand-back to the poller and a new job. 1: bytes
+ * parsed into a complete request (c->ready); 0: nothing or a partial
+ * request; -1: the connection ended (answered or closed).
+ */
+static int etp_keep_wait(etp_conn *c)
+{
+    etp_state *st = c->st;
+    if (ETP_KEEP_WAIT_MS == 0 || srv__pool_waiting(st->srv) > 0 ||
+        atomic_load(&st->quiescing))
+        return 0;
+    if (!c->rcvtimeo) {
+        struct timeval tv = {.tv_sec = 0, .tv_usec = ETP_KEEP_WAIT_MS * 1000};
+        int fl = fcntl(c->fd, F_GETFL);
+        if (fl < 0 || fcntl(c->fd, F_SETFL, fl & ~O_NONBLOCK) != 0 ||
+            setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0)
+            return 0;
+        c->rcvtimeo = 1;
+    }
+    etp_set_phase(c, ETP_PH_RUN);
+    char buf[4096];
+    ssize_t n = recv(c->fd, buf, sizeof buf, 0);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        c->io_dead = 1;
+        return -1;
+    }
+    if (n < 0)
+        return 0;
+    size_t used = 0;
+    int r = etp_worker_parse(c, buf, (size_t)n, &used);
+    if (r == 1 && used < (size_t)n) {
+        c->pend = malloc((size_t)n - used);
+        if (!c->pend)
+            return -1;
+        memcpy(c->pend, buf + used, (size_t)n - used);
+        c->pend_off = 0;
+        c->pend_len = (size_t)n - used;
+    }
+    return r;
+}
+
+static void etp_conn_run(srv_job *job)
+{
+    etp_conn *c = ETP_CONN_OF(job);
+    etp_state *st = c->st;
+    pthread_mutex_lock(&st->mu); /* stop() reads QUEUED under it */
+    int abandoned = c->shut;
+    if (!abandoned)
+        etp_set_phase(c, ETP_PH_RUN);
+    pthread_mutex_unlock(&st->mu);
+    if (abandoned) { /* stop() answered it while it was queued */
+        etp_conn_finish(c, 0);
+        return;
+    }
+    for (;;) {
+        srv_request *req = c->ready;
+        c->ready = NULL;
+        if (!etp_serve_request(c, req)) {
+            etp_conn_finish(c, 0);
+            return;
+        }
+        int r = 0;
+        if (c->pend_off < c->pend_len) { /* pipelined */
+            size_t used = 0;
+            r = etp_worker_parse(c, c->pend + c->pend_off, c->pend_len - c->pend_off, &used);
+            c->pend_off += used;
+            if (c->pend_off == c->pend_len) {
+                free(c->pend);
+                c->pend = NULL;
+                c->pend_off = c->pend_len = 0;
+            }
+        } else if (srv__http1_idle(&c->parser)) {
+            r = etp_keep_wait(c);
+        }
+        if (r == 1) /* the core answers it 503 itself once stopping */
+            continue;
+        if (r != 0 || etp_hand_back(c) != 0) {
+            etp_conn_finish(c, r < 0 && !c->io_dead);
+            return;
+        }
+        return; /* the poller has it */
+    }
 }
 
 /* ------------------------------------------------------------------ */
@@ -1008,12 +1011,16 @@ static void etp_free_state(etp_state *st)
 {
     if (st->listen_fd >= 0)
         close(st->listen_fd);
-    if (st->stop_fd >= 0)
-        close(st->stop_fd);
+    if (st->wake_fd >= 0)
+        close(st->wake_fd);
+    if (st->epfd >= 0)
+        close(st->epfd);
     if (st->spare_fd >= 0)
         close(st->spare_fd);
     pthread_cond_destroy(&st->drained);
     pthread_mutex_destroy(&st->mu);
+    pthread_cond_destroy(&st->pcond);
+    pthread_mutex_destroy(&st->plock);
     free(st);
 }
 
@@ -1026,10 +1033,9 @@ static int etp_start(srv_server *srv, void **state)
     }
     st->srv = srv;
     st->cfg = srv__server_config(srv);
-    st->listen_fd = st->stop_fd = st->spare_fd = -1;
+    st->listen_fd = st->wake_fd = st->spare_fd = st->epfd = -1;
     atomic_init(&st->quiescing, 0);
     atomic_init(&st->stopping, 0);
-    atomic_init(&st->yielding, 0);
 
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -1037,6 +1043,15 @@ static int etp_start(srv_server *srv, void **state)
     int rc = pthread_mutex_init(&st->mu, NULL);
     if (rc == 0 && (rc = pthread_cond_init(&st->drained, &ca)) != 0)
         pthread_mutex_destroy(&st->mu);
+    if (rc == 0 && (rc = pthread_mutex_init(&st->plock, NULL)) != 0) {
+        pthread_cond_destroy(&st->drained);
+        pthread_mutex_destroy(&st->mu);
+    }
+    if (rc == 0 && (rc = pthread_cond_init(&st->pcond, NULL)) != 0) {
+        pthread_mutex_destroy(&st->plock);
+        pthread_cond_destroy(&st->drained);
+        pthread_mutex_destroy(&st->mu);
+    }
     pthread_condattr_destroy(&ca);
     if (rc != 0) {
         free(st);
@@ -1044,44 +1059,61 @@ static int etp_start(srv_server *srv, void **state)
         return SRV_ESYS;
     }
 
-    etp_raise_parser_limit(st->cfg);
-
-    st->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (st->stop_fd < 0) {
+    st->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    st->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (st->wake_fd < 0 || st->epfd < 0) {
         int err = errno;
         etp_free_state(st);
-        srv__server_set_error(srv, "threadpool: eventfd: %s", strerror(err));
+        srv__server_set_error(srv, "threadpool: eventfd/epoll: %s", strerror(err));
         return SRV_ESYS;
     }
     st->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 
-    int fd = srv__listen(srv, 0); /* blocking: the acceptor sleeps in accept4 */
+    int fd = srv__listen(srv, SRV__LISTEN_NONBLOCK);
     if (fd < 0) {
         etp_free_state(st);
         return fd;
     }
     st->listen_fd = fd;
+    struct epoll_event lev = {.events = EPOLLIN, .data.ptr = &st->listen_fd};
+    struct epoll_event wev = {.events = EPOLLIN, .data.ptr = &st->wake_fd};
+    if (epoll_ctl(st->epfd, EPOLL_CTL_ADD, fd, &lev) != 0 ||
+        epoll_ctl(st->epfd, EPOLL_CTL_ADD, st->wake_fd, &wev) != 0) {
+        int err = errno;
+        etp_free_state(st);
+        srv__server_set_error(srv, "threadpool: epoll_ctl: %s", strerror(err));
+        return SRV_ESYS;
+    }
 
-    /* Published before the acceptor runs: the core reads it (respond) on
+    /* Published before the poller runs: the core reads it (respond) on
      * the threads our connections reach. */
     *state = st;
-    /* Signals go to the application's threads, not to the acceptor. */
+    /* Signals go to the application's threads, not to the poller. */
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    rc = pthread_create(&st->acceptor, NULL, etp_acceptor_main, st);
+    rc = pthread_create(&st->poller, NULL, etp_poller_main, st);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0) {
         *state = NULL;
         etp_free_state(st);
-        srv__server_set_error(srv, "threadpool: cannot create the acceptor thread: %s",
+        srv__server_set_error(srv, "threadpool: cannot create the poller thread: %s",
                               strerror(rc));
         return SRV_ETHREAD;
     }
-    st->acceptor_started = 1;
+    st->poller_started = 1;
     return 0;
 }
 
+static void etp_wake(etp_state *st)
+{
+    uint64_t one = 1;
+    ssize_t w = write(st->wake_fd, &one, sizeof one);
+    (void)w;
+}
+
+/* Stop accepting: the poller closes the listening socket (returning once it
+ * has, so new connects are refused) and the idle connections. */
 static void etp_quiesce(void *state)
 {
     etp_state *st = state;
@@ -1089,200 +1121,26 @@ static void etp_quiesce(void *state)
         return;
     st->quiesced = 1;
     atomic_store(&st->quiescing, 1);
-    /* Wakes the blocking accept4 (EINVAL); new connects are refused. */
-    shutdown(st->listen_fd, SHUT_RDWR);
-    if (st->acceptor_started) {
-        pthread_join(st->acceptor, NULL);
-        st->acceptor_started = 0;
-    }
-    close(st->listen_fd);
-    st->listen_fd = -1;
-    /* Level-triggered and never read: every idle wait from now on wakes. */
-    uint64_t one = 1;
-    ssize_t w = write(st->stop_fd, &one, sizeof one);
-    (void)w;
+    etp_wake(st);
+    pthread_mutex_lock(&st->plock);
+    while (!st->listen_closed)
+        pthread_cond_wait(&st->pcond, &st->plock);
+    pthread_mutex_unlock(&st->plock);
 }
 
-/*
- * A blocking handler that outlived the grace period: the core has answered
- * its request (its 503, or the application's answer given before the
- * handler returned), but the connection's thread is still inside the
- * handler. Stop claims the answer, writes it through a duplicate of the
- * socket, shuts the socket so the client sees the response complete, and
- * hands the engine's reference back: the client and srv_server_stop do not
- * wait for the handler, as on the other engines. The thread finds
- * `detached` when the handler returns and only drains and closes its own
- * descriptor, never shutting the socket under stop's write.
- */
-typedef struct etp_detached {
-    srv_request *req; /* NULL: a queued connection, answered 503 if it sent */
-    int fd; /* a dup: the socket outlives the connection thread's close */
-    struct sockaddr_storage peer;
-    socklen_t peer_len;
-    const char *head;
-    const void *body;
-    size_t hlen, blen, sent;
-    int over; /* written, or the client is gone */
-    int has_input; /* queued: the client had sent bytes when detached */
-} etp_detached;
-
-/* st->mu held: stop no longer waits for this connection; it counts as
- * closed from now on (its job closes the descriptor later). */
-static void etp_count_detached(etp_state *st, etp_conn *c)
-{
-    c->shut = 1;
-    st->detached++;
-    srv__stats_connection_closed(st->srv);
-}
-
-/* st->mu held. Claims the connection's answer (its thread then keeps off
- * the socket) and fills *out; 0 when there is nothing to claim yet. */
-static int etp_detach(etp_state *st, etp_conn *c, etp_detached *out)
-{
-    int fd = -1;
-    pthread_mutex_lock(&c->mu);
-    srv_request *req = c->responded && !c->detached ? c->serving : NULL;
-    if (req && (fd = fcntl(c->fd, F_DUPFD_CLOEXEC, 0)) >= 0) {
-        c->detached = 1;
-        c->serving = NULL;
-    }
-    pthread_mutex_unlock(&c->mu);
-    if (fd < 0) /* out of descriptors: stop waits for the handler instead */
-        return 0;
-    etp_count_detached(st, c);
-    *out = (etp_detached){.req = req, .fd = fd};
-    return 1;
-}
-
-/* st->mu held. A connection still queued for a worker (which may wait
- * behind blocking handlers) has never been read; its job finds it shut and
- * only closes (etp_conn_run), so stop does not wait for it. If the client
- * has sent a request, it gets the 503 any engine gives in-flight requests
- * at stop, written off the lock from *out (1); 0 when no descriptor could
- * be duplicated, and then a canned 503 was written here. */
-static int etp_detach_queued(etp_state *st, etp_conn *c, etp_detached *out)
-{
-    /* Peek now, under st->mu, before the job can start and drain the
-     * request away. */
-    int has_input = etp_client_sent(c->fd);
-    int fd = fcntl(c->fd, F_DUPFD_CLOEXEC, 0);
-    c->detached = 1; /* its job has not started: no one else reads it */
-    etp_count_detached(st, c);
-    if (fd < 0) {
-        /* Out of descriptors: the canned 503 (not logged), then the FIN. */
-        if (has_input)
-            etp_send2(c->fd, 0, etp_canned_503, sizeof etp_canned_503 - 1, NULL, 0);
-        shutdown(c->fd, SHUT_WR);
-        return 0;
-    }
-    *out = (etp_detached){.fd = fd, .peer = c->peer, .peer_len = c->peer_len,
-                          .has_input = has_input};
-    return 1;
-}
-
-/* Off st->mu: write the detached connections' answers side by side, all
- * within ETP_STOP_WRITE_GRACE_MS (the grace a response being written gets),
- * so one slow reader delays none of the others; then shut each socket and
- * hand the engine's reference back. */
-static void etp_detached_finish(etp_state *st, etp_detached *d, size_t n)
-{
-    struct pollfd pfd[ETP_DETACH_BATCH];
-    uint64_t end = etp_now_ms() + ETP_STOP_WRITE_GRACE_MS;
-    for (size_t i = 0; i < n; i++) {
-        if (!d[i].req && d[i].has_input) {
-            d[i].req = srv__request_new(st->srv, (const struct sockaddr *)&d[i].peer,
-                                        d[i].peer_len);
-            if (d[i].req) /* respond ignores it: no engine data */
-                srv__request_fail(d[i].req, 503);
-        }
-        d[i].head = d[i].req ? srv__response_http1_head(d[i].req, &d[i].hlen) : NULL;
-        d[i].body = d[i].req ? srv__response_body(d[i].req, &d[i].blen) : NULL;
-        d[i].over = d[i].head == NULL;
-    }
-    for (;;) {
-        nfds_t waiting = 0;
-        for (size_t i = 0; i < n; i++) {
-            if (d[i].over)
-                continue;
-            int r = etp_send_some(d[i].fd, d[i].head, d[i].hlen, d[i].body, d[i].blen,
-                                  &d[i].sent);
-            if (r != 0)
-                d[i].over = 1;
-            else
-                pfd[waiting++] = (struct pollfd){.fd = d[i].fd, .events = POLLOUT};
-        }
-        uint64_t now = etp_now_ms();
-        if (waiting == 0 || now >= end)
-            break;
-        if (poll(pfd, waiting, etp_clamp_ms(end - now)) < 0 && errno != EINTR)
-            break;
-    }
-    for (size_t i = 0; i < n; i++) {
-        etp_linger_close(d[i].fd, 0); /* the thread's own fd closes later */
-        if (d[i].req)
-            srv__request_release(d[i].req);
-    }
-}
-
-/* Shut down (st->mu held) every connection that has nothing left to send,
- * so its blocked read returns, and responses stuck in a write for
- * ETP_STOP_WRITE_GRACE_MS; detach those still queued for a worker and those
- * whose handler still runs (into `out`, up to `cap`, to be written off the
- * lock). */
-static size_t etp_shutdown_conns(etp_state *st, etp_detached *out, size_t cap)
-{
-    size_t n = 0;
-    uint64_t now = etp_now_ms();
-    for (etp_conn *c = st->conns; c; c = c->next) {
-        if (c->shut)
-            continue;
-        enum etp_phase ph = etp_get_phase(c);
-        if (ph == ETP_PH_QUEUED) {
-            if (n < cap && etp_detach_queued(st, c, &out[n]))
-                n++;
-            continue;
-        }
-        if (ph == ETP_PH_HANDLER) {
-            if (n < cap && etp_detach(st, c, &out[n]))
-                n++;
-            continue;
-        }
-        if (ph == ETP_PH_WRITE && now - atomic_load(&c->write_since) < ETP_STOP_WRITE_GRACE_MS)
-            continue;
-        shutdown(c->fd, SHUT_RDWR);
-        c->shut = 1;
-    }
-    return n;
-}
-
-/* Returns once every connection is closed or detached; srv_server_free's
- * pool shutdown waits for the detached ones' threads before destroy. */
+/* The poller answers and closes what it holds, then the workers' connections
+ * are closed or detached (engines/threadpool_stop.c). */
 static void etp_stop(void *state)
 {
     etp_state *st = state;
     etp_quiesce(st);
     atomic_store(&st->stopping, 1);
-
-    pthread_mutex_lock(&st->mu);
-    while (st->open > st->detached) {
-        etp_detached done[ETP_DETACH_BATCH];
-        size_t n = etp_shutdown_conns(st, done, ETP_DETACH_BATCH);
-        if (n > 0) {
-            pthread_mutex_unlock(&st->mu);
-            etp_detached_finish(st, done, n);
-            pthread_mutex_lock(&st->mu);
-            continue;
-        }
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_nsec += ETP_STOP_SCAN_MS * 1000000L;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&st->drained, &st->mu, &until);
+    etp_wake(st);
+    if (st->poller_started) { /* it answers and closes what it holds */
+        pthread_join(st->poller, NULL);
+        st->poller_started = 0;
     }
-    pthread_mutex_unlock(&st->mu);
+    etp_stop_connections(st);
 }
 
 static void etp_destroy(void *state)

@@ -4,7 +4,7 @@
 set -eu
 
 PACKAGES="build-essential meson ninja-build pkg-config curl
-libevent-dev libhttp-parser-dev libmicrohttpd-dev libh2o-evloop-dev libssl-dev
+libevent-dev libmicrohttpd-dev libh2o-evloop-dev libssl-dev
 libcmocka-dev libcurl4-openssl-dev
 hey nghttp2-client gnuplot-nox valgrind"
 

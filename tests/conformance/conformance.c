@@ -3001,6 +3001,261 @@ static void test_hr_over_limit_answer(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* Slow clients, deadlines and chunked framing (every engine)          */
+/* ------------------------------------------------------------------ */
+
+/* Idle connections hold no worker: with 32 workers, 250 connections that
+ * send nothing and 100 that send half a head must not delay a request (a
+ * worker per connection would hold it until the 1 s header timeout). The
+ * test process holds both ends: 700 descriptors. */
+static void test_slow_idle_flood(void **state)
+{
+    fx *f = *state;
+    enum { IDLE = 250, HALF = 100 };
+    const char *what = "250 idle + 100 half-head connections (32 workers)";
+    rc_conn *cs = calloc(IDLE + HALF, sizeof *cs);
+    CHECK(cs != NULL, "[%s] out of memory", what);
+    int opened = 0;
+    for (int i = 0; i < IDLE + HALF; i++) {
+        rc_init(&cs[i]);
+        if (rc_connect(&cs[i], f->port, 2000) != RC_OK)
+            break;
+        opened++;
+        if (i >= IDLE)
+            rc_send_str(&cs[i], "GET /hello HTTP/1.1\r\n" HOST "X-Half: ", 500);
+    }
+    long long t0 = rc_now_ms();
+    rc_conn *c = conn_open(f, what);
+    conn_send_str(c, what, "GET /hello HTTP/1.1\r\n" HOST "\r\n");
+    rc_response r;
+    int rc = rc_read_response(c, &r, 0, 3000);
+    long long took = rc_now_ms() - t0;
+    int st = rc == RC_OK ? r.status : 0;
+    rc_response_free(&r);
+    for (int i = 0; i < IDLE + HALF; i++)
+        rc_close(&cs[i]);
+    free(cs);
+    CHECK(opened == IDLE + HALF, "[%s] only %d connections opened", what, opened);
+    CHECK(rc == RC_OK && st == 200, "[%s] GET /hello: %s status %d", what,
+          rc_strerror(rc), st);
+    CHECK(took < 800, "[%s] GET /hello took %lld ms", what, took);
+}
+
+/* The first request's head has header_timeout_ms from the connect, not
+ * that long for its first byte and again for the rest. */
+static void test_slow_first_head_timeout(void **state)
+{
+    fx *f = *state;
+    const char *what = "first head begun 700 ms after connect (header_timeout_ms 1000)";
+    rc_conn *c = conn_open(f, what);
+    long long t0 = rc_now_ms();
+    rc_sleep_ms(700);
+    conn_send_str(c, what, "GET /hello HTTP/1.1\r\n" HOST "X-Slow: ");
+    rc_response r;
+    int rc = rc_read_response(c, &r, 0, T_HEADER_MS + 3000);
+    long long took = rc_now_ms() - t0;
+    int st = rc == RC_OK ? r.status : 0;
+    rc_response_free(&r);
+    CHECK(rc == RC_CLOSED || rc == RC_RESET || (rc == RC_OK && st == 408),
+          "[%s] expected 408 or a close, got %s status %d", what, rc_strerror(rc), st);
+    CHECK(took <= T_HEADER_MS + 500, "[%s] cut %lld ms after the connect", what, took);
+    rc_close(c);
+    still_serving(f, what);
+}
+
+/* A chunked body trickled one byte per 300 ms is cut: the head and the
+ * body each have a deadline (header_timeout_ms), not one per read. */
+static void test_slow_chunked_body(void **state)
+{
+    fx *f = *state;
+    const char *what = "a chunked body, one chunk of 1 byte per 300 ms";
+    rc_conn *c = conn_open(f, what);
+    conn_send_str(c, what, "POST /echo HTTP/1.1\r\n" HOST
+                  "Transfer-Encoding: chunked\r\n\r\n");
+    long long t0 = rc_now_ms();
+    int closed = 0;
+    while (rc_now_ms() - t0 < 3 * T_HEADER_MS + 3000) {
+        if (rc_send(c, "1\r\na\r\n", 6, 500) != RC_OK) {
+            closed = 1;
+            break;
+        }
+        size_t unread = 0;
+        int rc = rc_wait_close(c, 300, &unread);
+        if (rc == RC_CLOSED || rc == RC_RESET || unread > 0) {
+            closed = 1;
+            break;
+        }
+    }
+    long long took = rc_now_ms() - t0;
+    CHECK(closed, "[%s] still open after %lld ms", what, took);
+    CHECK(took <= 2 * T_HEADER_MS + 1500, "[%s] cut after %lld ms", what, took);
+    if (rc_unread(c) > 0) {
+        rc_response r;
+        int rc = rc_read_response(c, &r, 0, 1000);
+        int st = rc == RC_OK ? r.status : 0;
+        rc_response_free(&r);
+        CHECK(rc == RC_OK && (st == 408 || st == 400), "[%s] answered %s status %d, "
+              "expected 408 or a close", what, rc_strerror(rc), st);
+    }
+    rc_close(c);
+    still_serving(f, what);
+}
+
+#define CHUNKED_POST "POST /echo HTTP/1.1\r\n" HOST "Transfer-Encoding: chunked\r\n\r\n"
+
+/* Chunk framing is strict and the same everywhere; the pipelined GET after
+ * each bad body must never be served. */
+static void test_slow_chunk_framing(void **state)
+{
+    fx *f = *state;
+    bad_input_str(f, "data where the CRLF after a chunk belongs",
+                  CHUNKED_POST "2\r\nABXY0\r\n\r\nGET /hello HTTP/1.1\r\n" HOST "\r\n",
+                  400, BAD_STATUS);
+    bad_input_str(f, "a bare LF inside a chunk extension",
+                  CHUNKED_POST "2;a\nb\r\nAB\r\n0\r\n\r\nGET /hello HTTP/1.1\r\n" HOST "\r\n",
+                  400, BAD_STATUS);
+    bad_input_str(f, "0x2 as a chunk size",
+                  CHUNKED_POST "0x2\r\nAB\r\n0\r\n\r\nGET /hello HTTP/1.1\r\n" HOST "\r\n",
+                  400, BAD_STATUS);
+    bad_input_str(f, "Transfer-Encoding: chunked with a trailing space",
+                  "POST /echo HTTP/1.1\r\n" HOST "Transfer-Encoding: chunked \r\n\r\n"
+                  "2\r\nAB\r\n0\r\n\r\nGET /hello HTTP/1.1\r\n" HOST "\r\n",
+                  400, BAD_STATUS);
+}
+
+/* The request timeout's 503 arrives on time even while a blocking handler
+ * still runs (request_timeout_ms 500, the handler sleeps 1500 ms). */
+static void test_slow_timeout_while_blocking(void **state)
+{
+    fx *f = *state;
+    const char *what = "GET /slow?ms=1500 with request_timeout_ms 500";
+    rc_conn *c = conn_open(f, what);
+    long long t0 = rc_now_ms();
+    conn_send_str(c, what, "GET /slow?ms=1500 HTTP/1.1\r\n" HOST "\r\n");
+    conn_expect(c, what, 0, 503, NULL, NULL);
+    long long took = rc_now_ms() - t0;
+    CHECK(took >= T_SHORT_REQUEST_MS - 100 && took < 1200,
+          "[%s] 503 after %lld ms", what, took);
+    rc_close(c);
+}
+
+/* An upgrade the engine does not do is ignored and the connection kept. */
+static void test_slow_upgrade_ignored(void **state)
+{
+    fx *f = *state;
+    const char *what = "Connection: Upgrade with Upgrade: websocket";
+    rc_conn *c = conn_open(f, what);
+    conn_send_str(c, what, "GET /hello HTTP/1.1\r\n" HOST
+                  "Connection: Upgrade\r\nUpgrade: websocket\r\n\r\n");
+    conn_expect(c, what, 0, 200, "hello", NULL);
+    conn_send_str(c, what, "GET /hello HTTP/1.1\r\n" HOST "\r\n");
+    conn_expect(c, "the same connection after an ignored upgrade", 0, 200, "hello", NULL);
+    rc_close(c);
+}
+
+/* An engine without HTTP/2 answers the HTTP/2 preface with a close or an
+ * HTTP/2 frame, never with HTTP/1.1 text. */
+static void test_slow_h2_preface(void **state)
+{
+    fx *f = *state;
+    if (engine_caps() & SRV_ENGINE_CAP_HTTP2)
+        skip(); /* the HTTP/2 group covers prior knowledge */
+    const char *what = "HTTP/2 preface to an HTTP/1-only engine";
+    rc_conn *c = conn_open(f, what);
+    conn_send_str(c, what, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+    size_t unread = 0;
+    int rc = rc_wait_close(c, 3000, &unread);
+    CHECK(rc == RC_CLOSED || rc == RC_RESET, "[%s] still open after 3 s", what);
+    CHECK(unread == 0 || (unread >= 9 && (unsigned char)c->buf[c->off + 3] == 4),
+          "[%s] %zu bytes that are not an HTTP/2 SETTINGS frame: %.*s", what, unread,
+          (int)(unread > 40 ? 40 : unread), c->buf + c->off);
+    rc_close(c);
+    still_serving(f, what);
+}
+
+typedef struct slow_finisher {
+    rc_conn *c;
+    int sent; /* RC_* of the send */
+} slow_finisher;
+
+static void *slow_finish_head(void *arg)
+{
+    slow_finisher *fin = arg;
+    rc_sleep_ms(200);
+    fin->sent = rc_send_str(fin->c, "\r\n", 1000);
+    return NULL;
+}
+
+/* Stop begins while two heads are still arriving (and a handler keeps the
+ * grace period running): the head completed within the grace period is
+ * served, the one never completed gets 503, not a silent close. */
+static void test_slow_stop_arriving(void **state)
+{
+    fx *f = *state;
+    const char *what = "stop with heads still arriving";
+    unsigned entered = fx_read(f, &f->entered);
+    rc_conn *a = conn_open(f, what);
+    conn_send_str(a, what, "GET /slow?ms=800 HTTP/1.1\r\n" HOST "\r\n");
+    CHECK(fx_wait(f, &f->entered, entered + 1, 3000),
+          "[%s] the in-flight request never reached its handler", what);
+    rc_conn *b = conn_open(f, what);
+    conn_send_str(b, what, "GET /hello HTTP/1.1\r\n" HOST);
+    rc_conn *d = conn_open(f, what);
+    conn_send_str(d, what, "GET /hello HTTP/1.1\r\n" HOST "X-Never: ");
+    rc_sleep_ms(100);
+    slow_finisher fin = {.c = b, .sent = -100};
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, slow_finish_head, &fin) == 0, "pthread_create");
+    int rc = srv_server_stop(f->srv, 3000);
+    f->stopped = 1;
+    pthread_join(t, NULL);
+    CHECK(rc == 0, "[%s] srv_server_stop: %s", what, srv_strerror(rc));
+    CHECK(fin.sent == RC_OK, "[%s] completing the head: %s", what, rc_strerror(fin.sent));
+    conn_expect(a, "the request in flight when stop began", 0, 200, "slept", NULL);
+    conn_expect(b, "a head completed 200 ms into the grace period", 0, 200, "hello", NULL);
+    conn_expect(d, "a head never completed", 0, 503, NULL, NULL);
+}
+
+/* Past max_connections a refusal answers what the client asked: nothing
+ * arrives before the request (Go calls that an unsolicited response), and
+ * the request then gets 503 (or waits, where the engine holds the connect
+ * in the backlog). max_connections is 4 here. */
+static void test_slow_refusal_after_request(void **state)
+{
+    fx *f = *state;
+    const char *what = "a 5th connection past max_connections 4";
+    rc_conn *held[4];
+    for (int i = 0; i < 4; i++) {
+        held[i] = conn_open(f, what);
+        conn_send_str(held[i], what, "GET /hello HTTP/1.1\r\n" HOST "\r\n");
+        conn_expect(held[i], "max_connections: first 4", 0, 200, "hello", NULL);
+    }
+    rc_conn *c = conn_slot(f, what);
+    int rc = rc_connect(c, f->port, 2000);
+    CHECK(rc == RC_OK || rc == RC_REFUSED, "[%s] connect: %s", what, rc_strerror(rc));
+    if (rc == RC_OK) {
+        size_t unread = 0;
+        rc = rc_wait_close(c, 300, &unread);
+        CHECK(unread == 0, "[%s] %zu bytes arrived before any request: %.*s", what,
+              unread, (int)(unread > 60 ? 60 : unread), c->buf + c->off);
+        if (rc == RC_TIMEOUT) {
+            conn_send_str(c, what, "GET /hello HTTP/1.1\r\n" HOST "\r\n");
+            rc_response r;
+            rc = rc_read_response(c, &r, 0, 3000);
+            int st = rc == RC_OK ? r.status : 0;
+            rc_response_free(&r);
+            CHECK(rc == RC_TIMEOUT || rc == RC_CLOSED || rc == RC_RESET ||
+                  (rc == RC_OK && st == 503),
+                  "[%s] answered %s status %d, expected 503 (or to wait)", what,
+                  rc_strerror(rc), st);
+        }
+    }
+    rc_close(c);
+    for (int i = 0; i < 4; i++)
+        rc_close(held[i]);
+}
+
+/* ------------------------------------------------------------------ */
 /* main                                                                */
 /* ------------------------------------------------------------------ */
 
@@ -3091,6 +3346,20 @@ int main(int argc, char **argv)
     };
     snprintf(name, sizeof name, "conformance %s%s: raw HTTP/1", g_engine_name, run);
     failed += cmocka_run_group_tests_name(name, raw, group_h1, NULL);
+    const struct CMUnitTest slow[] = {
+        cmocka_unit_test_setup_teardown(test_slow_idle_flood, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_slow_first_head_timeout, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_slow_chunked_body, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_slow_chunk_framing, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_slow_timeout_while_blocking, setup_short_request, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_slow_upgrade_ignored, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_slow_h2_preface, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_slow_stop_arriving, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_slow_refusal_after_request, setup_few_connections, fx_teardown),
+    };
+    snprintf(name, sizeof name, "conformance %s%s: slow clients and framing", g_engine_name, run);
+    failed += cmocka_run_group_tests_name(name, slow, group_h1, NULL);
+
 
     const struct CMUnitTest header_rules[] = {
         cmocka_unit_test_setup_teardown(test_hr_value_controls, setup_default, fx_teardown),
@@ -3109,8 +3378,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_hr_stop_partial_head_overruns, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_hr_over_limit_answer, setup_few_connections, fx_teardown),
     };
-    snprintf(name, sizeof name, "conformance %s: header rules and request framing",
-             g_engine_name);
+    snprintf(name, sizeof name, "conformance %s%s: header rules and request framing",
+             g_engine_name, run);
     failed += cmocka_run_group_tests_name(name, header_rules, group_h1, NULL);
 
     if (engine_caps() & SRV_ENGINE_CAP_HTTP2) {

@@ -1,0 +1,153 @@
+/*
+ * What the threadpool engine's files share (engines/threadpool.c: poller,
+ * workers, vtable; engines/threadpool_stop.c: detaching and closing at
+ * stop). Not installed, not seen by the core. Each field says who owns it
+ * and which lock guards it.
+ */
+#ifndef SRV_ENGINE_THREADPOOL_INT_H
+#define SRV_ENGINE_THREADPOOL_INT_H
+
+#include "srv_engine.h"
+#include "srv_http1.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+/* The poller's read buffer (one, shared by every connection it reads). */
+#define ETP_READ_BUF 16384
+/* The poller looks for expired deadlines this often. */
+#define ETP_SCAN_MS 50
+/* epoll events taken per wait; connections accepted per readiness. */
+#define ETP_EVENTS 256
+#define ETP_ACCEPT_BATCH 64
+/* Lingering close after an error: read and discard for at most this long so
+ * the client sees our response instead of a reset. */
+#define ETP_LINGER_MS 1000
+#define ETP_LINGER_MAX_BYTES (4u * 1024u * 1024u)
+/* Past max_connections: at most this many connections are read (their
+ * head, for at most ETP_REFUSE_WAIT_MS) to be answered 503; more get the
+ * 503 at once. */
+#define ETP_MAX_REFUSING 256
+#define ETP_REFUSE_WAIT_MS 2000
+/* Back-off when accept() fails for lack of descriptors or memory. */
+#define ETP_ACCEPT_BACKOFF_MS 20
+/* Writes that make no progress for this long (at least) give up. */
+#define ETP_MIN_WRITE_TIMEOUT_MS 1000
+/* stop: a response being written gets this long before its connection is
+ * shut down; stop looks again this often. */
+#define ETP_STOP_WRITE_GRACE_MS 2000
+#define ETP_STOP_SCAN_MS 100
+/* stop: connections detached (and written) in one go, at most. */
+#define ETP_DETACH_BATCH 64
+/* After an answer, a worker that nobody waits for reads the next request of
+ * a kept-alive connection for this long itself (one recv, no hand-back to
+ * the poller) before it hands the connection back. */
+#define ETP_KEEP_WAIT_MS 2
+
+/* Who has a connection; stop() reads it to know what to do with it. */
+enum etp_phase {
+    ETP_PH_POLL,    /* the poller's: idle, or a request arriving */
+    ETP_PH_QUEUED,  /* a complete request, waiting for a worker */
+    ETP_PH_RUN,     /* a worker's, between requests */
+    ETP_PH_HANDLER, /* handed to the core: handler runs or answer awaited */
+    ETP_PH_WRITE,   /* a worker writes the answer */
+    ETP_PH_CLOSING
+};
+
+struct etp_state;
+
+typedef struct etp_conn {
+    srv_job job; /* the pool runs etp_conn_run(&job) */
+    struct etp_state *st;
+    struct etp_conn *prev, *next; /* st->conns, under st->mu */
+    int fd;
+    struct sockaddr_storage peer;
+    socklen_t peer_len;
+    atomic_int phase;
+    atomic_uint_fast64_t write_since; /* ETP_PH_WRITE: when it began (ms) */
+    int shut; /* stop() shut the socket down or detached it (st->mu) */
+
+    /* respond() -> worker hand-back (c->mu). */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int responded;
+    srv_request *serving; /* handed to the core, its answer not yet claimed */
+    int detached;         /* stop() wrote the answer and owns none of it now
+                           * (also under st->mu) */
+    int in_handler;       /* the worker is inside srv__request_run */
+    pthread_t worker;
+    size_t early_sent;    /* bytes respond() wrote while the handler ran */
+    int early_dead;       /* such a write failed */
+
+    /* Poller list (st->plock) while the poller has it. */
+    struct etp_conn *pprev, *pnext;
+    int in_plist;
+
+    /* Owned by whoever has the connection (poller or worker, never both). */
+    srv_http1 parser;
+    srv_request *req;   /* the message being read */
+    srv_request *ready; /* a complete request for the worker */
+    char *pend;         /* bytes read past `ready`: pend[pend_off, pend_len) */
+    size_t pend_off, pend_len;
+    uint64_t deadline;  /* poller: when the current wait ends (ms) */
+    unsigned served;
+    int refuse;         /* over max_connections: read the head, answer 503 */
+    int lingering;      /* answered and shut for writing; draining input */
+    size_t drained;
+    int io_dead;        /* a write failed: close without answering */
+    int rcvtimeo;       /* SO_RCVTIMEO set for ETP_KEEP_WAIT_MS */
+} etp_conn;
+
+typedef struct etp_state {
+    srv_server *srv;
+    const srv_config *cfg;
+    int listen_fd;
+    int epfd;
+    int wake_fd;  /* eventfd: quiesce and stop wake the poller */
+    int spare_fd; /* /dev/null, given up to accept-and-refuse on EMFILE */
+    pthread_t poller;
+    int poller_started;
+    int quiesced; /* controlling thread only */
+    atomic_int quiescing;
+    atomic_int stopping;
+    char rbuf[ETP_READ_BUF]; /* the poller's */
+
+    pthread_mutex_t plock; /* the poller list, poller_gone, listen_closed */
+    pthread_cond_t pcond;
+    etp_conn *plist;
+    int poller_gone;   /* workers close instead of handing back */
+    int listen_closed; /* quiesce waits for the poller to close it */
+    unsigned refusing; /* poller only */
+
+    pthread_mutex_t mu; /* conns, open, detached; then a conn's mu */
+    pthread_cond_t drained;
+    etp_conn *conns;
+    unsigned open;     /* accepted and not yet closed (not refused ones) */
+    unsigned detached; /* open ones whose handler stop() stopped waiting for */
+} etp_state;
+
+#define ETP_CONN_OF(j) ((etp_conn *)((char *)(j) - offsetof(etp_conn, job)))
+
+/* The 503 written when the core cannot build one (out of memory or of
+ * descriptors): fits in any fresh socket buffer. */
+#define ETP_CANNED_503                                                                  \
+    "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+
+/* engines/threadpool.c */
+uint64_t etp_now_ms(void);
+int etp_clamp_ms(uint64_t ms);
+enum etp_phase etp_get_phase(etp_conn *c);
+int etp_send_some(int fd, const void *a, size_t alen, const void *b, size_t blen,
+                  size_t *sent);
+int etp_send2(int fd, int timeout_ms, const void *a, size_t alen, const void *b, size_t blen);
+void etp_linger_close(int fd, unsigned ms);
+
+/* engines/threadpool_stop.c: the last step of stop, once the poller is
+ * gone: answer, shut or detach every connection a worker has, and return
+ * once all are closed or detached. */
+void etp_stop_connections(etp_state *st);
+
+#endif /* SRV_ENGINE_THREADPOOL_INT_H */
