@@ -244,6 +244,28 @@ static void etp_answer_now(etp_state *st, etp_conn *c, srv_request *req, int sta
 /* Closing                                                             */
 /* ------------------------------------------------------------------ */
 
+/*
+ * srv_server_stop's grace period waits for requests still arriving, so one
+ * that completes within it is served: a connection counts from the first
+ * byte of a request until a worker runs it, it fails, or the connection
+ * goes. Whoever owns the connection calls this.
+ */
+static void etp_set_arriving(etp_conn *c, int on)
+{
+    on = on && !c->refuse;
+    if (on == c->arriving)
+        return;
+    c->arriving = on;
+    srv__request_arriving(c->st->srv, on ? 1 : -1);
+}
+
+/* After a feed: arriving while a message is begun or complete but not run. */
+static void etp_note_feed(etp_conn *c, enum srv_http1_event ev)
+{
+    etp_set_arriving(c, ev != SRV_HTTP1_FAIL &&
+                            (ev == SRV_HTTP1_MESSAGE_COMPLETE || !srv__http1_idle(&c->parser)));
+}
+
 /* Close and forget a connection (not a refused one). The fd is closed only
  * under st->mu, once unlinked, so stop() never shuts down a number already
  * reused. The unlock is the last touch of the engine's state: stop() may
@@ -252,6 +274,7 @@ static void etp_conn_finish(etp_conn *c, int linger)
 {
     etp_state *st = c->st;
     etp_set_phase(c, ETP_PH_CLOSING);
+    etp_set_arriving(c, 0);
     if (c->req) {
         srv__request_release(c->req);
         c->req = NULL;
@@ -482,6 +505,7 @@ static void etp_poller_read(etp_state *st, etp_conn *c)
             size_t used = 0;
             ev = srv__http1_feed(&c->parser, c->req, st->rbuf + off, (size_t)n - off, &used);
             off += used;
+            etp_note_feed(c, ev);
             if (ev == SRV_HTTP1_FAIL) {
                 etp_poller_fail(st, c, srv__http1_status(&c->parser));
                 return;
@@ -809,6 +833,9 @@ static int etp_serve_request(etp_conn *c, srv_request *req)
     c->in_handler = 1;
     c->worker = pthread_self();
     pthread_mutex_unlock(&c->mu);
+    /* In flight from here (a stop checking between the two sees neither for
+     * a moment; its grace loop re-checks every 50 ms). */
+    etp_set_arriving(c, 0);
     srv__request_run(req);
     pthread_mutex_lock(&c->mu);
     c->in_handler = 0;
@@ -861,6 +888,7 @@ static int etp_worker_parse(etp_conn *c, const char *d, size_t n, size_t *usedp)
         size_t used = 0;
         ev = srv__http1_feed(&c->parser, c->req, d + off, n - off, &used);
         off += used;
+        etp_note_feed(c, ev);
         if (ev == SRV_HTTP1_FAIL) {
             if (c->parser.h2_preface) {
                 etp_send2(c->fd, etp_write_timeout(st), etp_h2_goaway, sizeof etp_h2_goaway,

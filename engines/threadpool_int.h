@@ -95,6 +95,7 @@ typedef struct etp_conn {
     uint64_t deadline;  /* poller: when the current wait ends (ms) */
     unsigned served;
     int refuse;         /* over max_connections: read the head, answer 503 */
+    int arriving;       /* counted by srv__request_arriving (etp_set_arriving) */
     int lingering;      /* answered and shut for writing; draining input */
     size_t drained;
     int io_dead;        /* a write failed: close without answering */
