@@ -487,7 +487,7 @@ static void srv__deliver(srv_request *req)
         atomic_fetch_add(&srv->responses[cls - 1], 1);
     if (srv->cfg.access_log)
         srv__access_log(req);
-    srv->engine->respond(srv->engine_state, req);
+    srv__engine_respond(srv, req);
     /* req may be gone now: the engine may have written and released it. */
     srv__counter_drop(srv, &srv->delivering);
 }

@@ -89,22 +89,6 @@ int srv_route(srv_server *srv, const char *method, const char *path, srv_handler
     return srv_route_add(srv, &o);
 }
 
-static int srv__engine_check(srv_server *srv)
-{
-    const srv_engine *e = srv->engine;
-    if (e->version < 1 || e->version > SRV_ENGINE_VERSION || e->name == NULL) {
-        srv__server_set_error(srv, "engine table has version %d; this libsrv supports 1 to %d",
-                              e->version, SRV_ENGINE_VERSION);
-        return SRV_EENGINE;
-    }
-    if (!e->start || !e->respond || !e->quiesce || !e->stop || !e->destroy) {
-        srv__server_set_error(srv, "engine \"%s\" leaves a version-%d slot empty", e->name,
-                              e->version);
-        return SRV_EENGINE;
-    }
-    return 0;
-}
-
 int srv_server_start(srv_server *srv)
 {
     if (srv == NULL)
@@ -132,7 +116,7 @@ int srv_server_start(srv_server *srv)
         srv__server_set_error(srv, "cannot start the timer thread: %s", srv_strerror(rc));
         goto fail_pool;
     }
-    rc = srv->engine->start(srv, &srv->engine_state);
+    rc = srv__engine_start(srv);
     if (rc != 0) {
         if (srv->error[0] == '\0')
             srv__server_set_error(srv, "engine %s failed to start: %s", srv->engine->name,
@@ -181,7 +165,7 @@ int srv_server_stop(srv_server *srv, unsigned grace_ms)
     if (!atomic_compare_exchange_strong(&srv->state, &expected, SRV__STOPPING))
         return SRV_ESTATE;
 
-    srv->engine->quiesce(srv->engine_state);
+    srv__engine_quiesce(srv);
 
     /* Grace: wait until every request the engine handed over is answered
      * and written, or the time is up. */
@@ -211,7 +195,7 @@ int srv_server_stop(srv_server *srv, unsigned grace_ms)
     pthread_mutex_unlock(&srv->mu);
 
     srv__server_answer_all(srv);
-    srv->engine->stop(srv->engine_state);
+    srv__engine_stop(srv);
     atomic_store(&srv->state, SRV__STOPPED);
     return 0;
 }
@@ -282,7 +266,7 @@ void srv_server_free(srv_server *srv)
     srv__timer_stop(&srv->timer);
     srv__server_drop_orphans(srv);
     if (srv->engine_started)
-        srv->engine->destroy(srv->engine_state);
+        srv__engine_destroy(srv);
     srv__pool_destroy(&srv->pool);
     srv__router_free(&srv->router);
     pthread_cond_destroy(&srv->cv);

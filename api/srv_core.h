@@ -117,6 +117,8 @@ struct srv_server {
     const srv_engine *engine;
     void *engine_state;
     bool engine_started;
+    int (*fault)(const char *slot, void *arg); /* srv__engine_inject_fault */
+    void *fault_arg;
 
     srv_config cfg; /* validated copy; host/server_name point below */
     char *host;
@@ -156,6 +158,21 @@ struct srv_server {
     atomic_uint connections_open;
     atomic_uint arriving; /* requests partly received (srv__request_arriving) */
 };
+
+/* ---- engine slots (engine_slots.c: the only caller of srv_engine's slots) */
+
+/* Validate the table once, before any slot runs (start); SRV_EENGINE with
+ * the reason in srv->error. */
+int srv__engine_check(srv_server *srv);
+int srv__engine_start(srv_server *srv);
+void srv__engine_respond(srv_server *srv, srv_request *req);
+void srv__engine_quiesce(srv_server *srv);
+void srv__engine_stop(srv_server *srv);
+void srv__engine_destroy(srv_server *srv);
+/* Tests: fault(slot name, arg) runs before each slot call; non-zero fails
+ * the ones that can fail (start: a negative SRV_E... is returned as is). */
+void srv__engine_inject_fault(srv_server *srv, int (*fault)(const char *slot, void *arg),
+                              void *arg);
 
 /* Periodic check for handlers past request_timeout_ms (timer thread). */
 void srv__server_sweep(void *srv);

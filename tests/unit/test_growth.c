@@ -422,6 +422,35 @@ static void test_core_answer_drops_application_headers(void **state)
     fake_finish(f);
 }
 
+/* ---- the slot layer ------------------------------------------------------------ */
+
+static int fail_start(const char *slot, void *arg)
+{
+    int *calls = arg;
+    (*calls)++;
+    return strcmp(slot, "start") == 0 ? SRV_EBIND : 0;
+}
+
+static void test_engine_fault_injection(void **state)
+{
+    fake *f = *state;
+    int calls = 0;
+    srv_server *srv = fake_server(f, NULL);
+    assert_int_equal(srv_route(srv, "GET", "/x", fake_handler, NULL), 0);
+    srv__engine_inject_fault(srv, fail_start, &calls);
+    assert_int_equal(srv_server_start(srv), SRV_EBIND);
+    assert_int_equal(calls, 1);
+    assert_int_equal(f->start_calls, 0); /* the engine's slot never ran */
+    assert_non_null(strstr(srv_server_last_error(srv), "injected"));
+    /* Nothing runs after a failed start; a later start succeeds. */
+    srv__engine_inject_fault(srv, NULL, NULL);
+    assert_int_equal(srv_server_start(srv), 0);
+    fake_req *r = fake_req_new(f, "GET", "/x");
+    assert_int_equal(fake_send(r), 0);
+    assert_int_equal(fake_wait(r, FAKE_WAIT_MS), 200);
+    fake_finish(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -439,6 +468,7 @@ int main(void)
         T(test_pool_grows_and_shrinks),
         T(test_pool_queue_is_bounded),
         T(test_core_answer_drops_application_headers),
+        T(test_engine_fault_injection),
 #undef T
     };
     return cmocka_run_group_tests_name("growth", tests, NULL, NULL);
