@@ -70,6 +70,11 @@ const char *srv_engine_name(const srv_engine *engine)
     return engine != NULL ? engine->name : "(none)";
 }
 
+unsigned srv_engine_caps(const srv_engine *engine)
+{
+    return engine != NULL ? engine->caps : 0;
+}
+
 size_t srv_engine_count(void)
 {
     return SRV__ENGINE_COUNT;

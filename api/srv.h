@@ -120,6 +120,30 @@ int srv_engine_select(const char *name, const srv_engine **out);
 const char *srv_engine_name(const srv_engine *engine);
 
 /*
+ * Engine capabilities: where engines differ, so that an application (or a
+ * test) asks instead of comparing names. docs/ENGINES.md explains each.
+ */
+enum {
+    /* Serves HTTP/2 over cleartext (prior knowledge and h2c upgrade). */
+    SRV_CAP_HTTP2 = 1u << 0,
+    /* Answers an unsupported HTTP/1 version with 505 (otherwise 400). */
+    SRV_CAP_VERSION_505 = 1u << 1,
+    /* Answers every garbage request line with 400 (otherwise it may close
+     * without a response). */
+    SRV_CAP_GARBAGE_400 = 1u << 2,
+    /* Its library de-chunks request bodies and answers some abusive chunk
+     * framing itself, with its own status or a close (never by serving a
+     * differently framed body). Without it the core's answers apply. */
+    SRV_CAP_LIB_CHUNKED = 1u << 3,
+    /* Answers an HTTP/2 connection preface it does not serve, or refuses,
+     * in HTTP/2 (a GOAWAY frame) rather than with HTTP/1 text. */
+    SRV_CAP_H2_PREFACE_GOAWAY = 1u << 4
+};
+
+/* srv_engine_caps: the engine's SRV_CAP_* bits (0 for NULL). Any thread. */
+unsigned srv_engine_caps(const srv_engine *engine);
+
+/*
  * srv_engine_count / srv_engine_at: the engines built in, in order of
  * preference (index 0 is the default). srv_engine_at returns NULL past the
  * end.

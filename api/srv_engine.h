@@ -23,20 +23,15 @@ extern "C" {
 /* Bumped on any change to struct srv_engine's layout; slots only appended. */
 #define SRV_ENGINE_VERSION 1
 
-/* Capability bits in srv_engine.caps. Tests check these, not names. */
+/* Capability bits in srv_engine.caps: the public SRV_CAP_* of srv.h (tests
+ * and applications read them with srv_engine_caps, never the name). The
+ * SRV_ENGINE_CAP_ spellings are kept for engine tables. */
 enum {
-    /* Serves HTTP/2 over cleartext (prior knowledge and/or h2c upgrade). */
-    SRV_ENGINE_CAP_HTTP2 = 1u << 0,
-    /* Answers an unsupported HTTP version with 505 (otherwise 400). */
-    SRV_ENGINE_CAP_VERSION_505 = 1u << 1,
-    /* Answers every garbage request line with 400 (otherwise it may close
-     * without a response). */
-    SRV_ENGINE_CAP_GARBAGE_400 = 1u << 2,
-    /* The engine's library decodes chunked bodies and answers some abusive
-     * chunk framing with a status of its own, before any engine hook
-     * (libmicrohttpd 0.9.75: a chunk line longer than its buffer gets 500).
-     * Without it the core's answer (400) applies exactly. */
-    SRV_ENGINE_CAP_LIB_CHUNKED = 1u << 3
+    SRV_ENGINE_CAP_HTTP2 = SRV_CAP_HTTP2,
+    SRV_ENGINE_CAP_VERSION_505 = SRV_CAP_VERSION_505,
+    SRV_ENGINE_CAP_GARBAGE_400 = SRV_CAP_GARBAGE_400,
+    SRV_ENGINE_CAP_LIB_CHUNKED = SRV_CAP_LIB_CHUNKED,
+    SRV_ENGINE_CAP_H2_PREFACE_GOAWAY = SRV_CAP_H2_PREFACE_GOAWAY
 };
 
 struct srv_engine {

@@ -841,7 +841,7 @@ const srv_engine srv_engine_h2o = {
     .name = "h2o",
     /* Not SRV_ENGINE_CAP_VERSION_505: h2o's parser answers "HTTP/2.0" in an HTTP/1 request
      * line with 400 itself. Garbage request lines do get 400. */
-    .caps = SRV_ENGINE_CAP_HTTP2 | SRV_ENGINE_CAP_GARBAGE_400,
+    .caps = SRV_ENGINE_CAP_HTTP2 | SRV_ENGINE_CAP_GARBAGE_400 | SRV_ENGINE_CAP_H2_PREFACE_GOAWAY,
     .start = eh2o_start,
     .respond = eh2o_respond,
     .quiesce = eh2o_quiesce,

@@ -1182,7 +1182,8 @@ static void etp_destroy(void *state)
 const srv_engine srv_engine_threadpool = {
     .version = SRV_ENGINE_VERSION,
     .name = "threadpool",
-    .caps = SRV_ENGINE_CAP_VERSION_505 | SRV_ENGINE_CAP_GARBAGE_400,
+    .caps = SRV_ENGINE_CAP_VERSION_505 | SRV_ENGINE_CAP_GARBAGE_400 |
+            SRV_ENGINE_CAP_H2_PREFACE_GOAWAY,
     .start = etp_start,
     .respond = etp_respond,
     .quiesce = etp_quiesce,
