@@ -6,11 +6,35 @@
 #include <string.h>
 #include <unistd.h>
 
-void srv_config_init(srv_config *cfg)
+void srv_config_init_sized(srv_config *cfg, size_t size)
 {
-    if (cfg == NULL)
+    if (cfg == NULL || size < SRV__CONFIG_MIN_SIZE)
         return;
+    srv_config d;
+    srv__config_defaults(&d);
+    /* An older caller's struct is a prefix of ours: fill only that. */
+    memcpy(cfg, &d, size < sizeof d ? size : sizeof d);
+    if (size > sizeof d) /* a newer header: zero what this libsrv does not know */
+        memset((char *)cfg + sizeof d, 0, size - sizeof d);
+    cfg->size = size;
+}
+
+int srv__config_copy(srv_config *out, const srv_config *in)
+{
+    srv__config_defaults(out);
+    if (in == NULL)
+        return 0;
+    if (in->size < SRV__CONFIG_MIN_SIZE || in->size > SRV__CONFIG_MAX_SIZE)
+        return SRV_EINVAL;
+    memcpy(out, in, in->size < sizeof *out ? in->size : sizeof *out);
+    out->size = sizeof *out;
+    return 0;
+}
+
+void srv__config_defaults(srv_config *cfg)
+{
     memset(cfg, 0, sizeof *cfg);
+    cfg->size = sizeof *cfg;
     cfg->host = "0.0.0.0";
     cfg->port = 8080;
     cfg->worker_threads = 200;
@@ -25,6 +49,10 @@ void srv_config_init(srv_config *cfg)
     cfg->max_body_bytes = 2u * 1024 * 1024;
     cfg->access_log = 0;
     cfg->server_name = "libsrv";
+    cfg->worker_threads_min = 10;
+    cfg->worker_idle_timeout_ms = 60000;
+    cfg->max_queued = 10000;
+    cfg->nonblocking_warn_ms = 200;
 }
 
 /* Upper bounds that catch unit mix-ups (seconds for ms, bytes for KiB)
@@ -57,6 +85,13 @@ int srv__config_validate(srv_server *srv)
     SRV__CHECK(c->worker_threads >= 1 && c->worker_threads <= SRV__MAX_THREADS,
                "worker_threads %u is out of range: use 1 to %u", c->worker_threads,
                SRV__MAX_THREADS);
+    SRV__CHECK(c->worker_idle_timeout_ms >= 1 && c->worker_idle_timeout_ms <= SRV__MAX_TIMEOUT_MS,
+               "worker_idle_timeout_ms %u is out of range: use 1 to %u",
+               c->worker_idle_timeout_ms, SRV__MAX_TIMEOUT_MS);
+    SRV__CHECK(c->max_queued >= 1, "max_queued must be at least 1");
+    SRV__CHECK(c->nonblocking_warn_ms <= SRV__MAX_TIMEOUT_MS,
+               "nonblocking_warn_ms %u is out of range: use 0 (off) to %u", c->nonblocking_warn_ms,
+               SRV__MAX_TIMEOUT_MS);
     SRV__CHECK(c->io_threads <= 1024, "io_threads %u is out of range: use 0 (one per CPU) to 1024",
                c->io_threads);
     SRV__CHECK(c->max_connections >= 1, "max_connections must be at least 1");
@@ -82,6 +117,8 @@ int srv__config_validate(srv_server *srv)
     SRV__CHECK(c->max_header_bytes <= SRV__MAX_BYTES && c->max_uri_bytes <= SRV__MAX_BYTES,
                "max_header_bytes and max_uri_bytes must be at most %zu", (size_t)SRV__MAX_BYTES);
 
+    if (c->worker_threads_min > c->worker_threads)
+        c->worker_threads_min = c->worker_threads;
     if (c->io_threads == 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         c->io_threads = n > 0 ? (unsigned)n : 1;

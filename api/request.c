@@ -109,6 +109,44 @@ bool srv__http_is_token(const char *s, size_t n)
 
 /* ---- lifetime ------------------------------------------------------------ */
 
+/* Decimal digits of v at p; returns the end. */
+static char *srv__put_uint(char *p, unsigned v)
+{
+    char tmp[10];
+    int n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    while (n > 0)
+        *p++ = tmp[--n];
+    return p;
+}
+
+/* "IP:port" or "[IPv6]:port" into out (64 bytes), "-" when unknown. IPv4 by
+ * hand: inet_ntop and snprintf were a sixth of a light request's CPU. */
+static void srv__format_peer(char out[64], const struct sockaddr *peer, socklen_t peer_len)
+{
+    strcpy(out, "-");
+    if (peer != NULL && peer->sa_family == AF_INET && peer_len >= sizeof(struct sockaddr_in)) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)peer;
+        const unsigned char *a = (const unsigned char *)&in->sin_addr;
+        char *p = out;
+        for (int i = 0; i < 4; i++) {
+            p = srv__put_uint(p, a[i]);
+            *p++ = i < 3 ? '.' : ':';
+        }
+        p = srv__put_uint(p, ntohs(in->sin_port));
+        *p = '\0';
+    } else if (peer != NULL && peer->sa_family == AF_INET6 &&
+               peer_len >= sizeof(struct sockaddr_in6)) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)peer;
+        char ip[INET6_ADDRSTRLEN];
+        if (inet_ntop(AF_INET6, &in6->sin6_addr, ip, sizeof ip) != NULL)
+            snprintf(out, 64, "[%s]:%u", ip, ntohs(in6->sin6_port));
+    }
+}
+
 srv_request *srv__request_new(srv_server *srv, const struct sockaddr *peer, socklen_t peer_len)
 {
     srv_request *req = calloc(1, sizeof *req);
@@ -125,19 +163,7 @@ srv_request *srv__request_new(srv_server *srv, const struct sockaddr *peer, sock
     req->minor = 1;
     req->keep_alive = -1;
     req->started_ms = srv__now_ms();
-    strcpy(req->peer, "-");
-    if (peer != NULL && peer->sa_family == AF_INET && peer_len >= sizeof(struct sockaddr_in)) {
-        const struct sockaddr_in *in = (const struct sockaddr_in *)peer;
-        char ip[INET_ADDRSTRLEN];
-        if (inet_ntop(AF_INET, &in->sin_addr, ip, sizeof ip) != NULL)
-            snprintf(req->peer, sizeof req->peer, "%s:%u", ip, ntohs(in->sin_port));
-    } else if (peer != NULL && peer->sa_family == AF_INET6 &&
-               peer_len >= sizeof(struct sockaddr_in6)) {
-        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)peer;
-        char ip[INET6_ADDRSTRLEN];
-        if (inet_ntop(AF_INET6, &in6->sin6_addr, ip, sizeof ip) != NULL)
-            snprintf(req->peer, sizeof req->peer, "[%s]:%u", ip, ntohs(in6->sin6_port));
-    }
+    srv__format_peer(req->peer, peer, peer_len);
     return req;
 }
 
@@ -165,17 +191,24 @@ static void srv__request_unref(srv_request *req)
     free(req);
 }
 
+/* One of the counters srv_server_stop waits on drops; the request path
+ * takes no lock unless the stopping thread waits and this reached 0. */
+static void srv__counter_drop(srv_server *srv, atomic_uint *counter)
+{
+    if (atomic_fetch_sub(counter, 1) == 1 && atomic_load(&srv->waiter)) {
+        pthread_mutex_lock(&srv->mu);
+        pthread_cond_broadcast(&srv->cv);
+        pthread_mutex_unlock(&srv->mu);
+    }
+}
+
 void srv__request_release(srv_request *req)
 {
     srv_server *srv = req->srv;
     bool counted = req->counted;
     srv__request_unref(req);
-    if (counted) {
-        pthread_mutex_lock(&srv->mu);
-        if (--srv->in_flight == 0)
-            pthread_cond_broadcast(&srv->cv);
-        pthread_mutex_unlock(&srv->mu);
-    }
+    if (counted)
+        srv__counter_drop(srv, &srv->in_flight);
 }
 
 /* ---- the server's lists (srv->mu held) -------------------------------- */
@@ -412,19 +445,24 @@ static void srv__deliver(srv_request *req)
         srv__access_log(req);
     srv->engine->respond(srv->engine_state, req);
     /* req may be gone now: the engine may have written and released it. */
-    pthread_mutex_lock(&srv->mu);
-    if (--srv->delivering == 0)
-        pthread_cond_broadcast(&srv->cv);
-    pthread_mutex_unlock(&srv->mu);
+    srv__counter_drop(srv, &srv->delivering);
 }
 
-/* Take the answer (req->mu held): count the delivery and update the list. */
+/*
+ * Take the answer (req->mu held): count the delivery and update the list.
+ * req->list only changes under req->mu until the answer is taken (the
+ * request joins the pending list before any other thread can answer it,
+ * or under req->mu for a non-blocking handler), so a request on no list -
+ * one a non-blocking handler answered at once - costs no server lock.
+ */
 static void srv__claim_answer(srv_request *req, bool by_core)
 {
     srv_server *srv = req->srv;
     req->answered = true;
+    atomic_fetch_add(&srv->delivering, 1);
+    if (req->list == SRV__LIST_NONE)
+        return;
     pthread_mutex_lock(&srv->mu);
-    srv->delivering++;
     if (by_core) {
         if (req->list == SRV__LIST_PENDING)
             srv__list_orphan(srv, req);
@@ -448,6 +486,7 @@ static bool srv__answer(srv_request *req, int status, bool close, const char *ex
     }
     req->status = status;
     req->close_after = close;
+    req->core_answer = true;
     req->content_type = strdup("text/plain; charset=utf-8");
     req->resp_body = malloc((size_t)n);
     if (req->resp_body != NULL) {
@@ -480,10 +519,8 @@ static void srv__request_count(srv_request *req, bool complete)
     srv_server *srv = req->srv;
     if (complete)
         atomic_fetch_add(&srv->requests, 1);
-    pthread_mutex_lock(&srv->mu);
-    srv->in_flight++;
+    atomic_fetch_add(&srv->in_flight, 1);
     req->counted = true;
-    pthread_mutex_unlock(&srv->mu);
 }
 
 void srv__request_fail(srv_request *req, int status)
@@ -511,6 +548,82 @@ static void srv__handler_job(srv_job *job)
     srv__handler_call((srv_request *)((char *)job - offsetof(srv_request, job)));
 }
 
+/* Join the pending list (srv->mu held): the timeout sweep and the final
+ * phase of stop answer whatever the application has not. */
+static void srv__list_pending(srv_server *srv, srv_request *req)
+{
+    /* Every request gets the same timeout, so appending keeps the list in
+     * deadline order (a non-blocking handler's request joins when its
+     * handler returns, at most a few ms late: the sweep's order holds). */
+    req->deadline_ms = srv__now_ms() + srv->cfg.request_timeout_ms;
+    req->list = SRV__LIST_PENDING;
+    req->prev = srv->pending_tail;
+    req->next = NULL;
+    if (srv->pending_tail)
+        srv->pending_tail->next = req;
+    else
+        srv->pending_head = req;
+    srv->pending_tail = req;
+}
+
+static uint64_t srv__coarse_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* A non-blocking handler held its I/O thread too long: count it, and say
+ * so once per server, since every connection of that thread waited. */
+static void srv__report_slow(srv_request *req, uint64_t ms)
+{
+    srv_server *srv = req->srv;
+    atomic_fetch_add(&srv->slow_nonblocking, 1);
+    if (atomic_exchange(&srv->slow_reported, true))
+        return;
+    fprintf(stderr,
+            "libsrv: the non-blocking handler of %s %s held its I/O thread for %llu ms "
+            "(nonblocking_warn_ms is %u); a non-blocking handler must not block: register it "
+            "without SRV_ROUTE_NONBLOCKING. Later cases are only counted "
+            "(srv_stats.slow_nonblocking).\n",
+            req->route->method, req->route->path, (unsigned long long)ms,
+            srv->cfg.nonblocking_warn_ms);
+}
+
+/*
+ * A non-blocking route: the handler runs here, on the engine's thread. It
+ * usually answers before it returns, and then the request never touches
+ * the server's lists or mutex. Otherwise it joins the pending list when
+ * the handler returns, so the timeout and stop still answer it.
+ */
+static void srv__handler_inline(srv_request *req)
+{
+    srv_server *srv = req->srv;
+    unsigned warn_ms = srv->cfg.nonblocking_warn_ms;
+    /* The engine may write and release the request inside srv_respond:
+     * hold it until the handler has returned. */
+    atomic_fetch_add(&req->refs, 1);
+    uint64_t t0 = warn_ms ? srv__coarse_ms() : 0;
+    req->route->handler(req, req->route->ctx);
+    if (warn_ms) {
+        uint64_t took = srv__coarse_ms() - t0;
+        if (took > warn_ms)
+            srv__report_slow(req, took);
+    }
+    bool late = false;
+    pthread_mutex_lock(&req->mu);
+    if (!req->answered) {
+        pthread_mutex_lock(&srv->mu);
+        srv__list_pending(srv, req);
+        late = srv->final_phase; /* stop's sweep may have passed already */
+        pthread_mutex_unlock(&srv->mu);
+    }
+    pthread_mutex_unlock(&req->mu);
+    if (late)
+        srv__answer(req, 503, true, NULL, NULL, false);
+    srv__request_unref(req);
+}
+
 static void srv__request_route(srv_request *req, bool run_here)
 {
     srv_server *srv = req->srv;
@@ -532,24 +645,25 @@ static void srv__request_route(srv_request *req, bool run_here)
     }
     req->route = rt;
 
+    if (rt->flags & SRV_ROUTE_NONBLOCKING) {
+        if (atomic_load(&srv->final_phase)) {
+            srv__answer(req, 503, true, NULL, NULL, false);
+            return;
+        }
+        atomic_fetch_add(&req->refs, 1); /* the application's, until it answers */
+        srv__handler_inline(req);
+        return;
+    }
+
     pthread_mutex_lock(&srv->mu);
     if (srv->final_phase) {
         pthread_mutex_unlock(&srv->mu);
         srv__answer(req, 503, true, NULL, NULL, false);
         return;
     }
-    /* The application's reference, held until it answers. The list stays
-     * in deadline order because every request gets the same timeout. */
+    /* The application's reference, held until it answers. */
     atomic_fetch_add(&req->refs, 1);
-    req->deadline_ms = srv__now_ms() + srv->cfg.request_timeout_ms;
-    req->list = SRV__LIST_PENDING;
-    req->prev = srv->pending_tail;
-    req->next = NULL;
-    if (srv->pending_tail)
-        srv->pending_tail->next = req;
-    else
-        srv->pending_head = req;
-    srv->pending_tail = req;
+    srv__list_pending(srv, req);
     pthread_mutex_unlock(&srv->mu);
 
     if (run_here) {
@@ -558,6 +672,8 @@ static void srv__request_route(srv_request *req, bool run_here)
     }
     req->job.run = srv__handler_job;
     if (srv__pool_submit(srv, &req->job) != 0) {
+        /* Shut down, or max_queued requests already wait: a quick 503
+         * rather than a queue without bound. */
         srv__answer(req, 503, true, NULL, NULL, false);
         srv__request_app_done(req);
     }
@@ -615,7 +731,7 @@ void srv__server_sweep(void *arg)
 void srv__server_answer_all(srv_server *srv)
 {
     pthread_mutex_lock(&srv->mu);
-    srv->final_phase = true;
+    atomic_store(&srv->final_phase, true);
     pthread_mutex_unlock(&srv->mu);
 
     srv_request *batch[SRV__BATCH];
@@ -627,8 +743,9 @@ void srv__server_answer_all(srv_server *srv)
 
     /* Answers being handed over right now (an application's srv_respond
      * that won the race) must reach the engine before it stops. */
+    atomic_store(&srv->waiter, true);
     pthread_mutex_lock(&srv->mu);
-    while (srv->delivering > 0)
+    while (atomic_load(&srv->delivering) > 0)
         pthread_cond_wait(&srv->cv, &srv->mu);
     pthread_mutex_unlock(&srv->mu);
 }
@@ -783,6 +900,23 @@ const char *srv_request_header(const srv_request *req, const char *name)
         if (strcasecmp(req->headers[i].name, name) == 0)
             return req->headers[i].value;
     return NULL;
+}
+
+size_t srv_request_header_count(const srv_request *req)
+{
+    return req->header_count;
+}
+
+int srv_request_header_at(const srv_request *req, size_t index, const char **name,
+                          const char **value)
+{
+    if (index >= req->header_count)
+        return SRV_EINVAL;
+    if (name)
+        *name = req->headers[index].name;
+    if (value)
+        *value = req->headers[index].value;
+    return 0;
 }
 
 const void *srv_request_body(const srv_request *req, size_t *len)

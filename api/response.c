@@ -158,12 +158,20 @@ size_t srv__response_content_length(const srv_request *req)
     return srv__bodiless_status(req->status) ? 0 : req->resp_len;
 }
 
+/* The application's headers go out with its own answers only: a 503 the
+ * core sends for a timeout or a stop must not carry the Cache-Control,
+ * Content-Encoding or Location the application set for its 200. */
+static size_t srv__app_header_count(const srv_request *req)
+{
+    return req->core_answer ? 0 : req->app_header_count;
+}
+
 /* The application's own Server header replaces the configured one. */
 static bool srv__core_server_header(const srv_request *req)
 {
     if (req->srv->cfg.server_name[0] == '\0')
         return false;
-    for (size_t i = 0; i < req->app_header_count; i++)
+    for (size_t i = 0; i < srv__app_header_count(req); i++)
         if (strcasecmp(req->app_headers[i].name, "Server") == 0)
             return false;
     return true;
@@ -171,17 +179,18 @@ static bool srv__core_server_header(const srv_request *req)
 
 size_t srv__response_header_count(const srv_request *req)
 {
-    return req->app_header_count + (req->extra_header != NULL) + (req->content_type != NULL) +
+    return srv__app_header_count(req) + (req->extra_header != NULL) + (req->content_type != NULL) +
            srv__core_server_header(req);
 }
 
 const char *srv__response_header_at(const srv_request *req, size_t index, const char **value)
 {
-    if (index < req->app_header_count) {
+    size_t app = srv__app_header_count(req);
+    if (index < app) {
         *value = req->app_headers[index].value;
         return req->app_headers[index].name;
     }
-    index -= req->app_header_count;
+    index -= app;
     if (req->extra_header != NULL && index-- == 0) {
         *value = req->extra_header->value;
         return req->extra_header->name;

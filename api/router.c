@@ -6,11 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-int srv__router_add(srv__router *r, const char *method, const char *path,
-                    srv_handler_fn handler, void *ctx)
+int srv__router_add(srv__router *r, const srv_route_opts *opts)
 {
-    if (method == NULL || path == NULL || handler == NULL ||
-        !srv__http_is_token(method, strlen(method)) || path[0] != '/')
+    const char *method = opts->method, *path = opts->path;
+    if (method == NULL || path == NULL || opts->handler == NULL ||
+        !srv__http_is_token(method, strlen(method)) || path[0] != '/' ||
+        (opts->flags & ~(unsigned)SRV_ROUTE_NONBLOCKING) != 0)
         return SRV_EINVAL;
     for (size_t i = 0; i < r->count; i++)
         if (strcmp(r->routes[i].method, method) == 0 && strcmp(r->routes[i].path, path) == 0)
@@ -31,8 +32,9 @@ int srv__router_add(srv__router *r, const char *method, const char *path,
         free(rt->path);
         return SRV_ENOMEM;
     }
-    rt->handler = handler;
-    rt->ctx = ctx;
+    rt->handler = opts->handler;
+    rt->ctx = opts->ctx;
+    rt->flags = opts->flags;
     r->count++;
     return 0;
 }

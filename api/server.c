@@ -23,21 +23,19 @@ srv_server *srv_server_new(const srv_engine *engine, const srv_config *cfg)
     srv_server *srv = calloc(1, sizeof *srv);
     if (srv == NULL)
         return NULL;
-    srv_config defaults;
-    if (cfg == NULL) {
-        srv_config_init(&defaults);
-        cfg = &defaults;
+    if (srv__config_copy(&srv->cfg, cfg) != 0) {
+        free(srv);
+        return NULL;
     }
     srv->engine = engine;
-    srv->cfg = *cfg;
-    srv->host = strdup(cfg->host ? cfg->host : "");
-    srv->server_name = strdup(cfg->server_name ? cfg->server_name : "");
+    srv->host = strdup(srv->cfg.host ? srv->cfg.host : "");
+    srv->server_name = strdup(srv->cfg.server_name ? srv->cfg.server_name : "");
     if (srv->host == NULL || srv->server_name == NULL)
         goto fail;
     srv->cfg.host = srv->host;
     srv->cfg.server_name = srv->server_name;
     atomic_init(&srv->state, SRV__NEW);
-    atomic_init(&srv->port, cfg->port);
+    atomic_init(&srv->port, srv->cfg.port);
     if (pthread_mutex_init(&srv->mu, NULL) != 0)
         goto fail;
     if (pthread_cond_init(&srv->cv, NULL) != 0) {
@@ -57,14 +55,37 @@ fail:
     return NULL;
 }
 
-int srv_route(srv_server *srv, const char *method, const char *path, srv_handler_fn handler,
-              void *ctx)
+void srv_route_opts_init_sized(srv_route_opts *opts, size_t size)
 {
-    if (srv == NULL)
+    if (opts == NULL || size < SRV__ROUTE_OPTS_MIN_SIZE || size > SRV__STRUCT_MAX_SIZE)
+        return;
+    memset(opts, 0, size);
+    opts->size = size;
+}
+
+int srv_route_add(srv_server *srv, const srv_route_opts *opts)
+{
+    if (srv == NULL || opts == NULL || opts->size < SRV__ROUTE_OPTS_MIN_SIZE ||
+        opts->size > SRV__STRUCT_MAX_SIZE)
         return SRV_EINVAL;
     if (atomic_load(&srv->state) != SRV__NEW)
         return SRV_ESTATE;
-    return srv__router_add(&srv->router, method, path, handler, ctx);
+    srv_route_opts o;
+    memset(&o, 0, sizeof o);
+    memcpy(&o, opts, opts->size < sizeof o ? opts->size : sizeof o);
+    return srv__router_add(&srv->router, &o);
+}
+
+int srv_route(srv_server *srv, const char *method, const char *path, srv_handler_fn handler,
+              void *ctx)
+{
+    srv_route_opts o;
+    srv_route_opts_init(&o);
+    o.method = method;
+    o.path = path;
+    o.handler = handler;
+    o.ctx = ctx;
+    return srv_route_add(srv, &o);
 }
 
 static int srv__engine_check(srv_server *srv)
@@ -98,10 +119,10 @@ int srv_server_start(srv_server *srv)
     if (rc != 0)
         return rc;
 
-    rc = srv__pool_start(&srv->pool, srv->cfg.worker_threads);
+    rc = srv__pool_start(&srv->pool, &srv->cfg);
     if (rc != 0) {
-        srv__server_set_error(srv, "cannot start %u worker threads: %s", srv->cfg.worker_threads,
-                              srv_strerror(rc));
+        srv__server_set_error(srv, "cannot start %u worker threads: %s",
+                              srv->cfg.worker_threads_min, srv_strerror(rc));
         return rc;
     }
     srv->pool_started = true;
@@ -156,8 +177,9 @@ int srv_server_stop(srv_server *srv, unsigned grace_ms)
     /* Grace: wait until every request the engine handed over is answered
      * and written, or the time is up. */
     uint64_t deadline = srv__now_ms() + grace_ms;
+    atomic_store(&srv->waiter, true); /* releases now broadcast on reaching 0 */
     pthread_mutex_lock(&srv->mu);
-    while (srv->in_flight > 0) {
+    while (atomic_load(&srv->in_flight) > 0) {
         uint64_t now = srv__now_ms();
         if (now >= deadline)
             break;
@@ -270,9 +292,12 @@ int srv_after(srv_server *srv, unsigned ms, void (*fn)(void *arg), void *arg)
     return srv__timer_add(&srv->timer, ms, fn, arg);
 }
 
-void srv_server_stats(const srv_server *srv, srv_stats *out)
+void srv_server_stats_sized(const srv_server *srv, srv_stats *dst, size_t size)
 {
+    if (srv == NULL || dst == NULL || size > SRV__STRUCT_MAX_SIZE)
+        return;
     srv_server *s = (srv_server *)srv;
+    srv_stats st, *out = &st;
     memset(out, 0, sizeof *out);
     out->requests = atomic_load(&s->requests);
     out->responses_1xx = atomic_load(&s->responses[0]);
@@ -285,9 +310,15 @@ void srv_server_stats(const srv_server *srv, srv_stats *out)
     out->connections_total = atomic_load(&s->connections_total);
     out->connections_open = atomic_load(&s->connections_open);
     out->workers_busy = atomic_load(&s->pool.busy);
-    pthread_mutex_lock(&s->mu);
-    out->requests_in_flight = s->in_flight;
-    pthread_mutex_unlock(&s->mu);
+    out->workers = atomic_load(&s->pool.alive_now);
+    out->queued = atomic_load(&s->pool.queued_now);
+    out->rejected = atomic_load(&s->pool.rejected);
+    out->slow_nonblocking = atomic_load(&s->slow_nonblocking);
+    out->requests_in_flight = atomic_load(&s->in_flight);
+    /* Only what the caller's srv_stats has room for; a newer, larger one
+     * gets zeros past ours. */
+    memset(dst, 0, size);
+    memcpy(dst, out, size < sizeof st ? size : sizeof st);
 }
 
 const srv_config *srv__server_config(const srv_server *srv)

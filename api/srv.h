@@ -27,9 +27,20 @@ extern "C" {
 #endif
 
 #define SRV_VERSION_MAJOR 0
-#define SRV_VERSION_MINOR 1
+#define SRV_VERSION_MINOR 2
 #define SRV_VERSION_PATCH 0
-#define SRV_VERSION_STRING "0.1.0"
+#define SRV_VERSION_STRING "0.2.0"
+
+/*
+ * ABI policy (from 0.2): the structs an application fills or reads
+ * (srv_config, srv_route_opts, srv_stats) only ever grow at their end, and
+ * the library is told how big the caller's copy is - through the `size`
+ * field that the *_init macros set, or the size argument the
+ * srv_server_stats macro passes. The library reads and writes only that
+ * many bytes, and gives fields the caller's header did not know their
+ * defaults, so a binary built against an older srv.h keeps working with a
+ * newer libsrv. Always use the macros; never fill `size` by hand.
+ */
 
 /* ------------------------------------------------------------------ */
 /* Errors                                                              */
@@ -121,6 +132,9 @@ const srv_engine *srv_engine_at(size_t index);
 /* ------------------------------------------------------------------ */
 
 typedef struct srv_config {
+    /* sizeof(srv_config) as the caller was compiled; set by srv_config_init.
+     * srv_server_new refuses a configuration whose size it cannot trust. */
+    size_t size;
     /* Numeric IPv4 or IPv6 address to bind ("0.0.0.0", "::", "127.0.0.1").
      * The string is copied by srv_server_new. Default "0.0.0.0". */
     const char *host;
@@ -160,45 +174,108 @@ typedef struct srv_config {
     /* Value of the Server response header; NULL sends none. Copied.
      * Default "libsrv". */
     const char *server_name;
+    /* ---- fields above: 0.1; below: added in 0.2 ---- */
+    /* Worker threads started with the server and kept when idle; the pool
+     * grows on demand up to worker_threads and shrinks back (Tomcat keeps
+     * 10 spare threads, Jetty 8). Clamped to worker_threads. Default 10. */
+    unsigned worker_threads_min;
+    /* A worker above worker_threads_min that found no job for this long
+     * exits. Default 60000 ms (Tomcat's maxIdleTime). */
+    unsigned worker_idle_timeout_ms;
+    /* Requests (threadpool: connections with a complete head) waiting for
+     * a worker; past it a request is answered 503 at once instead of
+     * queueing without bound. Default 10000. */
+    unsigned max_queued;
+    /* A non-blocking handler (SRV_ROUTE_NONBLOCKING) that holds its I/O
+     * thread longer than this is counted in srv_stats.slow_nonblocking and
+     * reported once on stderr: it blocks every connection of that thread.
+     * 0 disables the check. Default 200 ms (well above a busy machine's
+     * scheduling delays, well below a blocking call worth finding). */
+    unsigned nonblocking_warn_ms;
 } srv_config;
 
 /*
- * srv_config_init: fill *cfg with the defaults documented above. Call it
- * first and change only what you need, so fields added later get their
- * defaults. Any thread.
+ * srv_config_init: fill *cfg with the defaults documented above (and set
+ * cfg->size). Call it first and change only what you need, so fields added
+ * later get their defaults. A macro so that the size is the caller's.
+ * Any thread.
  */
-void srv_config_init(srv_config *cfg);
+void srv_config_init_sized(srv_config *cfg, size_t size);
+#define srv_config_init(cfg) srv_config_init_sized((cfg), sizeof *(cfg))
 
 /* ------------------------------------------------------------------ */
 /* Server                                                              */
 /* ------------------------------------------------------------------ */
 
 /*
- * A handler answers one request. It runs on a worker thread, never on an
- * engine's I/O thread, and may block. It must call srv_respond() exactly
- * once, either before it returns (blocking style) or later from any thread
- * (async style). `ctx` is the pointer given to srv_route.
+ * A handler answers one request. It must call srv_respond() exactly once,
+ * either before it returns (blocking style) or later from any thread
+ * (async style). `ctx` is the pointer given with the route.
+ * Where it runs depends on its route:
+ * - an ordinary route's handler runs on a worker thread, never on an
+ *   engine's I/O thread, and may block (sleep, wait on a database);
+ * - a route registered with SRV_ROUTE_NONBLOCKING runs its handler on the
+ *   I/O thread that parsed the request (threadpool: the connection's own
+ *   thread), so a request answered at once never crosses threads. Such a
+ *   handler must not block: it answers at once, arms srv_after, or hands
+ *   the request to another thread that answers later.
  */
 typedef void (*srv_handler_fn)(srv_request *req, void *ctx);
 
 /*
  * srv_server_new: a stopped server on `engine` with a copy of *cfg (NULL
- * cfg means the defaults). The configuration is validated by
- * srv_server_start. Returns NULL when engine is NULL or memory runs out.
+ * cfg means the defaults). Only the first cfg->size bytes are read;
+ * fields past them get their defaults. The configuration is validated by
+ * srv_server_start. Returns NULL when engine is NULL, when cfg->size was
+ * not set by srv_config_init (0, or smaller than the first sized layout),
+ * or when memory runs out.
  * The caller owns the server and frees it with srv_server_free.
  * Any thread; the returned server is then used from one controlling thread
  * (new/route/start/stop/free), except where a function says otherwise.
  */
 srv_server *srv_server_new(const srv_engine *engine, const srv_config *cfg);
 
+/* Route flags (srv_route_opts.flags). */
+enum {
+    /* The handler never blocks: run it on the I/O thread (see
+     * srv_handler_fn). Holding the thread longer than
+     * srv_config.nonblocking_warn_ms is counted and reported. */
+    SRV_ROUTE_NONBLOCKING = 1u << 0
+};
+
 /*
- * srv_route: answer `method` requests (e.g. "GET", exact and
- * case-sensitive) for the exact decoded `path` (e.g. "/greetings", no query)
- * with handler(req, ctx). A GET route also answers HEAD (the body is
- * dropped). Only before srv_server_start.
- * Returns 0; SRV_EINVAL for NULL/empty arguments or a path not starting
- * with '/'; SRV_EEXIST when the method+path is already routed; SRV_ESTATE
- * once started; SRV_ENOMEM.
+ * One route: `method` requests (e.g. "GET", exact and case-sensitive) for
+ * the exact decoded `path` (e.g. "/greetings", no query) go to
+ * handler(req, ctx). Initialise with srv_route_opts_init, then set what you
+ * need; fields added later keep their defaults.
+ */
+typedef struct srv_route_opts {
+    size_t size;            /* set by srv_route_opts_init */
+    const char *method;     /* copied; required */
+    const char *path;       /* copied; required, starts with '/' */
+    srv_handler_fn handler; /* required */
+    void *ctx;              /* passed to handler; default NULL */
+    unsigned flags;         /* SRV_ROUTE_* bits; default 0 (worker) */
+} srv_route_opts;
+
+/* srv_route_opts_init: zero *opts and set its size. Any thread. */
+void srv_route_opts_init_sized(srv_route_opts *opts, size_t size);
+#define srv_route_opts_init(opts) srv_route_opts_init_sized((opts), sizeof *(opts))
+
+/*
+ * srv_route_add: register the route `opts` describes (the struct is not
+ * kept). A GET route also answers HEAD (the body is dropped). Only before
+ * srv_server_start, from the controlling thread.
+ * Returns 0; SRV_EINVAL for a NULL opts, a size it cannot trust, NULL or
+ * empty method/path/handler, a method that is not a token, a path not
+ * starting with '/', or unknown flag bits; SRV_EEXIST when the method+path
+ * is already routed; SRV_ESTATE once started; SRV_ENOMEM.
+ */
+int srv_route_add(srv_server *srv, const srv_route_opts *opts);
+
+/*
+ * srv_route: srv_route_add for an ordinary (worker) route, with no options.
+ * Same returns.
  */
 int srv_route(srv_server *srv, const char *method, const char *path,
               srv_handler_fn handler, void *ctx);
@@ -274,10 +351,20 @@ typedef struct srv_stats {
     unsigned connections_open;  /* connections open now */
     unsigned requests_in_flight;/* received, not yet fully answered */
     unsigned workers_busy;      /* worker threads running a job now */
+    /* ---- fields above: 0.1; below: added in 0.2 ---- */
+    unsigned workers;           /* worker threads alive now (elastic pool) */
+    unsigned queued;            /* jobs waiting for a worker now */
+    uint64_t rejected;          /* 503s because max_queued was reached */
+    uint64_t slow_nonblocking;  /* non-blocking handler calls that held
+                                   their I/O thread past nonblocking_warn_ms */
 } srv_stats;
 
-/* srv_server_stats: fill *out. Any thread, any time after new. */
-void srv_server_stats(const srv_server *srv, srv_stats *out);
+/*
+ * srv_server_stats: fill the first `size` bytes of *out (the macro passes
+ * the caller's sizeof). Any thread, any time after new.
+ */
+void srv_server_stats_sized(const srv_server *srv, srv_stats *out, size_t size);
+#define srv_server_stats(srv, out) srv_server_stats_sized((srv), (out), sizeof *(out))
 
 /* ------------------------------------------------------------------ */
 /* Requests (valid from the handler call until srv_respond returns)    */
@@ -311,6 +398,16 @@ int srv_request_query_at(const srv_request *req, size_t index,
 /* The first header named `name`, compared case-insensitively; NULL when
  * absent. */
 const char *srv_request_header(const srv_request *req, const char *name);
+
+/*
+ * srv_request_header_count / srv_request_header_at: every request header
+ * in the order received, repeated names included (names as the client
+ * spelled them; HTTP/2 names are lower case). header_at returns 0 and sets
+ * *name and *value (either may be NULL to skip), or SRV_EINVAL past the end.
+ */
+size_t srv_request_header_count(const srv_request *req);
+int srv_request_header_at(const srv_request *req, size_t index,
+                          const char **name, const char **value);
 
 /*
  * srv_request_body: the request body (de-chunked), NUL-terminated for

@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* ---- small helpers ------------------------------------------------ */
@@ -29,6 +30,7 @@ typedef struct srv__route {
     char *path;
     srv_handler_fn handler;
     void *ctx;
+    unsigned flags; /* SRV_ROUTE_* */
 } srv__route;
 
 typedef struct srv__router {
@@ -37,8 +39,7 @@ typedef struct srv__router {
     size_t cap;
 } srv__router;
 
-int srv__router_add(srv__router *r, const char *method, const char *path,
-                    srv_handler_fn handler, void *ctx);
+int srv__router_add(srv__router *r, const srv_route_opts *opts);
 /* The route for method+path; HEAD falls back to GET. *path_known tells
  * whether any method is routed for the path (405 rather than 404). */
 const srv__route *srv__router_find(const srv__router *r, const char *method,
@@ -50,21 +51,33 @@ void srv__router_free(srv__router *r);
 
 /* ---- worker pool ------------------------------------------------------ */
 
+typedef struct srv__worker srv__worker;
 typedef struct srv__pool {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
+    pthread_mutex_t mu; /* guards everything but the atomics */
+    pthread_cond_t cv;  /* idle workers wait here (CLOCK_MONOTONIC) */
     srv_job *head;
     srv_job *tail;
-    unsigned waiting;
+    unsigned waiting;     /* jobs queued */
+    unsigned max_waiting; /* cfg max_queued */
+    unsigned alive;       /* workers started and not exited */
+    unsigned idle;        /* workers waiting on cv */
+    unsigned wakes;       /* signals sent that no worker consumed yet */
+    unsigned spinning;    /* workers looking for a job before they sleep */
+    unsigned min, max;    /* cfg worker_threads_min, worker_threads */
+    unsigned idle_ms;     /* cfg worker_idle_timeout_ms */
     bool shutdown;
-    pthread_t *threads;
-    unsigned nthreads;
+    srv__worker *workers; /* max slots */
+    /* Read without the lock by stats and engines. */
     atomic_uint busy;
+    atomic_uint alive_now;
+    atomic_uint queued_now;
+    atomic_uint_fast64_t rejected;
 } srv__pool;
 
 int srv__pool_init(srv__pool *p);
-/* Start n workers; SRV_ETHREAD (nothing left running) on failure. */
-int srv__pool_start(srv__pool *p, unsigned n);
+/* Start worker_threads_min workers (the pool grows up to worker_threads on
+ * demand); SRV_ETHREAD/SRV_ENOMEM (nothing left running) on failure. */
+int srv__pool_start(srv__pool *p, const srv_config *cfg);
 /* Refuse new jobs, run every queued job, join the workers. */
 void srv__pool_shutdown(srv__pool *p);
 void srv__pool_destroy(srv__pool *p);
@@ -117,7 +130,8 @@ struct srv_server {
     atomic_int port;
     char error[256];
 
-    /* Guards the request lists and the counters below. */
+    /* Guards the request lists and final_phase; cv signals the stopping
+     * thread, which waits for in_flight and delivering to reach 0. */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     /* Awaiting a response from the application, in deadline order. */
@@ -125,9 +139,14 @@ struct srv_server {
     srv_request *pending_tail;
     /* Answered by the core while the application still holds them. */
     srv_request *orphans;
-    unsigned in_flight;  /* dispatched, not yet released by the engine */
-    unsigned delivering; /* answered, engine respond slot not yet returned */
-    bool final_phase;    /* grace is over: new dispatches get 503 at once */
+    atomic_bool final_phase; /* grace is over: new dispatches get 503 at once */
+    /* Lock-free on the request path: whoever brings one to 0 broadcasts cv
+     * only when `waiter` says the stopping thread is waiting for it. */
+    atomic_uint in_flight;  /* dispatched, not yet released by the engine */
+    atomic_uint delivering; /* answered, engine respond slot not yet returned */
+    atomic_bool waiter;
+    atomic_uint_fast64_t slow_nonblocking;
+    atomic_bool slow_reported;
 
     atomic_uint_fast64_t requests;
     atomic_uint_fast64_t responses[5];
@@ -195,6 +214,7 @@ struct srv_request {
     pthread_mutex_t mu;
     bool answered;
     bool close_after;   /* error answers close the connection */
+    bool core_answer;   /* the core answered: application headers stay out */
     atomic_bool engine_close;
     srv__kv *app_headers; /* srv_set_header, malloc'd */
     size_t app_header_count;
@@ -232,5 +252,18 @@ void srv__access_log(const srv_request *req);
 /* Validate a configuration and resolve io_threads; returns 0 or
  * SRV_EINVAL/SRV_EADDR with the reason in srv->error. */
 int srv__config_validate(srv_server *srv);
+
+/* The smallest srv_config a caller can have: the first sized layout (0.2),
+ * whose fields end with server_name. A larger size than
+ * SRV__CONFIG_MAX_SIZE is garbage, not a newer header. */
+#define SRV__CONFIG_MIN_SIZE (offsetof(srv_config, server_name) + sizeof(const char *))
+#define SRV__CONFIG_MAX_SIZE ((size_t)4096)
+#define SRV__ROUTE_OPTS_MIN_SIZE (offsetof(srv_route_opts, flags) + sizeof(unsigned))
+#define SRV__STRUCT_MAX_SIZE ((size_t)4096)
+/* Every default, into a full-size struct. */
+void srv__config_defaults(srv_config *cfg);
+/* *out = defaults overlaid with the first in->size bytes of *in (NULL: the
+ * defaults). SRV_EINVAL when in->size cannot be trusted. */
+int srv__config_copy(srv_config *out, const srv_config *in);
 
 #endif /* SRV_CORE_H */

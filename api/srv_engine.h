@@ -11,6 +11,7 @@
 
 #include "srv.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <sys/socket.h>
@@ -134,6 +135,15 @@ int srv__listen(srv_server *srv, unsigned flags);
 void srv__stats_connection_opened(srv_server *srv);
 void srv__stats_connection_closed(srv_server *srv);
 
+/*
+ * srv__thread_create: pthread_create with asynchronous signals blocked in
+ * the new thread (SIGINT/SIGTERM belong to the application; SIGPIPE stays
+ * pending). Every thread libsrv starts uses it. Returns pthread_create's
+ * result (0 or an errno value).
+ */
+int srv__thread_create(pthread_t *tid, const pthread_attr_t *attr, void *(*fn)(void *),
+                       void *arg);
+
 /* ------------------------------------------------------------------ */
 /* Worker pool                                                         */
 /* ------------------------------------------------------------------ */
@@ -146,9 +156,11 @@ struct srv_job {
 };
 
 /*
- * srv__pool_submit: queue `job` (FIFO) for the pool's worker_threads. Any
- * thread. Returns 0, or SRV_ESTATE when the pool is shut down (the job is
- * then not run). Jobs queued before shutdown all run: shutdown drains.
+ * srv__pool_submit: queue `job` (FIFO) for the pool's workers (the pool
+ * grows up to worker_threads when no idle worker is left). Any thread.
+ * Returns 0; SRV_ETOOBIG when max_queued jobs already wait (answer 503:
+ * the job is not run); SRV_ESTATE when the pool is shut down (the job is
+ * not run). Jobs queued before shutdown all run: shutdown drains.
  */
 int srv__pool_submit(srv_server *srv, srv_job *job);
 

@@ -104,7 +104,7 @@ int srv__timer_start(srv__timer *t, unsigned tick_ms, void (*tick_fn)(void *), v
     struct timeval tv = {.tv_sec = tick_ms / 1000, .tv_usec = (tick_ms % 1000) * 1000};
     if (t->tick == NULL || t->stop == NULL || event_add(t->tick, &tv) != 0)
         goto fail_base;
-    if (pthread_create(&t->thread, NULL, srv__timer_main, t) != 0) {
+    if (srv__thread_create(&t->thread, NULL, srv__timer_main, t) != 0) {
         event_free(t->stop);
         event_free(t->tick);
         event_base_free(t->base);

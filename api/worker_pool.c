@@ -1,38 +1,149 @@
 /*
- * The bounded worker pool: worker_threads threads taking srv_jobs from one
- * FIFO. The offloading engines queue handler jobs here; the threadpool
- * engine queues whole connections (its workers own one connection each).
+ * The elastic worker pool: up to worker_threads threads taking srv_jobs from
+ * one bounded FIFO. It starts worker_threads_min threads, adds one whenever a
+ * job arrives and no idle worker is left to wake, and lets a thread above
+ * the minimum exit after worker_idle_timeout_ms without work (Tomcat's
+ * minSpareThreads/maxThreads/maxIdleTime). The offloading engines queue
+ * handler jobs here; the threadpool engine queues connections.
  */
 #include "srv_core.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
+
+enum { SRV__SLOT_FREE, SRV__SLOT_RUNNING, SRV__SLOT_EXITED };
+
+struct srv__worker {
+    srv__pool *pool;
+    pthread_t tid;
+    int state; /* SRV__SLOT_*, pool mutex */
+};
 
 int srv__pool_init(srv__pool *p)
 {
     p->head = p->tail = NULL;
     p->waiting = 0;
     p->shutdown = false;
-    p->threads = NULL;
-    p->nthreads = 0;
+    p->workers = NULL;
+    p->alive = p->idle = p->wakes = p->spinning = 0;
+    p->min = p->max = p->max_waiting = 0;
+    p->idle_ms = 0;
     atomic_init(&p->busy, 0);
+    atomic_init(&p->alive_now, 0);
+    atomic_init(&p->queued_now, 0);
+    atomic_init(&p->rejected, 0);
     if (pthread_mutex_init(&p->mu, NULL) != 0)
         return SRV_ESYS;
-    if (pthread_cond_init(&p->cv, NULL) != 0) {
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* idle timeouts ignore clock jumps */
+    int rc = pthread_cond_init(&p->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (rc != 0) {
         pthread_mutex_destroy(&p->mu);
         return SRV_ESYS;
     }
     return 0;
 }
 
+static void srv__pool_idle_deadline(const srv__pool *p, struct timespec *ts)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    ts->tv_sec += (time_t)(p->idle_ms / 1000);
+    ts->tv_nsec += (long)(p->idle_ms % 1000) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
+/* The worker leaves the pool (mutex held): its slot waits to be joined. */
+static void srv__pool_leave(srv__pool *p, srv__worker *w)
+{
+    p->alive--;
+    atomic_store(&p->alive_now, p->alive);
+    w->state = SRV__SLOT_EXITED;
+}
+
+/*
+ * How long a worker that ran out of jobs keeps looking before it sleeps.
+ * Under steady load the next job comes within microseconds; catching it
+ * awake saves the submitter a futex wake and this worker a context switch
+ * (the hand-off cost that dominates light handlers). One worker at a time
+ * spins, so an idle pool burns at most this much CPU after each burst.
+ */
+#define SRV__POOL_SPIN_NS 50000
+
+static inline void srv__cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static uint64_t srv__pool_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Mutex held on entry and on return. Spin (without the mutex) for a job
+ * while no other worker does; the submitter sees `spinning` under the mutex
+ * and then does not signal, and the spinner re-checks under the mutex
+ * before it sleeps, so no job is left behind. */
+static void srv__pool_spin(srv__pool *p)
+{
+    if (p->spinning > 0 || p->shutdown)
+        return;
+    p->spinning++;
+    pthread_mutex_unlock(&p->mu);
+    uint64_t until = srv__pool_now_ns() + SRV__POOL_SPIN_NS;
+    for (unsigned i = 0;; i++) {
+        if (atomic_load_explicit(&p->queued_now, memory_order_relaxed) != 0)
+            break;
+        if ((i & 63) == 63 && srv__pool_now_ns() >= until)
+            break;
+        srv__cpu_relax();
+    }
+    pthread_mutex_lock(&p->mu);
+    p->spinning--;
+}
+
 static void *srv__pool_main(void *arg)
 {
-    srv__pool *p = arg;
+    srv__worker *w = arg;
+    srv__pool *p = w->pool;
+    pthread_mutex_lock(&p->mu);
     for (;;) {
-        pthread_mutex_lock(&p->mu);
-        while (p->head == NULL && !p->shutdown)
-            pthread_cond_wait(&p->cv, &p->mu);
+        if (p->head == NULL)
+            srv__pool_spin(p);
+        while (p->head == NULL && !p->shutdown) {
+            int rc;
+            p->idle++;
+            if (p->alive > p->min) {
+                struct timespec ts;
+                srv__pool_idle_deadline(p, &ts);
+                rc = pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+            } else {
+                rc = pthread_cond_wait(&p->cv, &p->mu);
+            }
+            p->idle--;
+            if (p->wakes > 0)
+                p->wakes--;
+            if (rc == ETIMEDOUT && p->head == NULL && !p->shutdown && p->alive > p->min) {
+                srv__pool_leave(p, w); /* idle past the timeout: retire */
+                pthread_mutex_unlock(&p->mu);
+                return NULL;
+            }
+        }
         srv_job *job = p->head;
         if (job == NULL) { /* shut down and drained */
+            srv__pool_leave(p, w);
             pthread_mutex_unlock(&p->mu);
             return NULL;
         }
@@ -40,16 +151,51 @@ static void *srv__pool_main(void *arg)
         if (p->head == NULL)
             p->tail = NULL;
         p->waiting--;
+        atomic_store_explicit(&p->queued_now, p->waiting, memory_order_relaxed);
         atomic_fetch_add(&p->busy, 1);
         pthread_mutex_unlock(&p->mu);
 
+        /* Run jobs back to back: the next one is taken under the same lock
+         * round trip that ends this one, never after a sleep. */
         job->next = NULL;
         job->run(job);
         atomic_fetch_sub(&p->busy, 1);
+        pthread_mutex_lock(&p->mu);
     }
 }
 
-int srv__pool_start(srv__pool *p, unsigned n)
+/* Start one more worker (mutex held). Returns 0 or SRV_ETHREAD. */
+static int srv__pool_spawn(srv__pool *p)
+{
+    srv__worker *w = NULL;
+    for (unsigned i = 0; i < p->max && w == NULL; i++)
+        if (p->workers[i].state != SRV__SLOT_RUNNING)
+            w = &p->workers[i];
+    if (w == NULL)
+        return SRV_ETHREAD;
+    if (w->state == SRV__SLOT_EXITED) { /* retired: it is returning, join is short */
+        pthread_join(w->tid, NULL);
+        w->state = SRV__SLOT_FREE;
+    }
+    /* Handlers block (the Greetings one sleeps), so many threads are the
+     * point; a smaller stack keeps hundreds of them cheap in address space
+     * while leaving handlers ample room. Workers take no SIGINT/SIGTERM:
+     * those belong to the application (srv_server_run). */
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 1024 * 1024);
+    w->pool = p;
+    int rc = srv__thread_create(&w->tid, &attr, srv__pool_main, w);
+    pthread_attr_destroy(&attr);
+    if (rc != 0)
+        return SRV_ETHREAD;
+    w->state = SRV__SLOT_RUNNING;
+    p->alive++;
+    atomic_store(&p->alive_now, p->alive);
+    return 0;
+}
+
+int srv__pool_start(srv__pool *p, const srv_config *cfg)
 {
     /* A failed srv_server_start shut the pool down and leaves the server
      * NEW, so start may run again: accept jobs again (otherwise every
@@ -59,26 +205,18 @@ int srv__pool_start(srv__pool *p, unsigned n)
     p->shutdown = false;
     p->head = p->tail = NULL;
     p->waiting = 0;
+    p->min = cfg->worker_threads_min;
+    p->max = cfg->worker_threads;
+    p->max_waiting = cfg->max_queued;
+    p->idle_ms = cfg->worker_idle_timeout_ms;
+    p->workers = calloc(p->max, sizeof *p->workers);
+    int rc = p->workers == NULL ? SRV_ENOMEM : 0;
+    for (unsigned i = 0; rc == 0 && i < p->min; i++)
+        rc = srv__pool_spawn(p);
     pthread_mutex_unlock(&p->mu);
-    p->threads = calloc(n, sizeof *p->threads);
-    if (p->threads == NULL)
-        return SRV_ENOMEM;
-    /* Handlers block (the Greetings one sleeps), so many threads are the
-     * point; a smaller stack keeps hundreds of them cheap in address
-     * space while leaving handlers ample room. */
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, 1024 * 1024);
-    for (unsigned i = 0; i < n; i++) {
-        if (pthread_create(&p->threads[i], &attr, srv__pool_main, p) != 0) {
-            pthread_attr_destroy(&attr);
-            srv__pool_shutdown(p);
-            return SRV_ETHREAD;
-        }
-        p->nthreads++;
-    }
-    pthread_attr_destroy(&attr);
-    return 0;
+    if (rc != 0)
+        srv__pool_shutdown(p);
+    return rc;
 }
 
 int srv__pool_submit(srv_server *srv, srv_job *job)
@@ -90,37 +228,61 @@ int srv__pool_submit(srv_server *srv, srv_job *job)
         pthread_mutex_unlock(&p->mu);
         return SRV_ESTATE;
     }
+    if (p->waiting >= p->max_waiting) {
+        pthread_mutex_unlock(&p->mu);
+        atomic_fetch_add(&p->rejected, 1);
+        return SRV_ETOOBIG;
+    }
     if (p->tail != NULL)
         p->tail->next = job;
     else
         p->head = job;
     p->tail = job;
     p->waiting++;
-    pthread_cond_signal(&p->cv);
+    atomic_store_explicit(&p->queued_now, p->waiting, memory_order_relaxed);
+    /* A spinning worker takes it; else wake an idle worker nobody has woken
+     * yet; none left: grow. A worker that is finishing a job takes this one
+     * without being signalled. */
+    if (p->spinning > 0 && p->waiting <= p->spinning) {
+        /* taken within microseconds */
+    } else if (p->idle > p->wakes) {
+        p->wakes++;
+        pthread_cond_signal(&p->cv);
+    } else if (p->alive < p->max && p->waiting > p->wakes) {
+        if (srv__pool_spawn(p) != 0 && p->alive == 0)
+            fprintf(stderr, "libsrv: cannot start a worker thread; requests wait\n");
+    }
     pthread_mutex_unlock(&p->mu);
     return 0;
 }
 
 unsigned srv__pool_waiting(const srv_server *srv)
 {
-    srv__pool *p = (srv__pool *)&srv->pool;
-    pthread_mutex_lock(&p->mu);
-    unsigned n = p->waiting;
-    pthread_mutex_unlock(&p->mu);
-    return n;
+    return atomic_load_explicit(&srv->pool.queued_now, memory_order_relaxed);
 }
 
 void srv__pool_shutdown(srv__pool *p)
 {
     pthread_mutex_lock(&p->mu);
     p->shutdown = true;
+    /* Queued jobs always run: with no worker left (a minimum of 0 and all
+     * retired), start one to drain them. */
+    if (p->head != NULL && p->alive == 0 && p->workers != NULL)
+        (void)srv__pool_spawn(p);
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
-    for (unsigned i = 0; i < p->nthreads; i++)
-        pthread_join(p->threads[i], NULL);
-    p->nthreads = 0;
-    free(p->threads);
-    p->threads = NULL;
+    for (unsigned i = 0; p->workers != NULL && i < p->max; i++) {
+        /* No spawn after shutdown: the slots only move to EXITED now. */
+        pthread_mutex_lock(&p->mu);
+        int state = p->workers[i].state;
+        pthread_mutex_unlock(&p->mu);
+        if (state != SRV__SLOT_FREE)
+            pthread_join(p->workers[i].tid, NULL);
+    }
+    free(p->workers);
+    p->workers = NULL;
+    p->alive = p->idle = p->wakes = 0;
+    atomic_store(&p->alive_now, 0);
 }
 
 void srv__pool_destroy(srv__pool *p)

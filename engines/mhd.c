@@ -69,9 +69,19 @@ typedef struct emhd_server {
     pthread_cond_t wd_cond;
 } emhd_server;
 
+/* The hand-over of one request's response. A request is dispatched without
+ * suspending its connection: a response given at once (404, a
+ * non-blocking handler) is queued in the same MHD call, with no
+ * suspend/resume round trip through MHD's inter-thread channel. */
+enum {
+    EMHD_HAND_INLINE,   /* dispatched; the MHD thread has not suspended */
+    EMHD_HAND_READY,    /* respond was called: the response is readable */
+    EMHD_HAND_SUSPENDED /* suspended without a response: respond resumes */
+};
+
 /* One per request, from the request line until MHD_OPTION_NOTIFY_COMPLETED
  * (MHD's con_cls). Only the MHD thread of the connection touches it, except
- * `ready`, and `suspended`/`conn` which respond reads. */
+ * `hand`, and `conn` which respond reads. */
 typedef struct emhd_req {
     emhd_server *es;
     emhd_conn *ec;
@@ -79,8 +89,9 @@ typedef struct emhd_req {
     srv_request *req; /* NULL until the head is complete */
     int body_status;  /* a status found while reading the body (413) */
     size_t swallowed; /* body bytes discarded after body_status */
-    bool suspended;   /* set before dispatch; respond then resumes */
-    atomic_bool ready; /* respond was called: the response is readable */
+    /* Who hands the response over (EMHD_HAND_*): respond and the MHD
+     * thread agree through it whether the connection must be resumed. */
+    atomic_int hand;
     const char *uri;  /* MHD's copy of the target, in its read buffer */
     size_t target_len;
     char target[]; /* the raw request-target, as MHD received it */
@@ -287,7 +298,7 @@ static void emhd_notify_completed(void *cls, struct MHD_Connection *conn, void *
         er->ec->reused = true;
         emhd_phase(er->ec, EMHD_IDLE, emhd_now_ms() + es->keepalive_ms);
     }
-    if (er->suspended && !atomic_load_explicit(&er->ready, memory_order_acquire)) {
+    if (atomic_load(&er->hand) == EMHD_HAND_SUSPENDED) {
         /* MHD never closes a suspended connection (it panics in
          * MHD_stop_daemon instead), so this cannot happen; if it did, a
          * worker would still call respond with this request: leak it
@@ -558,19 +569,28 @@ static enum MHD_Result emhd_access(void *cls, struct MHD_Connection *conn, const
         return er->swallowed <= es->swallow_limit ? MHD_YES : emhd_cut(er, conn);
     }
 
-    if (atomic_load_explicit(&er->ready, memory_order_acquire))
+    int hand = atomic_load(&er->hand);
+    if (hand == EMHD_HAND_READY)
         return emhd_send(er, conn, http10); /* resumed after respond */
-    if (er->suspended)
+    if (hand == EMHD_HAND_SUSPENDED)
         return MHD_YES; /* not reached: MHD does not call suspended ones */
     if (er->body_status != 0)
         return emhd_fail(er, conn, er->body_status, http10);
 
-    /* Suspend before dispatching: respond may run at once (404/405 on this
-     * thread, or a fast worker) and resumes the connection. */
-    er->suspended = true;
+    srv__request_dispatch(er->req);
+    /* Answered already (404/405, a non-blocking handler, a fast worker):
+     * queue it in this very call. */
+    if (atomic_load(&er->hand) == EMHD_HAND_READY)
+        return emhd_send(er, conn, http10);
+    /* Otherwise suspend, then say so; a respond that ran in between saw
+     * INLINE and left the resume to us. */
     atomic_fetch_add(&es->outstanding, 1);
     MHD_suspend_connection(conn);
-    srv__request_dispatch(er->req);
+    int expected = EMHD_HAND_INLINE;
+    if (!atomic_compare_exchange_strong(&er->hand, &expected, EMHD_HAND_SUSPENDED)) {
+        MHD_resume_connection(conn);
+        atomic_fetch_sub(&es->outstanding, 1);
+    }
     return MHD_YES;
 }
 
@@ -690,12 +710,10 @@ static void emhd_respond(void *state, srv_request *req)
     emhd_server *es = state;
     emhd_req *er = srv__request_engine_data(req);
     struct MHD_Connection *conn = er->conn;
-    bool suspended = er->suspended;
-    atomic_store_explicit(&er->ready, true, memory_order_release);
-    if (!suspended)
-        return; /* answered on the MHD thread by emhd_fail */
-    /* Once resumed MHD may finish and free er at any moment: touch only
-     * locals and es from here on. */
+    /* Once READY is published the MHD thread may send, finish and free er
+     * at any moment: touch only locals and es from here on. */
+    if (atomic_exchange(&er->hand, EMHD_HAND_READY) != EMHD_HAND_SUSPENDED)
+        return; /* the MHD thread has not suspended: it sends itself */
     MHD_resume_connection(conn);
     atomic_fetch_sub(&es->outstanding, 1);
 }

@@ -20,6 +20,9 @@
 #include <string.h>
 #include <time.h>
 
+/* Where the handlers run (--handlers). */
+enum handlers { HANDLERS_AUTO, HANDLERS_WORKER, HANDLERS_INLINE };
+
 typedef struct greetings {
     unsigned sleep_ms;
     int async;
@@ -92,7 +95,11 @@ static void handle_greetings(srv_request *req, void *ctx)
     const greetings *app = ctx;
 
     if (!app->async) {
-        sleep_ms(app->sleep_ms); /* holds this worker, like the seeds' servers */
+        /* Holds this worker, like the seeds' servers. No call at all for
+         * --sleep-ms 0: nanosleep(0) still yields the CPU, a context switch
+         * per request. */
+        if (app->sleep_ms > 0)
+            sleep_ms(app->sleep_ms);
         greet(req);
         return;
     }
@@ -129,6 +136,13 @@ static void usage(FILE *out)
             "  --max-connections N    connections served at once (default 10000)\n"
             "  --sleep-ms N           delay before each greeting (default 1000)\n"
             "  --async                wait with a timer instead of holding a worker\n"
+            "  --handlers MODE        where handlers run: auto, worker or inline (default auto)\n"
+            "                         auto: /health, and /greetings when it does not block\n"
+            "                         (--async or --sleep-ms 0), run non-blocking on the I/O\n"
+            "                         thread; the blocking /greetings runs on the workers.\n"
+            "                         worker: every route on the worker pool.\n"
+            "                         inline: every route non-blocking (refused with a\n"
+            "                         blocking sleep)\n"
             "  --access-log           one Common Log Format line per response on stderr\n"
             "  --help                 show this help\n"
             "\n"
@@ -167,6 +181,7 @@ int main(int argc, char **argv)
     uint64_t t0 = now_ns();
     const char *engine_name = NULL;
     greetings app = {.sleep_ms = 1000, .async = 0};
+    enum handlers handlers = HANDLERS_AUTO;
     srv_config cfg;
     srv_config_init(&cfg);
 
@@ -188,7 +203,7 @@ int main(int argc, char **argv)
                           strcmp(flag, "--port") == 0 || strcmp(flag, "--threads") == 0 ||
                           strcmp(flag, "--io-threads") == 0 ||
                           strcmp(flag, "--max-connections") == 0 ||
-                          strcmp(flag, "--sleep-ms") == 0;
+                          strcmp(flag, "--sleep-ms") == 0 || strcmp(flag, "--handlers") == 0;
         if (!takes_value)
             bad_usage("unknown option '%s'", flag);
         if (i + 1 >= argc)
@@ -207,9 +222,29 @@ int main(int argc, char **argv)
             cfg.io_threads = (unsigned)parse_number(flag, val, 0, 1024);
         else if (strcmp(flag, "--max-connections") == 0)
             cfg.max_connections = (unsigned)parse_number(flag, val, 1, 10000000);
+        else if (strcmp(flag, "--handlers") == 0) {
+            if (strcmp(val, "auto") == 0)
+                handlers = HANDLERS_AUTO;
+            else if (strcmp(val, "worker") == 0)
+                handlers = HANDLERS_WORKER;
+            else if (strcmp(val, "inline") == 0)
+                handlers = HANDLERS_INLINE;
+            else
+                bad_usage("--handlers '%s' is not valid: use auto, worker or inline", val);
+        }
         else
             app.sleep_ms = (unsigned)parse_number(flag, val, 0, 3600000);
     }
+
+    /* A sleeping greeting would stall every connection of its I/O thread. */
+    int greeting_blocks = !app.async && app.sleep_ms > 0;
+    if (handlers == HANDLERS_INLINE && greeting_blocks)
+        bad_usage("--handlers inline runs /greetings on the I/O thread, where a blocking "
+                  "--sleep-ms %u would stall every connection of that thread: add --async, "
+                  "use --sleep-ms 0, or choose --handlers auto or worker", app.sleep_ms);
+    unsigned health_flags = handlers == HANDLERS_WORKER ? 0 : SRV_ROUTE_NONBLOCKING;
+    unsigned greetings_flags =
+        handlers == HANDLERS_WORKER || greeting_blocks ? 0 : SRV_ROUTE_NONBLOCKING;
 
     unsigned char addr[sizeof(struct in6_addr)];
     if (inet_pton(AF_INET, cfg.host, addr) != 1 && inet_pton(AF_INET6, cfg.host, addr) != 1)
@@ -235,8 +270,19 @@ int main(int argc, char **argv)
         fprintf(stderr, "greetings: out of memory\n");
         return 1;
     }
-    if (srv_route(srv, "GET", "/greetings", handle_greetings, &app) != 0 ||
-        srv_route(srv, "GET", "/health", handle_health, NULL) != 0) {
+    srv_route_opts greetings_route, health_route;
+    srv_route_opts_init(&greetings_route);
+    greetings_route.method = "GET";
+    greetings_route.path = "/greetings";
+    greetings_route.handler = handle_greetings;
+    greetings_route.ctx = &app;
+    greetings_route.flags = greetings_flags;
+    srv_route_opts_init(&health_route);
+    health_route.method = "GET";
+    health_route.path = "/health";
+    health_route.handler = handle_health;
+    health_route.flags = health_flags;
+    if (srv_route_add(srv, &greetings_route) != 0 || srv_route_add(srv, &health_route) != 0) {
         fprintf(stderr, "greetings: cannot register the routes\n");
         srv_server_free(srv);
         return 1;
@@ -253,10 +299,10 @@ int main(int argc, char **argv)
 
     int v6 = strchr(cfg.host, ':') != NULL;
     printf("greetings: engine=%s listening on http://%s%s%s:%d workers=%u mode=%s "
-           "startup=%.1fms\n",
+           "greetings-handler=%s startup=%.1fms\n",
            srv_engine_name(engine), v6 ? "[" : "", cfg.host, v6 ? "]" : "",
            srv_server_port(srv), cfg.worker_threads, app.async ? "async" : "blocking",
-           startup_ms);
+           greetings_flags ? "inline" : "worker", startup_ms);
     fflush(stdout);
 
     rc = srv_server_run(srv, 10000); /* until SIGINT/SIGTERM, then 10 s grace */

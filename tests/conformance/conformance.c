@@ -70,6 +70,10 @@
 
 static const char *g_engine_name;
 static const srv_engine *g_engine;
+/* `conformance ENGINE nonblocking`: every route whose handler does not
+ * block is registered SRV_ROUTE_NONBLOCKING, so the same cases check the
+ * I/O-thread path of every engine. */
+static int g_nonblocking;
 static int g_timing; /* CONFORMANCE_TIMING=1 prints a few durations */
 
 static unsigned engine_caps(void)
@@ -502,35 +506,44 @@ static int fx_setup(void **state, enum preset p)
         free(f);
         return -1;
     }
+    /* `blocks`: the handler sleeps, so it stays on the workers even in the
+     * nonblocking run (a non-blocking handler must not block). */
     struct {
         const char *method, *path;
         srv_handler_fn fn;
         void *ctx;
+        int blocks;
     } routes[] = {
-        {"GET", "/hello", h_hello, f},
-        {"GET", "/query", h_query, f},
-        {"GET", "/inspect", h_inspect, f->srv},
-        {"POST", "/inspect", h_inspect, f->srv},
-        {"POST", "/echo", h_echo, f},
-        {"POST", "/len", h_len, f},
-        {"GET", "/headers", h_headers, f},
-        {"POST", "/multi", h_method, f},
-        {"PUT", "/multi", h_method, f},
+        {"GET", "/hello", h_hello, f, 0},
+        {"GET", "/query", h_query, f, 0},
+        {"GET", "/inspect", h_inspect, f->srv, 0},
+        {"POST", "/inspect", h_inspect, f->srv, 0},
+        {"POST", "/echo", h_echo, f, 0},
+        {"POST", "/len", h_len, f, 0},
+        {"GET", "/headers", h_headers, f, 0},
+        {"POST", "/multi", h_method, f, 0},
+        {"PUT", "/multi", h_method, f, 0},
         /* Extension methods: any token routes, on every engine. */
-        {"BREW", "/coffee", h_echo, f},
-        {"X", "/m", h_method, f},
-        {"GET", "/n", h_n, f},
-        {"GET", "/caf\xc3\xa9", h_cafe, f},
-        {"GET", "/slow", h_slow, f},
-        {"GET", "/async/timer", h_async_timer, f},
-        {"GET", "/async/thread", h_async_thread, f},
-        {"GET", "/late", h_late, f},
-        {"GET", "/late/async", h_late_async, f},
-        {"GET", "/never", h_never, f},
+        {"BREW", "/coffee", h_echo, f, 0},
+        {"X", "/m", h_method, f, 0},
+        {"GET", "/n", h_n, f, 0},
+        {"GET", "/caf\xc3\xa9", h_cafe, f, 0},
+        {"GET", "/slow", h_slow, f, 1},
+        {"GET", "/async/timer", h_async_timer, f, 0},
+        {"GET", "/async/thread", h_async_thread, f, 0},
+        {"GET", "/late", h_late, f, 1},
+        {"GET", "/late/async", h_late_async, f, 0},
+        {"GET", "/never", h_never, f, 0},
     };
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
-        int rc = srv_route(f->srv, routes[i].method, routes[i].path,
-                           routes[i].fn, routes[i].ctx);
+        srv_route_opts o;
+        srv_route_opts_init(&o);
+        o.method = routes[i].method;
+        o.path = routes[i].path;
+        o.handler = routes[i].fn;
+        o.ctx = routes[i].ctx;
+        o.flags = g_nonblocking && !routes[i].blocks ? SRV_ROUTE_NONBLOCKING : 0;
+        int rc = srv_route_add(f->srv, &o);
         if (rc != 0) {
             print_error("setup: srv_route(%s %s): %s\n", routes[i].method,
                         routes[i].path, srv_strerror(rc));
@@ -2587,6 +2600,12 @@ int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
     g_engine_name = argc > 1 ? argv[1] : "(none)";
+    g_nonblocking = argc > 2 && strcmp(argv[2], "nonblocking") == 0;
+    if (argc > 2 && !g_nonblocking) {
+        fprintf(stderr, "conformance: unknown mode \"%s\" (usage: conformance ENGINE "
+                "[nonblocking])\n", argv[2]);
+        return 2;
+    }
     g_engine = argc > 1 ? srv_engine_find(argv[1]) : NULL;
     const char *t = getenv("CONFORMANCE_TIMING");
     g_timing = t && *t && strcmp(t, "0") != 0;
@@ -2601,7 +2620,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_engine_identity, setup_default,
                                         fx_teardown),
     };
-    snprintf(name, sizeof name, "conformance %s: engine identity", g_engine_name);
+    const char *run = g_nonblocking ? " (non-blocking routes)" : "";
+    snprintf(name, sizeof name, "conformance %s%s: engine identity", g_engine_name, run);
     if (!g_engine) {
         /* Nothing else can run; the identity test reports why. */
         fprintf(stderr, "conformance: engine \"%s\" is not built into this "
@@ -2612,7 +2632,7 @@ int main(int argc, char **argv)
     failed += cmocka_run_group_tests_name(name, identity, group_h1, NULL);
 
     const struct CMUnitTest http[] = {HTTP_CASES};
-    snprintf(name, sizeof name, "conformance %s: HTTP/1.1 (libcurl)", g_engine_name);
+    snprintf(name, sizeof name, "conformance %s%s: HTTP/1.1 (libcurl)", g_engine_name, run);
     failed += cmocka_run_group_tests_name(name, http, group_h1, NULL);
 
     const struct CMUnitTest raw[] = {
@@ -2641,12 +2661,12 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_raw_client_disconnect, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_raw_max_connections, setup_few_connections, fx_teardown),
     };
-    snprintf(name, sizeof name, "conformance %s: raw HTTP/1", g_engine_name);
+    snprintf(name, sizeof name, "conformance %s%s: raw HTTP/1", g_engine_name, run);
     failed += cmocka_run_group_tests_name(name, raw, group_h1, NULL);
 
     if (engine_caps() & SRV_ENGINE_CAP_HTTP2) {
-        snprintf(name, sizeof name, "conformance %s: HTTP/2 prior knowledge "
-                 "(libcurl)", g_engine_name);
+        snprintf(name, sizeof name, "conformance %s%s: HTTP/2 prior knowledge "
+                 "(libcurl)", g_engine_name, run);
         failed += cmocka_run_group_tests_name(name, http, group_h2, NULL);
     }
     curl_global_cleanup();
