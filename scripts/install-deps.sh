@@ -1,12 +1,30 @@
 #!/bin/sh
 # Install what building, testing and benchmarking libsrv needs on Debian 12.
 # Idempotent: does nothing (and needs no network) when everything is there.
+#   scripts/install-deps.sh           build, test and `make bench` (wrk included)
+#   scripts/install-deps.sh --peers   also the reference servers that
+#                                     `bench/compare --peers` runs: embedded
+#                                     Tomcat 10.1 and Jetty 9.4 (Debian's jars,
+#                                     compiled against with javac) and nginx with
+#                                     the echo module. Never needed by make run
+#                                     or make test.
 set -eu
 
 PACKAGES="build-essential meson ninja-build pkg-config curl
 libevent-dev libmicrohttpd-dev libh2o-evloop-dev libssl-dev
 libcmocka-dev libcurl4-openssl-dev
-hey nghttp2-client gnuplot-nox valgrind"
+hey nghttp2-client gnuplot-nox valgrind wrk"
+
+# libjakarta-annotation-api-java: Tomcat fails at context start without it.
+PEER_PACKAGES="openjdk-17-jdk-headless libtomcat10-embed-java libjakarta-annotation-api-java
+libjetty9-java libservlet-api-java nginx libnginx-mod-http-echo"
+
+case "${1:-}" in
+    "") ;;
+    --peers) PACKAGES="$PACKAGES $PEER_PACKAGES" ;;
+    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "install-deps: unknown option '$1': give nothing or --peers" >&2; exit 2 ;;
+esac
 
 missing=""
 for p in $PACKAGES; do
