@@ -304,6 +304,19 @@ static unsigned long long emhd_sent(int fd)
     return (unsigned long long)ti.tcpi_bytes_acked + (unsigned long long)queued;
 }
 
+/* A new core request for a connection of MHD's, with the client's address. */
+static srv_request *emhd_request_new(emhd_server *es, struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci != NULL ? ci->client_addr : NULL;
+    socklen_t salen = 0;
+    if (sa != NULL)
+        salen = sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                          : sizeof(struct sockaddr_in);
+    return srv__request_new(es->srv, sa, salen);
+}
+
 /*
  * An answer MHD gave (or a close it made) without a request of ours: make
  * the core answer `status` on a request of its own, so the answer is
@@ -313,14 +326,7 @@ static unsigned long long emhd_sent(int fd)
 static void emhd_answer_raw(emhd_server *es, struct MHD_Connection *conn, int fd, int status,
                             const char *target, size_t target_len)
 {
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    const struct sockaddr *sa = ci != NULL ? ci->client_addr : NULL;
-    socklen_t salen = 0;
-    if (sa != NULL)
-        salen = sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
-                                          : sizeof(struct sockaddr_in);
-    srv_request *req = srv__request_new(es->srv, sa, salen);
+    srv_request *req = emhd_request_new(es, conn);
     if (req == NULL)
         return;
     emhd_req er = {.es = es, .conn = conn}; /* not suspended: respond only marks it */
@@ -714,14 +720,7 @@ static bool emhd_head_intact(emhd_req *er, struct MHD_Connection *conn, const ch
 static enum MHD_Result emhd_begin(emhd_server *es, emhd_req *er, struct MHD_Connection *conn,
                                   const char *method, const char *version, bool http10)
 {
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    const struct sockaddr *sa = ci != NULL ? ci->client_addr : NULL;
-    socklen_t salen = 0;
-    if (sa != NULL)
-        salen = sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
-                                          : sizeof(struct sockaddr_in);
-    er->req = srv__request_new(es->srv, sa, salen);
+    er->req = emhd_request_new(es, conn);
     if (er->req == NULL)
         return MHD_NO;
     atomic_fetch_add(&es->held, 1);
