@@ -195,6 +195,7 @@ struct srv_request {
     pthread_mutex_t mu;
     bool answered;
     bool close_after;   /* error answers close the connection */
+    bool cancelled;     /* srv__request_cancel: the client withdrew it */
     atomic_bool engine_close;
     srv__kv *app_headers; /* srv_set_header, malloc'd */
     size_t app_header_count;

@@ -7,6 +7,8 @@
 #include "srv_engine.h"
 
 #include <h2o.h>
+#include <h2o/http2.h>
+#include <h2o/http2_scheduler.h>
 #include <h2o/version.h>
 
 #include <errno.h>
@@ -36,6 +38,54 @@ int phr_parse_request(const char *buf, size_t len, const char **method, size_t *
                       const char **path, size_t *path_len, int *minor_version,
                       struct eh2o_phr_header *headers, size_t *num_headers, size_t last_len);
 
+/*
+ * The head of h2o 2.2.5's struct st_h2o_http2_conn_t (include/h2o/http2_internal.h), up to
+ * the write buffer: that header cannot be included (it needs klib's khash.h, which Debian does
+ * not install). Used only to queue a GOAWAY on a reset flood, and only on a connection whose
+ * layout eh2o_h2_conn checked against three self-linked lists first.
+ */
+struct eh2o_hpack_table {
+    void *entries;
+    size_t num_entries, entry_capacity, entry_start_index;
+    size_t hpack_size, hpack_capacity, hpack_max_capacity;
+};
+struct st_h2o_http2_conn_t {
+    h2o_conn_t super;
+    h2o_socket_t *sock;
+    h2o_http2_settings_t peer_settings;
+    void *streams; /* khash_t(h2o_http2_stream_t) * */
+    struct {
+        uint32_t max_open, max_processed;
+    } pull_stream_ids;
+    struct {
+        uint32_t max_open;
+    } push_stream_ids;
+    struct {
+        uint32_t open, half_closed, send_body;
+    } num_streams[3];
+    h2o_http2_scheduler_node_t scheduler;
+    enum { EH2O_H2_OPEN, EH2O_H2_HALF_CLOSED, EH2O_H2_IS_CLOSING } state;
+    h2o_linklist_t _conns; /* h2o_context_t::http2._conns */
+    ssize_t (*_read_expect)(void *conn, const uint8_t *src, size_t len, const char **err_desc);
+    h2o_buffer_t *_http1_req_input;
+    struct eh2o_hpack_table _input_header_table;
+    ssize_t _input_window;
+    struct eh2o_hpack_table _output_header_table;
+    h2o_linklist_t _pending_reqs;
+    h2o_timeout_entry_t _timeout_entry;
+    h2o_buffer_t *_headers_unparsed;
+    struct {
+        h2o_buffer_t *buf;
+        h2o_buffer_t *buf_in_flight;
+        h2o_linklist_t streams_to_proceed;
+    } _write;
+};
+typedef struct st_h2o_http2_conn_t eh2o_h2conn;
+/* Exported by libh2o-evloop 2.2.5, declared in the same uninstallable header. */
+void h2o_http2_encode_goaway_frame(h2o_buffer_t **buf, uint32_t last_stream_id, int errnum,
+                                   h2o_iovec_t additional_data);
+void h2o_http2_conn_request_write(eh2o_h2conn *conn);
+
 #define EH2O_MAX_HEADERS      100  /* H2O_MAX_HEADERS: h2o refuses more itself */
 #define EH2O_ACCEPT_BATCH     16   /* accepts per listener wake-up, so loops share them */
 #define EH2O_REFUSE_LINGER_MS 1000 /* a refused connection drains this long at most */
@@ -43,6 +93,11 @@ int phr_parse_request(const char *buf, size_t len, const char **method, size_t *
 #define EH2O_STOP_POLL_MS     10   /* loop tick while stopping */
 #define EH2O_STOP_FORCE_MS    250  /* stop: then shutdown() the connections still open */
 #define EH2O_STOP_GIVEUP_MS   3000 /* stop: then leave the loop undisposed, never free in use */
+/* HTTP/2 rapid reset (CVE-2023-44487): more than this many streams withdrawn by the client
+ * before their answer, within one window, get GOAWAY (ENHANCE_YOUR_CALM) and a close. A
+ * browser cancels at most its open streams (100, h2o's limit) at once. */
+#define EH2O_RESET_BUDGET    100
+#define EH2O_RESET_WINDOW_MS 1000
 
 typedef struct eh2o_server eh2o_server;
 typedef struct eh2o_thread eh2o_thread;
@@ -52,6 +107,13 @@ typedef struct eh2o_conn {
     h2o_linklist_t link; /* eh2o_thread.conns */
     h2o_socket_t *sock;
     eh2o_thread *thread;
+    /* HTTP/2 only, set by its first request: */
+    eh2o_h2conn *h2; /* NULL unless its layout checked out */
+    int h2_checked;
+    h2o_socket_cb h2_on_read;  /* h2o's HTTP/2 read callback: closing through it is clean */
+    uint64_t reset_window_at;  /* start of the current reset-counting window */
+    unsigned resets;           /* streams withdrawn in that window */
+    h2o_timeout_entry_t calm;  /* linked once the flood GOAWAY is queued: then close */
 } eh2o_conn;
 
 /* One connection refused past max_connections: 503, then drained and closed. */
@@ -72,6 +134,9 @@ typedef struct eh2o_ticket {
     eh2o_thread *thread;           /* the loop that owns the connection */
     srv_request *sreq;
     h2o_req_t *req; /* NULL once h2o disposed it (HTTP/2 reset, connection gone) */
+    eh2o_conn *conn; /* HTTP/2: the connection, to count resets (valid while req is) */
+    h2o_linklist_t pending; /* eh2o_thread.to_dispatch until handed to the core */
+    int done; /* the response reached the loop: a later dispose is no reset */
     int refs;
 } eh2o_ticket;
 
@@ -87,6 +152,11 @@ struct eh2o_thread {
     h2o_timeout_t refuse_timeout;
     h2o_timeout_t accept_pause; /* out of file descriptors: the listener rests */
     h2o_timeout_entry_t accept_resume;
+    /* HTTP/2 requests are handed to the core after the read that parsed them, so a
+     * RST_STREAM in the same read cancels them before any worker sees them. */
+    h2o_timeout_t zero;
+    h2o_timeout_entry_t dispatch_entry;
+    h2o_linklist_t to_dispatch;
     h2o_linklist_t conns;
     h2o_linklist_t refusals;
     unsigned nconns; /* loop thread only */
@@ -132,12 +202,33 @@ static void eh2o_ticket_unref(eh2o_ticket *tk)
         free(tk);
 }
 
-/* h2o clears the request's pool: the h2o_req_t is gone, whoever still holds the ticket. */
+static void eh2o_count_reset(eh2o_conn *c);
+
+/*
+ * h2o clears the request's pool: the h2o_req_t is gone, whoever still holds the ticket. Before
+ * its answer reached the loop that means the client withdrew it (HTTP/2 RST_STREAM, or the
+ * connection died): a request not yet handed over is dropped here, one handed over is
+ * cancelled in the core (a queued handler is skipped), and the reset is counted.
+ */
 static void eh2o_on_guard_dispose(void *p)
 {
     eh2o_ticket *tk = *(eh2o_ticket **)p;
+    int drop = 1; /* the guard's reference */
     tk->req = NULL;
-    eh2o_ticket_unref(tk);
+    if (!tk->done) {
+        if (tk->conn != NULL)
+            eh2o_count_reset(tk->conn);
+        if (h2o_linklist_is_linked(&tk->pending)) {
+            h2o_linklist_unlink(&tk->pending);
+            srv__request_release(tk->sreq); /* never given to the core: no respond */
+            tk->thread->live--;
+            drop = 2; /* and the core's */
+        } else {
+            srv__request_cancel(tk->sreq); /* respond -> eh2o_complete, at once */
+        }
+    }
+    if ((tk->refs -= drop) == 0)
+        free(tk);
 }
 
 static const char *eh2o_pool_strndup(h2o_mem_pool_t *pool, const char *s, size_t n, int lower)
@@ -205,6 +296,7 @@ static _Thread_local eh2o_thread *eh2o_self;
 static void eh2o_complete(eh2o_thread *t, eh2o_ticket *tk)
 {
     srv_request *sreq = tk->sreq;
+    tk->done = 1;
     /* The guard may fire inside eh2o_send_response: this reference keeps tk alive. */
     if (tk->req != NULL)
         eh2o_send_response(t, tk->req, sreq);
@@ -331,6 +423,80 @@ static int eh2o_fill(srv_request *sreq, h2o_req_t *req)
     return st;
 }
 
+static void eh2o_on_conn_close(void *data);
+
+/* The connection record of an HTTP/2 request (NULL if the socket is not one we track). */
+static eh2o_conn *eh2o_h2_conn(h2o_req_t *req)
+{
+    h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
+    if (sock == NULL || sock->on_close.cb != eh2o_on_conn_close)
+        return NULL;
+    eh2o_conn *c = sock->on_close.data;
+    if (c->h2 == NULL && !c->h2_checked) {
+        c->h2_checked = 1;
+        eh2o_h2conn *h2 = (eh2o_h2conn *)req->conn; /* super is its first member */
+        int found = 0;
+        h2o_linklist_t *all = &req->conn->ctx->http2._conns;
+        for (h2o_linklist_t *n = all->next; n != all && !found; n = n->next)
+            found = n == &h2->_conns;
+        if (found && h2->sock == sock && h2->state <= EH2O_H2_IS_CLOSING &&
+            h2->_pending_reqs.next->prev == &h2->_pending_reqs &&
+            h2->_write.streams_to_proceed.next->prev == &h2->_write.streams_to_proceed &&
+            h2->_write.buf != NULL)
+            c->h2 = h2;
+        c->h2_on_read = sock->_cb.read; /* reading now: h2o's HTTP/2 on_read */
+    }
+    return c;
+}
+
+/* Zero timeout, after the reads of this loop iteration: hand the surviving requests over. */
+static void eh2o_on_dispatch(h2o_timeout_entry_t *entry)
+{
+    eh2o_thread *t = H2O_STRUCT_FROM_MEMBER(eh2o_thread, dispatch_entry, entry);
+    while (!h2o_linklist_is_empty(&t->to_dispatch)) {
+        eh2o_ticket *tk = H2O_STRUCT_FROM_MEMBER(eh2o_ticket, pending, t->to_dispatch.next);
+        h2o_linklist_unlink(&tk->pending);
+        srv__request_dispatch(tk->sreq); /* may respond (and dispose other state) at once */
+    }
+}
+
+/* The flood GOAWAY is queued: close through h2o's own read-error path, which waits for the
+ * pending write (the GOAWAY) and then closes every stream and the socket. */
+static void eh2o_on_calm(h2o_timeout_entry_t *entry)
+{
+    eh2o_conn *c = H2O_STRUCT_FROM_MEMBER(eh2o_conn, calm, entry);
+    c->h2_on_read(c->sock, "too many stream resets"); /* c may be freed now */
+}
+
+/*
+ * One stream withdrawn before its answer. Past the budget: GOAWAY with ENHANCE_YOUR_CALM as
+ * the last frame h2o sends (what its enqueue_goaway does, lib/http2/connection.c v2.2.5),
+ * HALF_CLOSED so h2o opens no new stream from the rest of the input, then close.
+ */
+static void eh2o_count_reset(eh2o_conn *c)
+{
+    eh2o_thread *t = c->thread;
+    uint64_t now = h2o_now(t->loop);
+    if (now - c->reset_window_at >= EH2O_RESET_WINDOW_MS) {
+        c->reset_window_at = now;
+        c->resets = 0;
+    }
+    if (++c->resets <= EH2O_RESET_BUDGET || c->h2 == NULL || c->h2_on_read == NULL ||
+        h2o_timeout_is_linked(&c->calm))
+        return;
+    eh2o_h2conn *h2 = c->h2;
+    if (h2->state >= EH2O_H2_IS_CLOSING)
+        return; /* h2o is closing it already */
+    if (h2->state < EH2O_H2_HALF_CLOSED) {
+        h2o_http2_encode_goaway_frame(&h2->_write.buf, h2->pull_stream_ids.max_open,
+                                      H2O_HTTP2_ERROR_ENHANCE_YOUR_CALM,
+                                      h2o_iovec_init(H2O_STRLIT("too many stream resets")));
+        h2o_http2_conn_request_write(h2);
+        h2->state = EH2O_H2_HALF_CLOSED;
+    }
+    h2o_timeout_link(t->loop, &t->zero, &c->calm);
+}
+
 static int eh2o_on_req(h2o_handler_t *self, h2o_req_t *req)
 {
     eh2o_server *s = ((eh2o_handler *)self)->server;
@@ -352,6 +518,9 @@ static int eh2o_on_req(h2o_handler_t *self, h2o_req_t *req)
     tk->sreq = sreq;
     tk->req = req;
     tk->refs = 2;
+    int http2 = req->version >= 0x200;
+    if (http2)
+        tk->conn = eh2o_h2_conn(req);
     *(eh2o_ticket **)h2o_mem_alloc_shared(&req->pool, sizeof tk, eh2o_on_guard_dispose) = tk;
     t->live++;
     srv__request_set_engine_data(sreq, tk);
@@ -359,10 +528,15 @@ static int eh2o_on_req(h2o_handler_t *self, h2o_req_t *req)
         srv__request_set_close(sreq);
 
     int st = eh2o_fill(sreq, req);
-    if (st != 0)
+    if (st != 0) {
         srv__request_fail(sreq, st > 0 ? st : 500); /* calls respond: the ticket is posted */
-    else
+    } else if (http2) {
+        h2o_linklist_insert(&t->to_dispatch, &tk->pending);
+        if (!h2o_timeout_is_linked(&t->dispatch_entry))
+            h2o_timeout_link(t->loop, &t->zero, &t->dispatch_entry);
+    } else {
         srv__request_dispatch(sreq);
+    }
     return 0; /* the response may already be written: req must not be touched here */
 }
 
@@ -413,6 +587,7 @@ static void eh2o_on_conn_close(void *data)
 {
     eh2o_conn *c = data;
     eh2o_thread *t = c->thread;
+    h2o_timeout_unlink(&c->calm);
     h2o_linklist_unlink(&c->link);
     t->nconns--;
     atomic_fetch_sub(&t->server->conns, 1);
@@ -517,6 +692,7 @@ static void eh2o_on_accept(h2o_socket_t *listener, const char *err)
         }
         c->sock = sock;
         c->thread = t;
+        c->calm.cb = eh2o_on_calm;
         h2o_linklist_insert(&t->conns, &c->link);
         t->nconns++;
         sock->on_close.cb = eh2o_on_conn_close; /* survives h2c / prior-knowledge upgrades */
@@ -631,6 +807,8 @@ static void eh2o_thread_teardown(eh2o_thread *t)
     h2o_multithread_unregister_receiver(t->ctx.queue, &t->receiver);
     h2o_timeout_dispose(t->loop, &t->refuse_timeout);
     h2o_timeout_dispose(t->loop, &t->accept_pause);
+    h2o_timeout_unlink(&t->dispatch_entry);
+    h2o_timeout_dispose(t->loop, &t->zero);
     h2o_multithread_queue_t *queue = t->ctx.queue;
     h2o_context_dispose(&t->ctx);
     free(queue); /* 2.2.5's h2o_multithread_destroy_queue does not free the struct */
@@ -652,6 +830,8 @@ static void *eh2o_thread_main(void *arg)
     h2o_timeout_init(t->loop, &t->refuse_timeout, EH2O_REFUSE_LINGER_MS);
     h2o_timeout_init(t->loop, &t->accept_pause, EH2O_ACCEPT_PAUSE_MS);
     t->accept_resume.cb = eh2o_on_accept_resume;
+    h2o_timeout_init(t->loop, &t->zero, 0);
+    t->dispatch_entry.cb = eh2o_on_dispatch;
     t->accept_ctx.ctx = &t->ctx;
     t->accept_ctx.hosts = s->globalconf.hosts;
     t->listener = h2o_evloop_socket_create(t->loop, t->listen_fd, H2O_SOCKET_FLAG_DONT_READ);
@@ -770,6 +950,7 @@ static int eh2o_start(srv_server *srv, void **state)
         t->server = s;
         h2o_linklist_init_anchor(&t->conns);
         h2o_linklist_init_anchor(&t->refusals);
+        h2o_linklist_init_anchor(&t->to_dispatch);
         t->listen_fd = fcntl(s->listen_fd, F_DUPFD_CLOEXEC, 0);
         if (t->listen_fd < 0) {
             srv__server_set_error(srv, "h2o engine: cannot dup the listening socket: %s",

@@ -2560,6 +2560,200 @@ static void test_raw_max_connections(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* Issue 11 (h2o items): rapid reset, h2c upgrade heads, chunk sizes   */
+/* ------------------------------------------------------------------ */
+
+/* HTTP/2 by hand: a frame header and payload at p, returns its size. */
+static size_t h2_frame(unsigned char *p, unsigned type, unsigned flags,
+                       unsigned sid, const void *payload, size_t len)
+{
+    p[0] = (unsigned char)(len >> 16);
+    p[1] = (unsigned char)(len >> 8);
+    p[2] = (unsigned char)len;
+    p[3] = (unsigned char)type;
+    p[4] = (unsigned char)flags;
+    p[5] = (unsigned char)((sid >> 24) & 0x7f);
+    p[6] = (unsigned char)(sid >> 16);
+    p[7] = (unsigned char)(sid >> 8);
+    p[8] = (unsigned char)sid;
+    if (len)
+        memcpy(p + 9, payload, len);
+    return 9 + len;
+}
+
+/* HPACK "literal header field without indexing" with a static-table name
+ * index (< 15) and a short plain value (RFC 7541 6.2.2). */
+static size_t hpack_literal(unsigned char *p, unsigned name_index, const char *v)
+{
+    size_t n = strlen(v);
+    p[0] = (unsigned char)name_index;
+    p[1] = (unsigned char)n;
+    memcpy(p + 2, v, n);
+    return 2 + n;
+}
+
+/* A GET request block: :method, :scheme, :path, :authority. */
+static size_t hpack_get(unsigned char *p, const char *path)
+{
+    size_t n = 0;
+    n += hpack_literal(p + n, 2, "GET");
+    n += hpack_literal(p + n, 6, "http");
+    n += hpack_literal(p + n, 4, path);
+    n += hpack_literal(p + n, 1, "conformance");
+    return n;
+}
+
+#define H2_PREFACE "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+/* preface + empty SETTINGS + `pairs` HEADERS (END_STREAM) + RST_STREAM
+ * (CANCEL) pairs on streams 1, 3, ...; then, when tail_path is set, one
+ * more HEADERS that is not reset. Returns a malloc'd buffer. */
+static unsigned char *h2_flood(unsigned pairs, const char *path,
+                               const char *tail_path, size_t *len)
+{
+    unsigned char block[256];
+    size_t blen = hpack_get(block, path);
+    size_t cap = 64 + (size_t)(pairs + 1) * (9 + blen + 13) + 256;
+    unsigned char *buf = malloc(cap), *p = buf;
+    if (!buf)
+        return NULL;
+    memcpy(p, H2_PREFACE, sizeof H2_PREFACE - 1);
+    p += sizeof H2_PREFACE - 1;
+    p += h2_frame(p, 4, 0, 0, NULL, 0);
+    static const unsigned char cancel[4] = {0, 0, 0, 8};
+    unsigned sid = 1;
+    for (unsigned i = 0; i < pairs; i++, sid += 2) {
+        p += h2_frame(p, 1, 0x5, sid, block, blen);
+        p += h2_frame(p, 3, 0, sid, cancel, sizeof cancel);
+    }
+    if (tail_path) {
+        unsigned char tb[256];
+        size_t tl = hpack_get(tb, tail_path);
+        p += h2_frame(p, 1, 0x5, sid, tb, tl);
+    }
+    *len = (size_t)(p - buf);
+    return buf;
+}
+
+/* Scan the frames received on c: the error code of the first GOAWAY (-1
+ * when none) and whether stream `sid` got a HEADERS frame whose block
+ * starts with ":status: 200" indexed (0x88) or literal. */
+static long h2_scan(const rc_conn *c, unsigned sid, int *got200)
+{
+    long goaway = -1;
+    const unsigned char *p = (const unsigned char *)c->buf + c->off;
+    size_t n = c->len - c->off, i = 0;
+    *got200 = 0;
+    while (n - i >= 9) {
+        size_t flen = ((size_t)p[i] << 16) | ((size_t)p[i + 1] << 8) | p[i + 2];
+        unsigned type = p[i + 3];
+        unsigned fsid = ((unsigned)(p[i + 5] & 0x7f) << 24) | ((unsigned)p[i + 6] << 16) |
+                        ((unsigned)p[i + 7] << 8) | p[i + 8];
+        if (n - i - 9 < flen)
+            break;
+        const unsigned char *pl = p + i + 9;
+        if (type == 7 && flen >= 8 && goaway < 0)
+            goaway = ((long)pl[4] << 24) | ((long)pl[5] << 16) | ((long)pl[6] << 8) | pl[7];
+        if (type == 1 && fsid == sid && flen >= 1 && pl[0] == 0x88)
+            *got200 = 1;
+        i += 9 + flen;
+    }
+    return goaway;
+}
+
+/*
+ * CVE-2023-44487: 2000 HEADERS + RST_STREAM pairs on one connection must
+ * not queue 2000 handler runs. An HTTP/2 engine cancels reset streams
+ * before their handler starts and answers the flood with GOAWAY
+ * (ENHANCE_YOUR_CALM) and a close; an HTTP/1-only engine rejects the
+ * preface. Either way few handlers run and the server answers at once.
+ */
+static void test_h2_rapid_reset(void **state)
+{
+    fx *f = *state;
+    enum { PAIRS = 2000 };
+    const char *what = "HTTP/2 rapid reset: 2000 HEADERS + RST_STREAM pairs";
+    unsigned entered0 = fx_read(f, &f->entered);
+    size_t len;
+    unsigned char *flood = h2_flood(PAIRS, "/slow?ms=1000", NULL, &len);
+    CHECK(flood != NULL, "out of memory");
+    rc_conn *c = conn_open(f, what);
+    long long t0 = rc_now_ms();
+    rc_send(c, flood, len, 5000); /* the server may close before the end */
+    free(flood);
+    size_t unread = 0;
+    int wc = rc_wait_close(c, 5000, &unread);
+    long long closed_after = rc_now_ms() - t0;
+
+    /* /hello on a new connection, timed. */
+    long long t1 = rc_now_ms();
+    still_serving(f, what);
+    long long hello_ms = rc_now_ms() - t1;
+    sleep_ms(300); /* a handler started late would show now */
+    unsigned ran = fx_read(f, &f->entered) - entered0;
+    if (g_timing)
+        fprintf(stderr, "# %s: connection closed after %lld ms, /hello in %lld ms, "
+                "%u handlers ran\n", g_engine_name, closed_after, hello_ms, ran);
+    CHECK(wc == RC_CLOSED || wc == RC_RESET, "[%s] the server kept the "
+          "connection open for 5 s", what);
+    if (engine_caps() & SRV_ENGINE_CAP_HTTP2) {
+        int got200;
+        long goaway = h2_scan(c, 0, &got200);
+        CHECK(goaway == 0xb, "[%s] expected GOAWAY ENHANCE_YOUR_CALM (0xb) "
+              "before the close, got %s %ld", what, goaway < 0 ? "no GOAWAY" :
+              "error code", goaway);
+    }
+    CHECK(hello_ms < 1500, "[%s] GET /hello took %lld ms afterwards", what, hello_ms);
+    CHECK(ran <= 100, "[%s] %u handlers ran for streams the client had "
+          "reset (at most 100 may start before the resets are read)", what, ran);
+    CHECK(wait_no_inflight(f, 3000), "[%s] requests_in_flight stayed %u: the "
+          "reset requests were never released", what, stats(f).requests_in_flight);
+    rc_close(c);
+}
+
+/* A few resets are normal (a browser navigating away): the connection
+ * stays usable and the next stream is answered. HTTP/2 engines only. */
+static void test_h2_some_resets(void **state)
+{
+    fx *f = *state;
+    const char *what = "HTTP/2: 20 reset streams, then GET /hello";
+    if (!(engine_caps() & SRV_ENGINE_CAP_HTTP2)) {
+        /* No HTTP/2: the preface gets an error or a close, never a hang. */
+        rc_conn *c = conn_open(f, what);
+        conn_send_str(c, what, H2_PREFACE);
+        rc_response r;
+        int rc = rc_read_response(c, &r, 0, 3000);
+        int st = rc == RC_OK ? r.status : 0;
+        rc_response_free(&r);
+        CHECK(rc == RC_CLOSED || rc == RC_RESET || (rc == RC_OK && st >= 400),
+              "[%s] an HTTP/1-only engine answered the preface with %s, "
+              "status %d", what, rc_strerror(rc), st);
+        rc_close(c);
+        still_serving(f, what);
+        return;
+    }
+    enum { PAIRS = 20 };
+    size_t len;
+    unsigned char *buf = h2_flood(PAIRS, "/slow?ms=10", "/hello", &len);
+    CHECK(buf != NULL, "out of memory");
+    rc_conn *c = conn_open(f, what);
+    conn_send(c, what, buf, len);
+    free(buf);
+    int got200 = 0;
+    long goaway = -1;
+    long long end = rc_now_ms() + 3000;
+    while (!got200 && rc_now_ms() < end) {
+        if (rc_wait_close(c, 50, NULL) != RC_TIMEOUT)
+            break;
+        goaway = h2_scan(c, 1 + 2 * PAIRS, &got200);
+    }
+    goaway = h2_scan(c, 1 + 2 * PAIRS, &got200);
+    CHECK(got200, "[%s] no :status 200 for the stream after the resets", what);
+    CHECK(goaway < 0, "[%s] got GOAWAY (error %ld) for 20 resets", what, goaway);
+    rc_close(c);
+}
+
+/* ------------------------------------------------------------------ */
 /* main                                                                */
 /* ------------------------------------------------------------------ */
 
@@ -2643,6 +2837,14 @@ int main(int argc, char **argv)
     };
     snprintf(name, sizeof name, "conformance %s: raw HTTP/1", g_engine_name);
     failed += cmocka_run_group_tests_name(name, raw, group_h1, NULL);
+
+    const struct CMUnitTest issue11_h2o[] = {
+        cmocka_unit_test_setup_teardown(test_h2_rapid_reset, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_h2_some_resets, setup_default, fx_teardown),
+    };
+    snprintf(name, sizeof name, "conformance %s: issue 11 (resets, upgrade, framing)",
+             g_engine_name);
+    failed += cmocka_run_group_tests_name(name, issue11_h2o, group_h1, NULL);
 
     if (engine_caps() & SRV_ENGINE_CAP_HTTP2) {
         snprintf(name, sizeof name, "conformance %s: HTTP/2 prior knowledge "
