@@ -2753,6 +2753,49 @@ static void test_h2_some_resets(void **state)
     rc_close(c);
 }
 
+
+/* Streams already handed to the core and waiting for a busy worker are
+ * cancelled by their RST_STREAM: their handlers never start. */
+static void test_h2_reset_queued(void **state)
+{
+    fx *f = *state;
+    const char *what = "HTTP/2: 20 streams queued behind 2 busy workers, then reset";
+    if (!(engine_caps() & SRV_ENGINE_CAP_HTTP2))
+        skip(); /* per-stream resets exist only in HTTP/2 */
+    enum { QUEUED = 20 };
+    unsigned char block[256], buf[8192], *p = buf;
+    size_t blen = hpack_get(block, "/slow?ms=800");
+    memcpy(p, H2_PREFACE, sizeof H2_PREFACE - 1);
+    p += sizeof H2_PREFACE - 1;
+    p += h2_frame(p, 4, 0, 0, NULL, 0);
+    for (unsigned i = 0; i < 2 + QUEUED; i++)
+        p += h2_frame(p, 1, 0x5, 1 + 2 * i, block, blen);
+    rc_conn *c = conn_open(f, what);
+    conn_send(c, what, buf, (size_t)(p - buf));
+    CHECK(fx_wait(f, &f->entered, 2, 2000), "[%s] the two workers never started", what);
+    sleep_ms(100); /* the other 20 are queued in the core by now */
+    p = buf;
+    static const unsigned char cancel[4] = {0, 0, 0, 8};
+    for (unsigned i = 2; i < 2 + QUEUED; i++)
+        p += h2_frame(p, 3, 0, 1 + 2 * i, cancel, sizeof cancel);
+    conn_send(c, what, buf, (size_t)(p - buf));
+    sleep_ms(1500); /* the first two answered; a queued one would have started */
+    unsigned ran = fx_read(f, &f->entered);
+    CHECK(ran == 2, "[%s] %u handlers started; only the 2 streams not reset "
+          "should have", what, ran);
+    int got200 = 0;
+    for (long long end = rc_now_ms() + 2000; !got200 && rc_now_ms() < end;) {
+        if (rc_wait_close(c, 50, NULL) != RC_TIMEOUT)
+            break;
+        h2_scan(c, 1, &got200);
+    }
+    h2_scan(c, 1, &got200);
+    CHECK(got200, "[%s] stream 1 (not reset) got no :status 200", what);
+    CHECK(wait_no_inflight(f, 2000), "[%s] requests_in_flight stayed %u", what,
+          stats(f).requests_in_flight);
+    rc_close(c);
+}
+
 /* ------------------------------------------------------------------ */
 /* main                                                                */
 /* ------------------------------------------------------------------ */
@@ -2841,6 +2884,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest issue11_h2o[] = {
         cmocka_unit_test_setup_teardown(test_h2_rapid_reset, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_h2_some_resets, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_h2_reset_queued, setup_two_workers, fx_teardown),
     };
     snprintf(name, sizeof name, "conformance %s: issue 11 (resets, upgrade, framing)",
              g_engine_name);
