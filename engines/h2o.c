@@ -86,6 +86,7 @@ void h2o_http2_encode_goaway_frame(h2o_buffer_t **buf, uint32_t last_stream_id, 
                                    h2o_iovec_t additional_data);
 void h2o_http2_conn_request_write(eh2o_h2conn *conn);
 
+#define EH2O_LOOP_FDS         3    /* a loop's own descriptors: epoll + the queue's pipe */
 #define EH2O_MAX_HEADERS      100  /* H2O_MAX_HEADERS: h2o refuses more itself */
 #define EH2O_ACCEPT_BATCH     16   /* accepts per listener wake-up, so loops share them */
 #define EH2O_REFUSE_LINGER_MS 1000 /* a refused connection drains this long at most */
@@ -144,6 +145,9 @@ struct eh2o_thread {
     eh2o_server *server;
     pthread_t tid;
     int listen_fd; /* this loop's dup() of the listening socket, until the listener owns it */
+    /* Descriptors held for h2o_evloop_create (epoll) and h2o_context_init (its queue's pipe),
+     * which abort() the process when they cannot get one: start fails cleanly instead. */
+    int spare[EH2O_LOOP_FDS];
     h2o_evloop_t *loop;
     h2o_context_t ctx;
     h2o_accept_ctx_t accept_ctx;
@@ -824,6 +828,10 @@ static void *eh2o_thread_main(void *arg)
     eh2o_thread *t = arg;
     eh2o_server *s = t->server;
 
+    for (int i = 0; i < EH2O_LOOP_FDS; i++) { /* free them for the two calls below */
+        close(t->spare[i]);
+        t->spare[i] = -1;
+    }
     t->loop = h2o_evloop_create();
     h2o_context_init(&t->ctx, t->loop, &s->globalconf);
     h2o_multithread_register_receiver(t->ctx.queue, &t->receiver, eh2o_on_messages);
@@ -861,9 +869,13 @@ static void *eh2o_thread_main(void *arg)
 static void eh2o_free(eh2o_server *s)
 {
     if (s->threads != NULL) {
-        for (unsigned i = 0; i < s->nthreads; i++)
+        for (unsigned i = 0; i < s->nthreads; i++) {
             if (s->threads[i].listen_fd >= 0)
                 close(s->threads[i].listen_fd);
+            for (int j = 0; j < EH2O_LOOP_FDS; j++)
+                if (s->threads[i].spare[j] >= 0)
+                    close(s->threads[i].spare[j]);
+        }
         free(s->threads);
     }
     if (s->listen_fd >= 0)
@@ -945,6 +957,11 @@ static int eh2o_start(srv_server *srv, void **state)
         eh2o_free(s);
         return SRV_ENOMEM;
     }
+    for (unsigned i = 0; i < s->nthreads; i++) { /* first: eh2o_free closes what is >= 0 */
+        s->threads[i].listen_fd = -1;
+        for (int j = 0; j < EH2O_LOOP_FDS; j++)
+            s->threads[i].spare[j] = -1;
+    }
     for (unsigned i = 0; i < s->nthreads; i++) {
         eh2o_thread *t = &s->threads[i];
         t->server = s;
@@ -952,8 +969,14 @@ static int eh2o_start(srv_server *srv, void **state)
         h2o_linklist_init_anchor(&t->refusals);
         h2o_linklist_init_anchor(&t->to_dispatch);
         t->listen_fd = fcntl(s->listen_fd, F_DUPFD_CLOEXEC, 0);
-        if (t->listen_fd < 0) {
-            srv__server_set_error(srv, "h2o engine: cannot dup the listening socket: %s",
+        for (int j = 0; j < EH2O_LOOP_FDS && t->listen_fd >= 0; j++) {
+            t->spare[j] = fcntl(s->listen_fd, F_DUPFD_CLOEXEC, 0);
+            if (t->spare[j] < 0)
+                break;
+        }
+        if (t->listen_fd < 0 || t->spare[EH2O_LOOP_FDS - 1] < 0) {
+            srv__server_set_error(srv, "h2o engine: %u I/O threads need %u descriptors: %s",
+                                  s->nthreads, s->nthreads * (1 + EH2O_LOOP_FDS),
                                   strerror(errno));
             eh2o_free(s);
             return SRV_ESYS;

@@ -14,12 +14,14 @@
 
 #include <curl/curl.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <strings.h>
 #include <time.h>
 
@@ -2796,6 +2798,95 @@ static void test_h2_reset_queued(void **state)
     rc_close(c);
 }
 
+
+/* The descriptors open in this process, as a bitmap of the first 1024. */
+static int fd_snapshot(unsigned char open_fds[1024])
+{
+    memset(open_fds, 0, 1024);
+    int n = 0;
+    for (int fd = 0; fd < 1024; fd++)
+        if (fcntl(fd, F_GETFD) != -1) {
+            open_fds[fd] = 1;
+            n++;
+        }
+    return n;
+}
+
+/*
+ * Issue 11 item 13: a start that runs out of descriptors fails with an
+ * SRV_E* code and closes nothing it does not own (h2o closed fd 0) and
+ * leaks nothing; a start that fits serves. RLIMIT_NOFILE is lowered step
+ * by step so every allocation in start meets the limit once.
+ */
+static void test_start_out_of_fds(void **state)
+{
+    (void)state;
+    if (fcntl(0, F_GETFD) == -1) { /* fd 0 must be open to prove it stays so */
+        int fd = open("/dev/null", O_RDONLY);
+        CHECK(fd == 0, "could not put /dev/null on fd 0 (got %d)", fd);
+    }
+    struct rlimit old;
+    CHECK(getrlimit(RLIMIT_NOFILE, &old) == 0, "getrlimit: %s", strerror(errno));
+    unsigned char before[1024], after[1024];
+    int nbefore = fd_snapshot(before);
+    int failed = 0, served = 0;
+    for (int extra = 1; extra <= 40; extra++) {
+        srv_config cfg;
+        srv_config_init(&cfg);
+        cfg.host = "127.0.0.1";
+        cfg.port = 0;
+        cfg.io_threads = 4;
+        cfg.worker_threads = 4;
+        srv_server *srv = srv_server_new(g_engine, &cfg);
+        CHECK(srv != NULL, "srv_server_new");
+        /* The limit where exactly `extra` descriptor numbers are free below it
+         * (earlier tests leave holes, which the kernel fills first). */
+        int lim = 0;
+        for (int free_below = 0; lim < 1024 && free_below < extra; lim++)
+            free_below += !before[lim];
+        struct rlimit low = old;
+        low.rlim_cur = (rlim_t)lim;
+        CHECK(setrlimit(RLIMIT_NOFILE, &low) == 0, "setrlimit: %s", strerror(errno));
+        int rc = srv_server_start(srv);
+        int port = rc == 0 ? srv_server_port(srv) : 0;
+        setrlimit(RLIMIT_NOFILE, &old);
+        if (rc == 0) {
+            served++;
+            rc_conn c;
+            rc_init(&c);
+            int cr = rc_connect(&c, port, 2000);
+            int st = 0;
+            if (cr == RC_OK && rc_send_str(&c, "GET /x HTTP/1.1\r\nHost: a\r\n\r\n",
+                                           2000) == RC_OK) {
+                rc_response r;
+                if (rc_read_response(&c, &r, 0, 3000) == RC_OK)
+                    st = r.status;
+                rc_response_free(&r);
+            }
+            rc_close(&c);
+            CHECK(st == 404, "[start with %d spare descriptors] started, but GET /x "
+                  "got %d (expected 404)", extra, st);
+            CHECK(srv_server_stop(srv, 500) == 0, "srv_server_stop");
+        } else {
+            failed++;
+            CHECK(rc < 0 && strcmp(srv_err_name(rc), "UNKNOWN") != 0,
+                  "[start with %d spare descriptors] returned %d", extra, rc);
+        }
+        srv_server_free(srv);
+        fd_snapshot(after);
+        for (int fd = 0; fd < 1024; fd++) {
+            CHECK(!before[fd] || after[fd], "[start with %d spare descriptors, "
+                  "%s] fd %d was closed by libsrv", extra, rc == 0 ? "started" :
+                  srv_strerror(rc), fd);
+            CHECK(before[fd] || !after[fd], "[start with %d spare descriptors, "
+                  "%s] fd %d leaked", extra, rc == 0 ? "started" : srv_strerror(rc), fd);
+        }
+    }
+    CHECK(fd_snapshot(after) == nbefore, "descriptor count changed");
+    CHECK(failed > 0 && served > 0, "the steps should cover failing and working "
+          "starts: %d failed, %d served", failed, served);
+}
+
 /* ------------------------------------------------------------------ */
 /* main                                                                */
 /* ------------------------------------------------------------------ */
@@ -2885,6 +2976,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_h2_rapid_reset, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_h2_some_resets, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_h2_reset_queued, setup_two_workers, fx_teardown),
+        cmocka_unit_test(test_start_out_of_fds),
     };
     snprintf(name, sizeof name, "conformance %s: issue 11 (resets, upgrade, framing)",
              g_engine_name);
