@@ -115,6 +115,28 @@ typedef struct eh2o_conn {
     uint64_t reset_window_at;  /* start of the current reset-counting window */
     unsigned resets;           /* streams withdrawn in that window */
     h2o_timeout_entry_t calm;  /* linked once the flood GOAWAY is queued: then close */
+    struct { /* HTTP/1 framing guard (see eh2o_h1_on_read) */
+        h2o_socket_cb reqread;  /* h2o's HTTP/1 read callback; NULL: not guarded */
+        h2o_socket_cb wrote;    /* h2o's callback of the write in flight */
+        int *closed;            /* set when the connection closes under eh2o_h1_call */
+        int off;                /* HTTP/2 now: hands off */
+        int answering;          /* the guard writes its own answer, then closes */
+        int phase;              /* EH2O_H1_* */
+        char *head;             /* the head being received (max_header_bytes + 4) */
+        size_t head_len, line;
+        uint64_t left;          /* Content-Length or chunk bytes still to come */
+        int digits;
+        unsigned completed;     /* requests completed in the current read */
+        unsigned seq, served;   /* heads scanned, and reached on_req */
+        unsigned mask_seq;      /* the HTTP/1.0 head whose Upgrade is hidden from h2o */
+        size_t mask_at;
+        char mask_ch;
+        srv_request *req;       /* the request whose body is scanned (to answer with) */
+        int bad;                /* status for a bad request queued behind good ones */
+        srv_request *bad_req;
+        char *out;              /* the guard's answer being written */
+        h2o_timeout_entry_t linger;
+    } h1;
 } eh2o_conn;
 
 /* One connection refused past max_connections: 503, then drained and closed. */
@@ -136,6 +158,7 @@ typedef struct eh2o_ticket {
     srv_request *sreq;
     h2o_req_t *req; /* NULL once h2o disposed it (HTTP/2 reset, connection gone) */
     eh2o_conn *conn; /* HTTP/2: the connection, to count resets (valid while req is) */
+    eh2o_conn *raw;  /* an answer of the HTTP/1 guard: no h2o_req_t, we write it */
     h2o_linklist_t pending; /* eh2o_thread.to_dispatch until handed to the core */
     int done; /* the response reached the loop: a later dispose is no reset */
     int refs;
@@ -244,6 +267,10 @@ static const char *eh2o_pool_strndup(h2o_mem_pool_t *pool, const char *s, size_t
     return d;
 }
 
+static void eh2o_h1_write_answer(eh2o_conn *c, srv_request *sreq);
+static void eh2o_h1_after(eh2o_conn *c);
+static eh2o_conn *eh2o_sock_conn(h2o_socket_t *sock);
+
 /* Write the core's final response on the loop thread that owns the connection. */
 static void eh2o_send_response(eh2o_thread *t, h2o_req_t *req, srv_request *sreq)
 {
@@ -288,9 +315,31 @@ static void eh2o_send_response(eh2o_thread *t, h2o_req_t *req, srv_request *sreq
         memcpy(buf.base, body, blen);
         buf.len = blen;
     }
+    /* HTTP/1: h2o's write callback is wrapped after the send (eh2o_h1_after). */
+    eh2o_conn *c = NULL;
+    if (!http2 && req->conn->callbacks->get_socket != NULL) {
+        h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
+        c = sock != NULL ? eh2o_sock_conn(sock) : NULL;
+        if (c != NULL && c->h1.reqread == NULL)
+            c = NULL;
+    }
+    int closed = 0, *outer = NULL;
+    if (c != NULL) {
+        outer = c->h1.closed;
+        c->h1.closed = &closed;
+    }
     h2o_start_response(req, &generator);
     /* May dispose req before it returns. */
     h2o_send(req, &buf, blen != 0 ? 1 : 0, H2O_SEND_STATE_FINAL);
+    if (c != NULL) {
+        if (closed) {
+            if (outer != NULL)
+                *outer = 1;
+        } else {
+            c->h1.closed = outer;
+            eh2o_h1_after(c);
+        }
+    }
 }
 
 /* The loop this thread runs (NULL on other threads). */
@@ -302,7 +351,9 @@ static void eh2o_complete(eh2o_thread *t, eh2o_ticket *tk)
     srv_request *sreq = tk->sreq;
     tk->done = 1;
     /* The guard may fire inside eh2o_send_response: this reference keeps tk alive. */
-    if (tk->req != NULL)
+    if (tk->raw != NULL)
+        eh2o_h1_write_answer(tk->raw, sreq);
+    else if (tk->req != NULL)
         eh2o_send_response(t, tk->req, sreq);
     srv__request_release(sreq);
     t->live--;
@@ -523,8 +574,18 @@ static int eh2o_on_req(h2o_handler_t *self, h2o_req_t *req)
     tk->req = req;
     tk->refs = 2;
     int http2 = req->version >= 0x200;
-    if (http2)
+    if (http2) {
         tk->conn = eh2o_h2_conn(req);
+    } else if (req->conn->callbacks->get_socket != NULL) {
+        /* h2o has its view of the head now: give the core the bytes the client sent. */
+        h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
+        eh2o_conn *c = sock != NULL ? eh2o_sock_conn(sock) : NULL;
+        if (c != NULL && ++c->h1.served == c->h1.mask_seq && c->h1.mask_at < sock->input->size &&
+            sock->input->bytes[c->h1.mask_at] == '~') {
+            sock->input->bytes[c->h1.mask_at] = c->h1.mask_ch;
+            c->h1.mask_seq = 0;
+        }
+    }
     *(eh2o_ticket **)h2o_mem_alloc_shared(&req->pool, sizeof tk, eh2o_on_guard_dispose) = tk;
     t->live++;
     srv__request_set_engine_data(sreq, tk);
@@ -584,6 +645,494 @@ static void eh2o_on_setup_ostream(h2o_filter_t *self, h2o_req_t *req, h2o_ostrea
 }
 
 /* ------------------------------------------------------------------ */
+/* HTTP/1 framing guard: every byte read is checked before h2o sees it */
+/* ------------------------------------------------------------------ */
+
+/*
+ * h2o 2.2.5 answers bad heads with canned text (no Date, no Server, 400 for "HTTP/9.9"),
+ * upgrades HTTP/1.0 to h2c, runs the h2c upgrade before any handler sees the head (so the
+ * core's rules were skipped), and de-chunks leniently ("0x2" is size 0 plus an extension).
+ * So the connection's read callback is ours: it scans the raw bytes (heads, Content-Length
+ * bodies, chunk framing) before h2o's reqread_on_read gets them. A head passes the core's
+ * rules (srv__request_headers_done and the rest) here; a violation is answered by the core
+ * (srv__request_fail: its framing, headers and access-log line) and written by us, and h2o
+ * then closes the connection through its own read-error path.
+ * h2o re-arms its own read callback after each response (reqread_start) and after a 100
+ * Continue: eh2o_h1_after puts ours back after every h2o call that may have done so, and
+ * wraps h2o's write callbacks to get control back at those moments.
+ */
+enum {
+    EH2O_H1_HEAD,
+    EH2O_H1_BODY,
+    EH2O_H1_CHUNK_SIZE,
+    EH2O_H1_CHUNK_EXT,
+    EH2O_H1_CHUNK_SIZE_LF,
+    EH2O_H1_CHUNK_DATA,
+    EH2O_H1_CHUNK_DATA_CR,
+    EH2O_H1_CHUNK_DATA_LF,
+    EH2O_H1_TRAILER,
+    EH2O_H1_TRAILER_LINE,
+    EH2O_H1_TRAILER_LINE_LF,
+    EH2O_H1_TRAILER_END_LF,
+    EH2O_H1_DEAD /* answered or handed to HTTP/2: pass everything through */
+};
+
+static void eh2o_h1_on_read(h2o_socket_t *sock, const char *err);
+static void eh2o_h1_on_written(h2o_socket_t *sock, const char *err);
+
+static eh2o_conn *eh2o_sock_conn(h2o_socket_t *sock)
+{
+    return sock->on_close.cb == eh2o_on_conn_close ? sock->on_close.data : NULL;
+}
+
+/* Close through h2o's HTTP/1 read-error path (it disposes its request and the socket). */
+static void eh2o_h1_close(eh2o_conn *c)
+{
+    c->h1.phase = EH2O_H1_DEAD;
+    c->h1.reqread(c->sock, h2o_socket_error_closed); /* c is freed */
+}
+
+static void eh2o_h1_linger_timeout(h2o_timeout_entry_t *entry)
+{
+    eh2o_h1_close(H2O_STRUCT_FROM_MEMBER(eh2o_conn, h1.linger, entry));
+}
+
+static void eh2o_h1_on_linger_read(h2o_socket_t *sock, const char *err)
+{
+    eh2o_conn *c = eh2o_sock_conn(sock);
+    if (err != NULL) {
+        h2o_timeout_unlink(&c->h1.linger);
+        eh2o_h1_close(c);
+        return;
+    }
+    h2o_buffer_consume(&sock->input, sock->input->size);
+}
+
+/* The answer is out: half-close and drain for a moment (closing with unread input would reset
+ * the connection and could destroy the answer before the client reads it), then close. */
+static void eh2o_h1_on_answer_written(h2o_socket_t *sock, const char *err)
+{
+    eh2o_conn *c = eh2o_sock_conn(sock);
+    free(c->h1.out);
+    c->h1.out = NULL;
+    if (err != NULL) {
+        eh2o_h1_close(c);
+        return;
+    }
+    shutdown(h2o_socket_get_fd(sock), SHUT_WR);
+    h2o_buffer_consume(&sock->input, sock->input->size);
+    h2o_socket_read_start(sock, eh2o_h1_on_linger_read);
+    c->h1.linger.cb = eh2o_h1_linger_timeout;
+    h2o_timeout_link(c->thread->loop, &c->thread->refuse_timeout, &c->h1.linger);
+}
+
+/* respond slot for a request the guard answered (eh2o_complete, on the loop). */
+static void eh2o_h1_write_answer(eh2o_conn *c, srv_request *sreq)
+{
+    size_t hl, bl;
+    const char *head = srv__response_http1_head(sreq, &hl);
+    const void *body = srv__response_body(sreq, &bl);
+    h2o_socket_t *sock = c->sock;
+    c->h1.phase = EH2O_H1_DEAD;
+    c->h1.out = head != NULL ? malloc(hl + bl) : NULL;
+    if (c->h1.out == NULL || sock->_cb.write != NULL) {
+        /* No memory, or h2o is writing (cannot happen while it reads): just close. */
+        free(c->h1.out);
+        c->h1.out = NULL;
+        shutdown(h2o_socket_get_fd(sock), SHUT_RDWR);
+        return;
+    }
+    memcpy(c->h1.out, head, hl);
+    if (bl != 0)
+        memcpy(c->h1.out + hl, body, bl);
+    h2o_iovec_t buf = h2o_iovec_init(c->h1.out, hl + bl);
+    h2o_socket_read_stop(sock);
+    h2o_socket_write(sock, &buf, 1, eh2o_h1_on_answer_written);
+}
+
+/* Answer `status` through the core now (the connection then closes). Takes sreq. */
+static void eh2o_h1_answer(eh2o_conn *c, srv_request *sreq, int status)
+{
+    eh2o_thread *t = c->thread;
+    c->h1.phase = EH2O_H1_DEAD;
+    c->h1.answering = 1;
+    if (sreq == NULL) {
+        struct sockaddr_storage peer;
+        socklen_t len = h2o_socket_getpeername(c->sock, (struct sockaddr *)&peer);
+        sreq = srv__request_new(t->server->srv, len != 0 ? (struct sockaddr *)&peer : NULL, len);
+    }
+    eh2o_ticket *tk = sreq != NULL ? calloc(1, sizeof *tk) : NULL;
+    if (tk == NULL) {
+        if (sreq != NULL)
+            srv__request_release(sreq);
+        shutdown(h2o_socket_get_fd(c->sock), SHUT_RDWR);
+        return;
+    }
+    tk->thread = t;
+    tk->sreq = sreq;
+    tk->raw = c;
+    tk->refs = 1; /* no h2o_req_t, no guard */
+    t->live++;
+    srv__request_set_engine_data(sreq, tk);
+    srv__request_fail(sreq, status); /* respond -> eh2o_complete -> eh2o_h1_write_answer */
+}
+
+/* After any h2o call on an HTTP/1 connection that is still open: our callbacks back in. */
+static void eh2o_h1_after(eh2o_conn *c)
+{
+    h2o_socket_t *sock = c->sock;
+    if (c->h1.off || c->h1.answering)
+        return;
+    if (sock->_cb.read != NULL && sock->_cb.read != eh2o_h1_on_read &&
+        sock->_cb.read != c->h1.reqread) {
+        c->h1.off = 1; /* h2c upgrade done: HTTP/2 now */
+        return;
+    }
+    if (sock->_cb.read == c->h1.reqread)
+        sock->_cb.read = eh2o_h1_on_read;
+    if (sock->_cb.write != NULL && sock->_cb.write != eh2o_h1_on_written &&
+        sock->_cb.write != eh2o_h1_on_answer_written) {
+        c->h1.wrote = sock->_cb.write;
+        sock->_cb.write = eh2o_h1_on_written;
+    }
+    /* A bad request queued behind good ones: its turn once h2o waits for the next head. */
+    if (c->h1.bad != 0 && sock->_cb.read == eh2o_h1_on_read && sock->_cb.write == NULL &&
+        sock->input->size == 0) {
+        int status = c->h1.bad;
+        srv_request *sreq = c->h1.bad_req;
+        c->h1.bad = 0;
+        c->h1.bad_req = NULL;
+        eh2o_h1_answer(c, sreq, status);
+    }
+}
+
+/* Run an h2o callback; returns 0 when the connection closed meanwhile (c is freed). */
+static int eh2o_h1_call(eh2o_conn *c, h2o_socket_cb cb, h2o_socket_t *sock, const char *err)
+{
+    int closed = 0, *outer = c->h1.closed;
+    c->h1.closed = &closed;
+    cb(sock, err);
+    if (closed) {
+        if (outer != NULL)
+            *outer = 1;
+        return 0;
+    }
+    c->h1.closed = outer;
+    return 1;
+}
+
+static void eh2o_h1_on_written(h2o_socket_t *sock, const char *err)
+{
+    eh2o_conn *c = eh2o_sock_conn(sock);
+    h2o_socket_cb cb = c->h1.wrote;
+    c->h1.wrote = NULL;
+    if (eh2o_h1_call(c, cb, sock, err))
+        eh2o_h1_after(c);
+}
+
+static int eh2o_hexval(int ch)
+{
+    return ch >= '0' && ch <= '9' ? ch - '0'
+           : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+           : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10
+                                    : -1;
+}
+
+/* A version in a request line picohttpparser refused ("HTTP/9.9", "HTTP/2.0"): 505. */
+static int eh2o_h1_bad_version(const char *p, size_t n)
+{
+    while (n > 0 && (*p == '\r' || *p == '\n')) {
+        p++;
+        n--;
+    }
+    const char *eol = memchr(p, '\n', n);
+    if (eol == NULL)
+        return 0;
+    size_t len = (size_t)(eol - p);
+    if (len > 0 && p[len - 1] == '\r')
+        len--;
+    if (len > 9 && (memcmp(p + len - 8, "HTTP/1.0", 8) == 0 || memcmp(p + len - 8, "HTTP/1.1", 8) == 0))
+        return 0; /* refused for another reason */
+    return len > 9 && p[len - 9] == ' ' && memcmp(p + len - 8, "HTTP/", 5) == 0 &&
+           p[len - 3] >= '0' && p[len - 3] <= '9' && p[len - 2] == '.' &&
+           p[len - 1] >= '0' && p[len - 1] <= '9' && memchr(p, ' ', len - 9) != NULL;
+}
+
+/*
+ * A complete head (c->h1.head[0..len)): the core's rules, then its body framing. Returns 0 or
+ * the status to answer (*sreq_out is then the request to answer with, or NULL).
+ */
+static int eh2o_h1_head_done(eh2o_conn *c, size_t len, size_t buf_at, srv_request **sreq_out)
+{
+    eh2o_thread *t = c->thread;
+    eh2o_head parsed, *h = &parsed;
+    h->nheaders = EH2O_MAX_HEADERS;
+    *sreq_out = NULL;
+    if (phr_parse_request(c->h1.head, len, &h->method, &h->method_len, &h->target,
+                          &h->target_len, &h->minor, h->headers, &h->nheaders, 0) != (int)len)
+        return eh2o_h1_bad_version(c->h1.head, len) ? 505 : 400;
+    struct sockaddr_storage peer;
+    socklen_t plen = h2o_socket_getpeername(c->sock, (struct sockaddr *)&peer);
+    srv_request *sreq =
+        srv__request_new(t->server->srv, plen != 0 ? (struct sockaddr *)&peer : NULL, plen);
+    if (sreq == NULL)
+        return 500;
+    *sreq_out = sreq;
+    c->h1.seq++;
+    int st = eh2o_fill_raw(sreq, h);
+    if (st == 0)
+        st = srv__request_headers_done(sreq);
+    if (st != 0)
+        return st > 0 ? st : 500;
+    c->h1.phase = EH2O_H1_HEAD;
+    for (size_t i = 0; i < h->nheaders; i++) {
+        const struct eh2o_phr_header *x = &h->headers[i];
+        if (h2o_lcstris(x->name, x->name_len, H2O_STRLIT("transfer-encoding"))) {
+            c->h1.phase = EH2O_H1_CHUNK_SIZE; /* the core allows "chunked" only */
+            c->h1.left = 0;
+            c->h1.digits = 0;
+        } else if (h2o_lcstris(x->name, x->name_len, H2O_STRLIT("content-length"))) {
+            uint64_t v = 0;
+            for (size_t k = 0; k < x->value_len; k++)
+                if (x->value[k] >= '0' && x->value[k] <= '9')
+                    v = v * 10 + (uint64_t)(x->value[k] - '0'); /* checked by the core */
+            c->h1.left = v;
+            if (v != 0 && c->h1.phase == EH2O_H1_HEAD)
+                c->h1.phase = EH2O_H1_BODY;
+        } else if (h->minor == 0 && h2o_lcstris(x->name, x->name_len, H2O_STRLIT("upgrade"))) {
+            /* RFC 9110 7.8: no Upgrade on HTTP/1.0. h2o would answer 101: hide the header
+             * from it by changing one byte in its input; on_req puts it back before the core
+             * reads the head again. */
+            size_t off = (size_t)(x->name - c->h1.head);
+            char *raw = c->sock->input->bytes + buf_at;
+            if (buf_at + len <= c->sock->input->size && memcmp(raw, c->h1.head, len) == 0) {
+                c->h1.mask_at = off;
+                c->h1.mask_seq = c->h1.seq + 1;
+                c->h1.mask_ch = raw[off];
+                raw[off] = '~'; /* a tchar: still a valid header, not a token h2o knows */
+            }
+        }
+    }
+    if (c->h1.phase == EH2O_H1_HEAD) {
+        srv__request_release(sreq); /* complete: h2o builds its own and on_req ours */
+        *sreq_out = NULL;
+    } else {
+        c->h1.req = sreq;
+        *sreq_out = NULL;
+    }
+    return 0;
+}
+
+/* The request being scanned is complete. */
+static void eh2o_h1_request_done(eh2o_conn *c)
+{
+    if (c->h1.req != NULL) {
+        srv__request_release(c->h1.req);
+        c->h1.req = NULL;
+    }
+    c->h1.phase = EH2O_H1_HEAD;
+    c->h1.head_len = 0;
+    c->h1.completed++;
+}
+
+/*
+ * Scan the n new bytes at the end of the input. Returns 0, or the status of the first violation
+ * with *bad_at = its request's first byte among the new ones (SIZE_MAX when it began earlier)
+ * and *sreq_out its request (or NULL).
+ */
+static int eh2o_h1_scan(eh2o_conn *c, const char *p, size_t n, size_t *bad_at,
+                        srv_request **sreq_out)
+{
+    const srv_config *cfg = c->thread->server->cfg;
+    size_t head_max = cfg->max_header_bytes + 4; /* CRLFs the core does not count */
+    size_t i = 0, req_at = c->h1.phase == EH2O_H1_HEAD && c->h1.head_len == 0 ? 0 : SIZE_MAX;
+    *sreq_out = NULL;
+#define EH2O_BAD(st)                                                                           \
+    do {                                                                                       \
+        *bad_at = req_at;                                                                      \
+        *sreq_out = c->h1.req;                                                                 \
+        c->h1.req = NULL;                                                                      \
+        return (st);                                                                           \
+    } while (0)
+    while (i < n) {
+        int ch = (unsigned char)p[i];
+        switch (c->h1.phase) {
+        case EH2O_H1_HEAD: {
+            if (c->h1.head_len == 0)
+                req_at = i;
+            if (c->h1.head == NULL && (c->h1.head = malloc(head_max)) == NULL)
+                EH2O_BAD(500);
+            size_t old = c->h1.head_len, take = n - i;
+            if (take > head_max - old)
+                take = head_max - old;
+            memcpy(c->h1.head + old, p + i, take);
+            c->h1.head_len += take;
+            size_t cut = c->h1.head_len;
+            /* The head ends at the first empty line (picohttpparser skips leading CRLFs). */
+            size_t s = 0;
+            while (s < cut && (c->h1.head[s] == '\r' || c->h1.head[s] == '\n'))
+                s++;
+            size_t end = 0;
+            for (size_t k = s > 0 ? s : 1; k < cut && end == 0; k++)
+                if (c->h1.head[k] == '\n' &&
+                    (c->h1.head[k - 1] == '\n' ||
+                     (k >= 2 && c->h1.head[k - 1] == '\r' && c->h1.head[k - 2] == '\n')))
+                    end = k + 1;
+            if (cut >= 14 && memcmp(c->h1.head + s, "PRI * HTTP/2.0", 14) == 0) {
+                c->h1.phase = EH2O_H1_DEAD; /* prior knowledge: h2o switches to HTTP/2 */
+                return 0;
+            }
+            if (end == 0) {
+                if (cut >= head_max) {
+                    c->h1.head_len = 0;
+                    EH2O_BAD(431);
+                }
+                i += take;
+                break;
+            }
+            i += end - old; /* the bytes after the head are the body or the next request */
+            c->h1.head_len = end;
+            size_t buf_at = c->sock->input->size - n + i - end;
+            srv_request *sreq;
+            int st = eh2o_h1_head_done(c, end, buf_at, &sreq);
+            if (st != 0) {
+                c->h1.req = sreq;
+                EH2O_BAD(st);
+            }
+            if (c->h1.phase == EH2O_H1_HEAD)
+                eh2o_h1_request_done(c);
+            else
+                c->h1.head_len = 0;
+            break;
+        }
+        case EH2O_H1_BODY: {
+            size_t take = n - i < c->h1.left ? n - i : (size_t)c->h1.left;
+            c->h1.left -= take;
+            i += take;
+            if (c->h1.left == 0)
+                eh2o_h1_request_done(c);
+            break;
+        }
+        case EH2O_H1_CHUNK_SIZE:
+            if (eh2o_hexval(ch) >= 0) {
+                if (++c->h1.digits > 15)
+                    EH2O_BAD(400);
+                c->h1.left = c->h1.left * 16 + (uint64_t)eh2o_hexval(ch);
+            } else if (c->h1.digits > 0 && ch == '\r') {
+                c->h1.phase = EH2O_H1_CHUNK_SIZE_LF;
+            } else if (c->h1.digits > 0 && (ch == ';' || ch == ' ' || ch == '\t')) {
+                c->h1.phase = EH2O_H1_CHUNK_EXT;
+                c->h1.line = 0;
+            } else {
+                EH2O_BAD(400); /* "0x2", a bare LF, no digits */
+            }
+            i++;
+            break;
+        case EH2O_H1_CHUNK_EXT:
+            if (ch == '\r')
+                c->h1.phase = EH2O_H1_CHUNK_SIZE_LF;
+            else if ((ch < 0x20 && ch != '\t') || ch == 0x7f || ++c->h1.line > head_max)
+                EH2O_BAD(400); /* a bare LF or control byte in an extension */
+            i++;
+            break;
+        case EH2O_H1_CHUNK_SIZE_LF:
+            if (ch != '\n')
+                EH2O_BAD(400);
+            c->h1.phase = c->h1.left == 0 ? EH2O_H1_TRAILER : EH2O_H1_CHUNK_DATA;
+            c->h1.line = 0;
+            i++;
+            break;
+        case EH2O_H1_CHUNK_DATA: {
+            size_t take = n - i < c->h1.left ? n - i : (size_t)c->h1.left;
+            c->h1.left -= take;
+            i += take;
+            if (c->h1.left == 0)
+                c->h1.phase = EH2O_H1_CHUNK_DATA_CR;
+            break;
+        }
+        case EH2O_H1_CHUNK_DATA_CR:
+            if (ch != '\r')
+                EH2O_BAD(400); /* data longer than its size */
+            c->h1.phase = EH2O_H1_CHUNK_DATA_LF;
+            i++;
+            break;
+        case EH2O_H1_CHUNK_DATA_LF:
+            if (ch != '\n')
+                EH2O_BAD(400);
+            c->h1.phase = EH2O_H1_CHUNK_SIZE;
+            c->h1.digits = 0;
+            i++;
+            break;
+        case EH2O_H1_TRAILER:
+            c->h1.phase = ch == '\r' ? EH2O_H1_TRAILER_END_LF : EH2O_H1_TRAILER_LINE;
+            if (ch == '\n' || ch == 0)
+                EH2O_BAD(400);
+            i++;
+            break;
+        case EH2O_H1_TRAILER_LINE:
+            if (ch == '\r')
+                c->h1.phase = EH2O_H1_TRAILER_LINE_LF;
+            else if (ch == '\n' || ch == 0)
+                EH2O_BAD(400);
+            if (++c->h1.line > head_max)
+                EH2O_BAD(431);
+            i++;
+            break;
+        case EH2O_H1_TRAILER_LINE_LF:
+            if (ch != '\n')
+                EH2O_BAD(400);
+            c->h1.phase = EH2O_H1_TRAILER;
+            i++;
+            break;
+        case EH2O_H1_TRAILER_END_LF:
+            if (ch != '\n')
+                EH2O_BAD(400);
+            i++;
+            eh2o_h1_request_done(c);
+            break;
+        default: /* EH2O_H1_DEAD */
+            return 0;
+        }
+        if (c->h1.phase == EH2O_H1_HEAD && c->h1.head_len == 0)
+            req_at = i;
+    }
+#undef EH2O_BAD
+    return 0;
+}
+
+static void eh2o_h1_on_read(h2o_socket_t *sock, const char *err)
+{
+    eh2o_conn *c = eh2o_sock_conn(sock);
+    if (err == NULL && c->h1.bad != 0) { /* h2o waits for a head: the bad one's turn */
+        int status = c->h1.bad;
+        srv_request *sreq = c->h1.bad_req;
+        c->h1.bad = 0;
+        c->h1.bad_req = NULL;
+        eh2o_h1_answer(c, sreq, status);
+        return;
+    }
+    if (err == NULL && c->h1.phase != EH2O_H1_DEAD && sock->bytes_read != 0 &&
+        sock->bytes_read <= sock->input->size) {
+        size_t n = sock->bytes_read, bad_at;
+        srv_request *sreq;
+        c->h1.completed = 0;
+        int st = eh2o_h1_scan(c, sock->input->bytes + sock->input->size - n, n, &bad_at, &sreq);
+        if (st != 0 && c->h1.completed > 0 && bad_at != SIZE_MAX) {
+            /* Good requests came first in this read: h2o serves them, the bad one waits. */
+            sock->input->size -= n - bad_at;
+            c->h1.bad = st;
+            c->h1.bad_req = sreq;
+            c->h1.phase = EH2O_H1_DEAD;
+        } else if (st != 0) {
+            eh2o_h1_answer(c, sreq, st);
+            return;
+        }
+    }
+    if (eh2o_h1_call(c, c->h1.reqread, sock, err))
+        eh2o_h1_after(c);
+}
+
+/* ------------------------------------------------------------------ */
 /* Connections: accept, max_connections, refusal, tracking             */
 /* ------------------------------------------------------------------ */
 
@@ -592,6 +1141,15 @@ static void eh2o_on_conn_close(void *data)
     eh2o_conn *c = data;
     eh2o_thread *t = c->thread;
     h2o_timeout_unlink(&c->calm);
+    h2o_timeout_unlink(&c->h1.linger);
+    if (c->h1.closed != NULL)
+        *c->h1.closed = 1;
+    free(c->h1.head);
+    free(c->h1.out);
+    if (c->h1.req != NULL)
+        srv__request_release(c->h1.req);
+    if (c->h1.bad_req != NULL)
+        srv__request_release(c->h1.bad_req);
     h2o_linklist_unlink(&c->link);
     t->nconns--;
     atomic_fetch_sub(&t->server->conns, 1);
@@ -703,6 +1261,10 @@ static void eh2o_on_accept(h2o_socket_t *listener, const char *err)
         sock->on_close.data = c;
         srv__stats_connection_opened(s->srv);
         h2o_accept(&t->accept_ctx, sock);
+        if (sock->_cb.read != NULL) { /* HTTP/1 reading: the framing guard reads first */
+            c->h1.reqread = sock->_cb.read;
+            sock->_cb.read = eh2o_h1_on_read;
+        }
     }
 }
 
@@ -1043,9 +1605,9 @@ static void eh2o_destroy(void *state)
 const srv_engine srv_engine_h2o = {
     .version = SRV_ENGINE_VERSION,
     .name = "h2o",
-    /* Not SRV_ENGINE_CAP_VERSION_505: h2o's parser answers "HTTP/2.0" in an HTTP/1 request
-     * line with 400 itself. Garbage request lines do get 400. */
-    .caps = SRV_ENGINE_CAP_HTTP2 | SRV_ENGINE_CAP_GARBAGE_400,
+    /* The HTTP/1 guard answers an unknown version with 505 before h2o's parser (which would
+     * say 400), and garbage request lines with 400. */
+    .caps = SRV_ENGINE_CAP_HTTP2 | SRV_ENGINE_CAP_VERSION_505 | SRV_ENGINE_CAP_GARBAGE_400,
     .start = eh2o_start,
     .respond = eh2o_respond,
     .quiesce = eh2o_quiesce,

@@ -2887,6 +2887,88 @@ static void test_start_out_of_fds(void **state)
           "starts: %d failed, %d served", failed, served);
 }
 
+
+/* Send `req` on a new connection; the first response must be `status`
+ * with the core's headers (Date, Server, Content-Type), then a close. */
+static void core_answer(fx *f, const char *what, const char *req, int status)
+{
+    rc_conn *c = conn_open(f, what);
+    rc_send_str(c, req, 3000); /* may fail once the server answered */
+    rc_response r;
+    int rc = rc_read_response(c, &r, 0, 4000);
+    CHECK(rc == RC_OK, "[%s] expected %d: %s", what, status, rc_strerror(rc));
+    if (r.status != status)
+        print_error("[%s] got \"HTTP/1.%d %d %s\" body: %.*s\n", what, r.minor,
+                    r.status, r.reason, (int)(r.body_len > 200 ? 200 : r.body_len),
+                    r.body);
+    char label[200];
+    snprintf(label, sizeof label, "[%s] status", what);
+    CHECK_INT(label, r.status, status);
+    CHECK(rc_header_get(&r, "Date") != NULL, "[%s] the %d has no Date", what, status);
+    snprintf(label, sizeof label, "[%s] Server of the %d", what, status);
+    CHECK_STR(label, rc_header_get(&r, "Server"), "libsrv");
+    CHECK(rc_header_get(&r, "Content-Type") != NULL, "[%s] the %d has no "
+          "Content-Type", what, status);
+    char body[64];
+    snprintf(body, sizeof body, "%d ", status);
+    CHECK(r.body_len > 4 && strncmp(r.body, body, 4) == 0, "[%s] body \"%.*s\" is "
+          "not the core's \"%d <reason>\"", what, (int)r.body_len, r.body, status);
+    rc_response_free(&r);
+    conn_expect_closed(c, what, 3000);
+    rc_close(c);
+    still_serving(f, what);
+}
+
+/* Item 7: "0x2" is no chunk size (RFC 9112 7.1: 1*HEXDIG); a lenient
+ * parser reads size 0 and the rest as trailers and a next request. */
+static void test_raw_chunk_size_0x(void **state)
+{
+    fx *f = *state;
+    bad_input_str(f, "chunk size 0x2, then a pipelined GET",
+                  "POST /echo HTTP/1.1\r\n" HOST "Transfer-Encoding: chunked\r\n\r\n"
+                  "0x2\r\nAB\r\n0\r\n\r\nGET /hello HTTP/1.1\r\n" HOST "\r\n",
+                  400, BAD_STATUS);
+    bad_input_str(f, "chunk data longer than its size",
+                  "POST /echo HTTP/1.1\r\n" HOST "Transfer-Encoding: chunked\r\n\r\n"
+                  "2\r\nABXY0\r\n\r\n", 400, BAD_STATUS);
+}
+
+/* Item 9: the core's head rules apply to an h2c upgrade request too. */
+static void test_raw_upgrade_head_rules(void **state)
+{
+    fx *f = *state;
+    bad_input_str(f, "Upgrade: h2c with Content-Length and Transfer-Encoding",
+                  "GET /hello HTTP/1.1\r\n" HOST "Connection: Upgrade, HTTP2-Settings\r\n"
+                  "Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n"
+                  "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+                  400, BAD_STATUS);
+}
+
+/* Item 16: RFC 9110 7.8, a server must ignore Upgrade in HTTP/1.0. */
+static void test_raw_http10_upgrade(void **state)
+{
+    fx *f = *state;
+    const char *what = "HTTP/1.0 GET with Upgrade: h2c";
+    rc_conn *c = conn_open(f, what);
+    conn_send_str(c, what, "GET /hello HTTP/1.0\r\n" HOST
+                  "Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
+                  "HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n");
+    conn_expect(c, what, 0, 200, "hello", NULL);
+    rc_close(c);
+}
+
+/* Item 18: answers to bad input come from the core on every engine. */
+static void test_raw_error_answers_are_the_cores(void **state)
+{
+    fx *f = *state;
+    core_answer(f, "garbage request line", "GARBAGE\r\n\r\n", 400);
+    core_answer(f, "HTTP/9.9", "GET /hello HTTP/9.9\r\n" HOST "\r\n", 505);
+    core_answer(f, "header line without a colon",
+                "GET /hello HTTP/1.1\r\n" HOST "NoColonHere\r\n\r\n", 400);
+    core_answer(f, "chunk size 0x2", "POST /echo HTTP/1.1\r\n" HOST
+                "Transfer-Encoding: chunked\r\n\r\n0x2\r\nAB\r\n0\r\n\r\n", 400);
+}
+
 /* ------------------------------------------------------------------ */
 /* main                                                                */
 /* ------------------------------------------------------------------ */
@@ -2977,6 +3059,10 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_h2_some_resets, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_h2_reset_queued, setup_two_workers, fx_teardown),
         cmocka_unit_test(test_start_out_of_fds),
+        cmocka_unit_test_setup_teardown(test_raw_chunk_size_0x, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_upgrade_head_rules, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_http10_upgrade, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_error_answers_are_the_cores, setup_default, fx_teardown),
     };
     snprintf(name, sizeof name, "conformance %s: issue 11 (resets, upgrade, framing)",
              g_engine_name);
