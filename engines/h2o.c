@@ -125,6 +125,7 @@ typedef struct eh2o_conn {
         char *head;             /* the head being received (max_header_bytes + 4) */
         size_t head_len, line;
         uint64_t left;          /* Content-Length or chunk bytes still to come */
+        uint64_t body;          /* chunk data so far */
         int digits;
         unsigned completed;     /* requests completed in the current read */
         unsigned seq, served;   /* heads scanned, and reached on_req */
@@ -890,6 +891,7 @@ static int eh2o_h1_head_done(eh2o_conn *c, size_t len, size_t buf_at, srv_reques
         if (h2o_lcstris(x->name, x->name_len, H2O_STRLIT("transfer-encoding"))) {
             c->h1.phase = EH2O_H1_CHUNK_SIZE; /* the core allows "chunked" only */
             c->h1.left = 0;
+            c->h1.body = 0;
             c->h1.digits = 0;
         } else if (h2o_lcstris(x->name, x->name_len, H2O_STRLIT("content-length"))) {
             uint64_t v = 0;
@@ -1045,6 +1047,8 @@ static int eh2o_h1_scan(eh2o_conn *c, const char *p, size_t n, size_t *bad_at,
         case EH2O_H1_CHUNK_DATA: {
             size_t take = n - i < c->h1.left ? n - i : (size_t)c->h1.left;
             c->h1.left -= take;
+            if ((c->h1.body += take) > cfg->max_body_bytes)
+                EH2O_BAD(413); /* before h2o's own 413, which is not the core's */
             i += take;
             if (c->h1.left == 0)
                 c->h1.phase = EH2O_H1_CHUNK_DATA_CR;
@@ -1489,10 +1493,11 @@ static int eh2o_start(srv_server *srv, void **state)
                                           : cfg->keepalive_timeout_ms;
     s->globalconf.http2.idle_timeout = cfg->keepalive_timeout_ms;
     s->globalconf.http1.upgrade_to_http2 = 1;
-    /* h2o buffers whole bodies (1 GiB by default) before on_req. At the limit HTTP/1 gets
-     * h2o's own 413 straight from the head (Content-Length) or while de-chunking; HTTP/2
-     * gets RST_STREAM (REFUSED_STREAM) from h2o, documented in docs/ENGINES.md. */
-    s->globalconf.max_request_entity_size = cfg->max_body_bytes;
+    /* h2o buffers whole bodies (1 GiB by default) before on_req. HTTP/1 gets the core's 413
+     * from the framing guard first (h2o refuses a body of exactly its limit, the core allows
+     * it: hence + 1); HTTP/2 gets RST_STREAM (REFUSED_STREAM) from h2o past it, documented in
+     * docs/ENGINES.md. */
+    s->globalconf.max_request_entity_size = cfg->max_body_bytes + 1;
     h2o_hostconf_t *host =
         h2o_config_register_host(&s->globalconf, h2o_iovec_init(H2O_STRLIT("default")), 65535);
     /* Every request reaches the core: "/..." through the path, "*" and the rest through

@@ -2967,6 +2967,16 @@ static void test_raw_error_answers_are_the_cores(void **state)
                 "GET /hello HTTP/1.1\r\n" HOST "NoColonHere\r\n\r\n", 400);
     core_answer(f, "chunk size 0x2", "POST /echo HTTP/1.1\r\n" HOST
                 "Transfer-Encoding: chunked\r\n\r\n0x2\r\nAB\r\n0\r\n\r\n", 400);
+    /* A chunked body one byte over max_body_bytes. */
+    size_t cap = L_BODY + 256;
+    char *req = malloc(cap);
+    CHECK(req != NULL, "out of memory");
+    int n = snprintf(req, cap, "POST /echo HTTP/1.1\r\n" HOST
+                     "Transfer-Encoding: chunked\r\n\r\n%x\r\n", L_BODY + 1);
+    memset(req + n, 'a', L_BODY + 1);
+    strcpy(req + n + L_BODY + 1, "\r\n0\r\n\r\n");
+    core_answer(f, "chunked body over max_body_bytes", req, 413);
+    free(req);
 }
 
 /* ------------------------------------------------------------------ */
