@@ -146,6 +146,8 @@ typedef struct eh2o_refusal {
     h2o_timeout_entry_t timeout;
     h2o_socket_t *sock;
     eh2o_thread *thread;
+    char *out;    /* the core's 503 being written */
+    int answered; /* the answer is out (or given up): the timeout closes */
 } eh2o_refusal;
 
 /*
@@ -160,6 +162,7 @@ typedef struct eh2o_ticket {
     h2o_req_t *req; /* NULL once h2o disposed it (HTTP/2 reset, connection gone) */
     eh2o_conn *conn; /* HTTP/2: the connection, to count resets (valid while req is) */
     eh2o_conn *raw;  /* an answer of the HTTP/1 guard: no h2o_req_t, we write it */
+    struct eh2o_refusal *refusal; /* the 503 of a connection past max_connections */
     h2o_linklist_t pending; /* eh2o_thread.to_dispatch until handed to the core */
     int done; /* the response reached the loop: a later dispose is no reset */
     int refs;
@@ -269,6 +272,7 @@ static const char *eh2o_pool_strndup(h2o_mem_pool_t *pool, const char *s, size_t
 }
 
 static void eh2o_h1_write_answer(eh2o_conn *c, srv_request *sreq);
+static void eh2o_refusal_write_answer(struct eh2o_refusal *r, srv_request *sreq);
 static void eh2o_h1_after(eh2o_conn *c);
 static eh2o_conn *eh2o_sock_conn(h2o_socket_t *sock);
 
@@ -354,6 +358,8 @@ static void eh2o_complete(eh2o_thread *t, eh2o_ticket *tk)
     /* The guard may fire inside eh2o_send_response: this reference keeps tk alive. */
     if (tk->raw != NULL)
         eh2o_h1_write_answer(tk->raw, sreq);
+    else if (tk->refusal != NULL)
+        eh2o_refusal_write_answer(tk->refusal, sreq);
     else if (tk->req != NULL)
         eh2o_send_response(t, tk->req, sreq);
     srv__request_release(sreq);
@@ -1166,15 +1172,13 @@ static void eh2o_refusal_close(eh2o_refusal *r)
     h2o_timeout_unlink(&r->timeout);
     h2o_linklist_unlink(&r->link);
     h2o_socket_close(r->sock);
+    free(r->out);
     free(r);
 }
 
-static void eh2o_refusal_on_timeout(h2o_timeout_entry_t *entry)
-{
-    eh2o_refusal_close(H2O_STRUCT_FROM_MEMBER(eh2o_refusal, timeout, entry));
-}
+static void eh2o_refusal_on_timeout(h2o_timeout_entry_t *entry);
 
-static void eh2o_refusal_on_read(h2o_socket_t *sock, const char *err)
+static void eh2o_refusal_on_drain(h2o_socket_t *sock, const char *err)
 {
     if (err != NULL) {
         eh2o_refusal_close(sock->data);
@@ -1185,25 +1189,129 @@ static void eh2o_refusal_on_read(h2o_socket_t *sock, const char *err)
 
 static void eh2o_refusal_on_written(h2o_socket_t *sock, const char *err)
 {
+    eh2o_refusal *r = sock->data;
     if (err != NULL) {
-        eh2o_refusal_close(sock->data);
+        eh2o_refusal_close(r);
         return;
     }
     /* Half-close and drain: closing with unread input would reset the connection and the
-     * client could lose the 503 it has not read yet. */
+     * client could lose the answer it has not read yet. */
     shutdown(h2o_socket_get_fd(sock), SHUT_WR);
-    h2o_socket_read_start(sock, eh2o_refusal_on_read);
+    h2o_buffer_consume(&sock->input, sock->input->size);
+    h2o_socket_read_start(sock, eh2o_refusal_on_drain);
+    r->answered = 1;
+    h2o_timeout_unlink(&r->timeout);
+    h2o_timeout_link(r->thread->loop, &r->thread->refuse_timeout, &r->timeout);
 }
 
-/* Past max_connections: answer 503 at once and close, never leave the client hanging. */
+static void eh2o_refusal_send(eh2o_refusal *r, const void *data, size_t len)
+{
+    h2o_iovec_t buf = h2o_iovec_init(data, len);
+    h2o_socket_read_stop(r->sock);
+    h2o_socket_write(r->sock, &buf, 1, eh2o_refusal_on_written);
+}
+
+/* respond slot for a refusal's 503 (eh2o_complete, on the loop): the core's HTTP/1 answer. */
+static void eh2o_refusal_write_answer(eh2o_refusal *r, srv_request *sreq)
+{
+    size_t hl, bl;
+    const char *head = srv__response_http1_head(sreq, &hl);
+    const void *body = srv__response_body(sreq, &bl);
+    r->out = head != NULL ? malloc(hl + bl) : NULL;
+    if (r->out == NULL) {
+        r->answered = 1; /* the timeout closes it */
+        return;
+    }
+    memcpy(r->out, head, hl);
+    if (bl != 0)
+        memcpy(r->out + hl, body, bl);
+    eh2o_refusal_send(r, r->out, hl + bl);
+}
+
+/* The core answers the refused request 503 (its headers, its access-log line). */
+static void eh2o_refusal_answer(eh2o_refusal *r)
+{
+    eh2o_thread *t = r->thread;
+    h2o_socket_t *sock = r->sock;
+    struct sockaddr_storage peer;
+    socklen_t plen = h2o_socket_getpeername(sock, (struct sockaddr *)&peer);
+    srv_request *sreq =
+        srv__request_new(t->server->srv, plen != 0 ? (struct sockaddr *)&peer : NULL, plen);
+    eh2o_ticket *tk = sreq != NULL ? calloc(1, sizeof *tk) : NULL;
+    if (tk == NULL) {
+        if (sreq != NULL)
+            srv__request_release(sreq);
+        r->answered = 1;
+        return;
+    }
+    /* The request line, when it parses, names the refused request in the access log. */
+    const char *method, *target;
+    size_t mlen, tlen, nh = EH2O_MAX_HEADERS;
+    int minor;
+    struct eh2o_phr_header hs[EH2O_MAX_HEADERS];
+    if (phr_parse_request(sock->input->bytes, sock->input->size, &method, &mlen, &target, &tlen,
+                          &minor, hs, &nh, 0) > 0) {
+        srv__request_set_method(sreq, method, mlen);
+        srv__request_set_target(sreq, target, tlen);
+        srv__request_set_version(sreq, 1, minor);
+    }
+    tk->thread = t;
+    tk->sreq = sreq;
+    tk->refusal = r;
+    tk->refs = 1;
+    t->live++;
+    srv__request_set_engine_data(sreq, tk);
+    srv__request_fail(sreq, 503); /* respond -> eh2o_complete -> eh2o_refusal_write_answer */
+}
+
+/* A refused connection's bytes: wait for a whole head (bounded), then answer it. */
+static void eh2o_refusal_on_read(h2o_socket_t *sock, const char *err)
+{
+    static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    eh2o_refusal *r = sock->data;
+    if (err != NULL) {
+        eh2o_refusal_close(r);
+        return;
+    }
+    size_t n = sock->input->size, pl = sizeof preface - 1;
+    const char *p = sock->input->bytes;
+    if (memcmp(p, preface, n < pl ? n : pl) == 0) {
+        if (n < pl)
+            return;
+        /* HTTP/2 prior knowledge: the server preface (empty SETTINGS), then GOAWAY with no
+         * stream processed (last-stream-id 0), so the client may retry elsewhere or later. */
+        static const char goaway[] = "\0\0\0\4\0\0\0\0\0"                 /* SETTINGS */
+                                     "\0\0\x1c\7\0\0\0\0\0"               /* GOAWAY */
+                                     "\0\0\0\0\0\0\0\0too many connections"; /* NO_ERROR */
+        eh2o_refusal_send(r, goaway, sizeof goaway - 1);
+        return;
+    }
+    const char *method, *target;
+    size_t mlen, tlen, nh = EH2O_MAX_HEADERS;
+    int minor;
+    struct eh2o_phr_header hs[EH2O_MAX_HEADERS];
+    int ret = phr_parse_request(p, n, &method, &mlen, &target, &tlen, &minor, hs, &nh, 0);
+    if (ret == -2 && n <= r->thread->server->cfg->max_header_bytes + 4)
+        return; /* more to come, until the deadline */
+    eh2o_refusal_answer(r);
+}
+
+/* The deadline: a partial head is answered anyway, a silent client closed (an answer to no
+ * request is what confused HTTP/1 clients); after the answer, the end of the drain. */
+static void eh2o_refusal_on_timeout(h2o_timeout_entry_t *entry)
+{
+    eh2o_refusal *r = H2O_STRUCT_FROM_MEMBER(eh2o_refusal, timeout, entry);
+    if (r->answered || r->sock->input->size == 0 || r->out != NULL) {
+        eh2o_refusal_close(r);
+        return;
+    }
+    h2o_timeout_link(r->thread->loop, &r->thread->refuse_timeout, &r->timeout);
+    eh2o_refusal_answer(r);
+}
+
+/* Past max_connections: read the head (at most EH2O_REFUSE_LINGER_MS), answer 503, close. */
 static void eh2o_refuse(eh2o_thread *t, h2o_socket_t *sock)
 {
-    static const char resp[] = "HTTP/1.1 503 Service Unavailable\r\n"
-                               "Content-Type: text/plain; charset=utf-8\r\n"
-                               "Content-Length: 24\r\n"
-                               "Connection: close\r\n"
-                               "\r\n"
-                               "503 Service Unavailable\n";
     eh2o_refusal *r = calloc(1, sizeof *r);
     if (r == NULL) {
         h2o_socket_close(sock);
@@ -1215,8 +1323,7 @@ static void eh2o_refuse(eh2o_thread *t, h2o_socket_t *sock)
     h2o_linklist_insert(&t->refusals, &r->link);
     r->timeout.cb = eh2o_refusal_on_timeout;
     h2o_timeout_link(t->loop, &t->refuse_timeout, &r->timeout);
-    h2o_iovec_t buf = h2o_iovec_init(resp, sizeof resp - 1);
-    h2o_socket_write(sock, &buf, 1, eh2o_refusal_on_written);
+    h2o_socket_read_start(sock, eh2o_refusal_on_read);
 }
 
 static void eh2o_on_accept(h2o_socket_t *listener, const char *err);

@@ -2979,6 +2979,62 @@ static void test_raw_error_answers_are_the_cores(void **state)
     free(req);
 }
 
+
+/* Item 17: past max_connections the refusal is readable: nothing before
+ * the client's request, then the core's 503 (Date, Server, Content-Type)
+ * and a close; an HTTP/2 preface gets a GOAWAY frame instead. */
+static void test_raw_max_connections_readable(void **state)
+{
+    fx *f = *state;
+    enum { HELD = 4 };
+    rc_conn *held[HELD];
+    const char *what = "max_connections 4: a 5th connection";
+    for (int i = 0; i < HELD; i++) {
+        held[i] = conn_open(f, "max_connections: first 4");
+        conn_send_str(held[i], "max_connections: first 4",
+                      "GET /hello HTTP/1.1\r\n" HOST "\r\n");
+        conn_expect(held[i], "max_connections: first 4", 0, 200, "hello", NULL);
+    }
+    rc_conn *c = conn_open(f, what);
+    size_t unread = 0;
+    int rc = rc_wait_close(c, 300, &unread);
+    CHECK(rc == RC_TIMEOUT && unread == 0, "[%s] before any request the server "
+          "%s and sent %zu bytes (an answer to no request)", what,
+          rc == RC_TIMEOUT ? "kept it open" : "closed it", unread);
+    conn_send_str(c, what, "GET /hello HTTP/1.1\r\n" HOST "\r\n");
+    rc_response r;
+    rc = rc_read_response(c, &r, 0, 3000);
+    CHECK(rc == RC_OK, "[%s] no answer to its request: %s", what, rc_strerror(rc));
+    CHECK_INT("[max_connections: the 5th] status", r.status, 503);
+    CHECK(rc_header_get(&r, "Date") != NULL, "[%s] the 503 has no Date", what);
+    CHECK_STR("[max_connections: the 5th] Server", rc_header_get(&r, "Server"), "libsrv");
+    CHECK(rc_header_get(&r, "Content-Type") != NULL, "[%s] no Content-Type", what);
+    rc_response_free(&r);
+    conn_expect_closed(c, what, 3000);
+    rc_close(c);
+
+    if (engine_caps() & SRV_ENGINE_CAP_HTTP2) {
+        what = "max_connections 4: a 5th connection with the HTTP/2 preface";
+        c = conn_open(f, what);
+        unsigned char pre[64];
+        memcpy(pre, H2_PREFACE, sizeof H2_PREFACE - 1);
+        size_t n = sizeof H2_PREFACE - 1 + h2_frame(pre + sizeof H2_PREFACE - 1, 4, 0, 0, NULL, 0);
+        conn_send(c, what, pre, n);
+        rc = rc_wait_close(c, 3000, NULL);
+        CHECK(rc == RC_CLOSED || rc == RC_RESET, "[%s] not closed", what);
+        int got200;
+        long goaway = h2_scan(c, 0, &got200);
+        CHECK(goaway >= 0, "[%s] no GOAWAY frame before the close (%zu bytes)", what,
+              c->len - c->off);
+        rc_close(c);
+    }
+    for (int i = 0; i < HELD; i++)
+        rc_close(held[i]);
+    for (int i = 0; i < 100 && stats(f).connections_open >= f->cfg.max_connections; i++)
+        usleep(10 * 1000);
+    still_serving(f, "max_connections reached and released");
+}
+
 /* ------------------------------------------------------------------ */
 /* main                                                                */
 /* ------------------------------------------------------------------ */
@@ -3073,6 +3129,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_raw_upgrade_head_rules, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_raw_http10_upgrade, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_raw_error_answers_are_the_cores, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_max_connections_readable, setup_few_connections, fx_teardown),
     };
     snprintf(name, sizeof name, "conformance %s: issue 11 (resets, upgrade, framing)",
              g_engine_name);
