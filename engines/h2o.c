@@ -115,6 +115,10 @@ typedef struct eh2o_conn {
     uint64_t reset_window_at;  /* start of the current reset-counting window */
     unsigned resets;           /* streams withdrawn in that window */
     h2o_timeout_entry_t calm;  /* linked once the flood GOAWAY is queued: then close */
+    unsigned h2_with_us;       /* requests given to the core, answer not yet written */
+    uint64_t recv_since;       /* since when some request has been arriving (0: none) */
+    uint64_t sent_since;       /* last time h2o issued a write (or had none due) */
+    size_t sent_mark;          /* sock->bytes_written then */
     struct { /* HTTP/1 framing guard (see eh2o_h1_on_read) */
         h2o_socket_cb reqread;  /* h2o's HTTP/1 read callback; NULL: not guarded */
         h2o_socket_cb wrote;    /* h2o's callback of the write in flight */
@@ -137,6 +141,7 @@ typedef struct eh2o_conn {
         srv_request *bad_req;
         char *out;              /* the guard's answer being written */
         h2o_timeout_entry_t linger;
+        h2o_timeout_entry_t send; /* a write that has not completed in header_timeout_ms */
     } h1;
 } eh2o_conn;
 
@@ -187,6 +192,9 @@ struct eh2o_thread {
      * RST_STREAM in the same read cancels them before any worker sees them. */
     h2o_timeout_t zero;
     h2o_timeout_entry_t dispatch_entry;
+    h2o_timeout_t sweep; /* HTTP/2 deadlines (eh2o_h2_check) */
+    h2o_timeout_t send_timeout; /* HTTP/1 writes: header_timeout_ms, as threadpool's */
+    h2o_timeout_entry_t sweep_entry;
     h2o_linklist_t to_dispatch;
     h2o_linklist_t conns;
     h2o_linklist_t refusals;
@@ -247,8 +255,10 @@ static void eh2o_on_guard_dispose(void *p)
     int drop = 1; /* the guard's reference */
     tk->req = NULL;
     if (!tk->done) {
-        if (tk->conn != NULL)
+        if (tk->conn != NULL) {
+            tk->conn->h2_with_us--;
             eh2o_count_reset(tk->conn);
+        }
         if (h2o_linklist_is_linked(&tk->pending)) {
             h2o_linklist_unlink(&tk->pending);
             srv__request_release(tk->sreq); /* never given to the core: no respond */
@@ -354,6 +364,8 @@ static _Thread_local eh2o_thread *eh2o_self;
 static void eh2o_complete(eh2o_thread *t, eh2o_ticket *tk)
 {
     srv_request *sreq = tk->sreq;
+    if (tk->conn != NULL && tk->req != NULL) /* the conn lives while its req does */
+        tk->conn->h2_with_us--;
     tk->done = 1;
     /* The guard may fire inside eh2o_send_response: this reference keeps tk alive. */
     if (tk->raw != NULL)
@@ -487,6 +499,25 @@ static int eh2o_fill(srv_request *sreq, h2o_req_t *req)
 
 static void eh2o_on_conn_close(void *data);
 
+/* Take the h2o HTTP/2 connection behind c once, if its layout checks out (see the mirror). */
+static void eh2o_h2_adopt(eh2o_conn *c, h2o_conn_t *conn)
+{
+    if (c->h2 != NULL || c->h2_checked || c->sock->_cb.read == NULL)
+        return;
+    c->h2_checked = 1;
+    eh2o_h2conn *h2 = (eh2o_h2conn *)conn; /* super is its first member */
+    int found = 0;
+    h2o_linklist_t *all = &c->thread->ctx.http2._conns;
+    for (h2o_linklist_t *n = all->next; n != all && !found; n = n->next)
+        found = n == &h2->_conns;
+    if (found && h2->sock == c->sock && h2->state <= EH2O_H2_IS_CLOSING &&
+        h2->_pending_reqs.next->prev == &h2->_pending_reqs &&
+        h2->_write.streams_to_proceed.next->prev == &h2->_write.streams_to_proceed &&
+        h2->_write.buf != NULL)
+        c->h2 = h2;
+    c->h2_on_read = c->sock->_cb.read; /* reading now: h2o's HTTP/2 on_read */
+}
+
 /* The connection record of an HTTP/2 request (NULL if the socket is not one we track). */
 static eh2o_conn *eh2o_h2_conn(h2o_req_t *req)
 {
@@ -494,21 +525,59 @@ static eh2o_conn *eh2o_h2_conn(h2o_req_t *req)
     if (sock == NULL || sock->on_close.cb != eh2o_on_conn_close)
         return NULL;
     eh2o_conn *c = sock->on_close.data;
-    if (c->h2 == NULL && !c->h2_checked) {
-        c->h2_checked = 1;
-        eh2o_h2conn *h2 = (eh2o_h2conn *)req->conn; /* super is its first member */
-        int found = 0;
-        h2o_linklist_t *all = &req->conn->ctx->http2._conns;
-        for (h2o_linklist_t *n = all->next; n != all && !found; n = n->next)
-            found = n == &h2->_conns;
-        if (found && h2->sock == sock && h2->state <= EH2O_H2_IS_CLOSING &&
-            h2->_pending_reqs.next->prev == &h2->_pending_reqs &&
-            h2->_write.streams_to_proceed.next->prev == &h2->_write.streams_to_proceed &&
-            h2->_write.buf != NULL)
-            c->h2 = h2;
-        c->h2_on_read = sock->_cb.read; /* reading now: h2o's HTTP/2 on_read */
-    }
+    eh2o_h2_adopt(c, req->conn);
     return c;
+}
+
+static void eh2o_h2_goaway(eh2o_conn *c, int errnum, const char *why);
+
+/*
+ * HTTP/2 deadlines, checked by a periodic sweep (h2o 2.2.5 has none while a stream is open):
+ * - receiving: some request's head or body has been arriving (a header block waiting for its
+ *   CONTINUATION, or open streams neither handed over nor queued for it) and no request
+ *   completed for header_timeout_ms: empty CONTINUATIONs or 1-byte DATA frames every few
+ *   seconds end there, as the HTTP/1 head and body do;
+ * - sending: a response is due and h2o issued no write for header_timeout_ms (the client
+ *   reads nothing, or grants no flow-control window), threadpool's write timeout.
+ * Either gets GOAWAY and a close: h2o 2.2.5 cannot reset one stream from outside.
+ */
+static void eh2o_h2_check(eh2o_conn *c, uint64_t now, uint64_t limit)
+{
+    if (c->h2 == NULL && c->h1.off && c->sock->data != NULL) /* no request completed yet */
+        eh2o_h2_adopt(c, c->sock->data);                      /* HTTP/2 sets sock->data */
+    eh2o_h2conn *h2 = c->h2;
+    if (h2 == NULL || h2->state != EH2O_H2_OPEN)
+        return;
+    /* h2o 2.2.5 counts a stream in .open from its HEADERS to its end, and in .half_closed
+     * from the moment it hands the request over (SEND_HEADERS, before on_req); requests
+     * waiting for a processing slot are on _pending_reqs. */
+    uint32_t open = h2->num_streams[1].open, processing = h2->num_streams[1].half_closed;
+    uint32_t queued = 0;
+    for (h2o_linklist_t *n = h2->_pending_reqs.next; n != &h2->_pending_reqs; n = n->next)
+        queued++;
+    int receiving = h2->_headers_unparsed != NULL || open > processing + queued;
+    if (!receiving)
+        c->recv_since = 0;
+    else if (c->recv_since == 0)
+        c->recv_since = now;
+    int sending = processing > c->h2_with_us || c->sock->_cb.write != NULL;
+    if (!sending || c->sock->bytes_written != c->sent_mark) {
+        c->sent_mark = c->sock->bytes_written;
+        c->sent_since = now;
+    }
+    if (c->recv_since != 0 && now - c->recv_since >= limit)
+        eh2o_h2_goaway(c, H2O_HTTP2_ERROR_NONE, "request timeout");
+    else if (sending && now - c->sent_since >= limit)
+        eh2o_h2_goaway(c, H2O_HTTP2_ERROR_NONE, "send timeout");
+}
+
+static void eh2o_on_sweep(h2o_timeout_entry_t *entry)
+{
+    eh2o_thread *t = H2O_STRUCT_FROM_MEMBER(eh2o_thread, sweep_entry, entry);
+    uint64_t now = h2o_now(t->loop), limit = t->server->cfg->header_timeout_ms;
+    for (h2o_linklist_t *n = t->conns.next; n != &t->conns; n = n->next)
+        eh2o_h2_check(H2O_STRUCT_FROM_MEMBER(eh2o_conn, link, n), now, limit);
+    h2o_timeout_link(t->loop, &t->sweep, &t->sweep_entry);
 }
 
 /* Zero timeout, after the reads of this loop iteration: hand the surviving requests over. */
@@ -530,6 +599,22 @@ static void eh2o_on_calm(h2o_timeout_entry_t *entry)
     c->h2_on_read(c->sock, "too many stream resets"); /* c may be freed now */
 }
 
+/* Queue a last GOAWAY and close the HTTP/2 connection (once). */
+static void eh2o_h2_goaway(eh2o_conn *c, int errnum, const char *why)
+{
+    eh2o_h2conn *h2 = c->h2;
+    if (h2 == NULL || c->h2_on_read == NULL || h2o_timeout_is_linked(&c->calm) ||
+        h2->state >= EH2O_H2_IS_CLOSING) /* h2o is closing it already */
+        return;
+    if (h2->state < EH2O_H2_HALF_CLOSED) {
+        h2o_http2_encode_goaway_frame(&h2->_write.buf, h2->pull_stream_ids.max_open, errnum,
+                                      h2o_iovec_init(why, strlen(why)));
+        h2o_http2_conn_request_write(h2);
+        h2->state = EH2O_H2_HALF_CLOSED;
+    }
+    h2o_timeout_link(c->thread->loop, &c->thread->zero, &c->calm);
+}
+
 /*
  * One stream withdrawn before its answer. Past the budget: GOAWAY with ENHANCE_YOUR_CALM as
  * the last frame h2o sends (what its enqueue_goaway does, lib/http2/connection.c v2.2.5),
@@ -543,20 +628,8 @@ static void eh2o_count_reset(eh2o_conn *c)
         c->reset_window_at = now;
         c->resets = 0;
     }
-    if (++c->resets <= EH2O_RESET_BUDGET || c->h2 == NULL || c->h2_on_read == NULL ||
-        h2o_timeout_is_linked(&c->calm))
-        return;
-    eh2o_h2conn *h2 = c->h2;
-    if (h2->state >= EH2O_H2_IS_CLOSING)
-        return; /* h2o is closing it already */
-    if (h2->state < EH2O_H2_HALF_CLOSED) {
-        h2o_http2_encode_goaway_frame(&h2->_write.buf, h2->pull_stream_ids.max_open,
-                                      H2O_HTTP2_ERROR_ENHANCE_YOUR_CALM,
-                                      h2o_iovec_init(H2O_STRLIT("too many stream resets")));
-        h2o_http2_conn_request_write(h2);
-        h2->state = EH2O_H2_HALF_CLOSED;
-    }
-    h2o_timeout_link(t->loop, &t->zero, &c->calm);
+    if (++c->resets > EH2O_RESET_BUDGET)
+        eh2o_h2_goaway(c, H2O_HTTP2_ERROR_ENHANCE_YOUR_CALM, "too many stream resets");
 }
 
 static int eh2o_on_req(h2o_handler_t *self, h2o_req_t *req)
@@ -583,6 +656,10 @@ static int eh2o_on_req(h2o_handler_t *self, h2o_req_t *req)
     int http2 = req->version >= 0x200;
     if (http2) {
         tk->conn = eh2o_h2_conn(req);
+        if (tk->conn != NULL) {
+            tk->conn->h2_with_us++;
+            tk->conn->recv_since = 0; /* a request completed: the receive deadline restarts */
+        }
     } else if (req->conn->callbacks->get_socket != NULL) {
         /* h2o has its view of the head now: give the core the bytes the client sent. */
         h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
@@ -720,6 +797,7 @@ static void eh2o_h1_on_linger_read(h2o_socket_t *sock, const char *err)
 static void eh2o_h1_on_answer_written(h2o_socket_t *sock, const char *err)
 {
     eh2o_conn *c = eh2o_sock_conn(sock);
+    h2o_timeout_unlink(&c->h1.send);
     free(c->h1.out);
     c->h1.out = NULL;
     if (err != NULL) {
@@ -731,6 +809,22 @@ static void eh2o_h1_on_answer_written(h2o_socket_t *sock, const char *err)
     h2o_socket_read_start(sock, eh2o_h1_on_linger_read);
     c->h1.linger.cb = eh2o_h1_linger_timeout;
     h2o_timeout_link(c->thread->loop, &c->thread->refuse_timeout, &c->h1.linger);
+}
+
+/* A client that reads nothing (pipelining without reading the answers) must not hold the
+ * connection forever: h2o 2.2.5 has no timer while it writes. Past the deadline the socket
+ * is shut, the write fails and h2o closes the connection. */
+static void eh2o_h1_send_expired(h2o_timeout_entry_t *entry)
+{
+    eh2o_conn *c = H2O_STRUCT_FROM_MEMBER(eh2o_conn, h1.send, entry);
+    shutdown(h2o_socket_get_fd(c->sock), SHUT_RDWR);
+}
+
+static void eh2o_h1_send_deadline(eh2o_conn *c)
+{
+    h2o_timeout_unlink(&c->h1.send);
+    c->h1.send.cb = eh2o_h1_send_expired;
+    h2o_timeout_link(c->thread->loop, &c->thread->send_timeout, &c->h1.send);
 }
 
 /* respond slot for a request the guard answered (eh2o_complete, on the loop). */
@@ -755,6 +849,7 @@ static void eh2o_h1_write_answer(eh2o_conn *c, srv_request *sreq)
     h2o_iovec_t buf = h2o_iovec_init(c->h1.out, hl + bl);
     h2o_socket_read_stop(sock);
     h2o_socket_write(sock, &buf, 1, eh2o_h1_on_answer_written);
+    eh2o_h1_send_deadline(c);
 }
 
 /* Answer `status` through the core now (the connection then closes). Takes sreq. */
@@ -801,6 +896,7 @@ static void eh2o_h1_after(eh2o_conn *c)
         sock->_cb.write != eh2o_h1_on_answer_written) {
         c->h1.wrote = sock->_cb.write;
         sock->_cb.write = eh2o_h1_on_written;
+        eh2o_h1_send_deadline(c);
     }
     /* A bad request queued behind good ones: its turn once h2o waits for the next head. */
     if (c->h1.bad != 0 && sock->_cb.read == eh2o_h1_on_read && sock->_cb.write == NULL &&
@@ -833,6 +929,7 @@ static void eh2o_h1_on_written(h2o_socket_t *sock, const char *err)
     eh2o_conn *c = eh2o_sock_conn(sock);
     h2o_socket_cb cb = c->h1.wrote;
     c->h1.wrote = NULL;
+    h2o_timeout_unlink(&c->h1.send);
     if (eh2o_h1_call(c, cb, sock, err))
         eh2o_h1_after(c);
 }
@@ -988,6 +1085,7 @@ static int eh2o_h1_scan(eh2o_conn *c, const char *p, size_t n, size_t *bad_at,
                     end = k + 1;
             if (cut >= 14 && memcmp(c->h1.head + s, "PRI * HTTP/2.0", 14) == 0) {
                 c->h1.phase = EH2O_H1_DEAD; /* prior knowledge: h2o switches to HTTP/2 */
+                c->h1.off = 1;
                 return 0;
             }
             if (end == 0) {
@@ -1152,6 +1250,7 @@ static void eh2o_on_conn_close(void *data)
     eh2o_thread *t = c->thread;
     h2o_timeout_unlink(&c->calm);
     h2o_timeout_unlink(&c->h1.linger);
+    h2o_timeout_unlink(&c->h1.send);
     if (c->h1.closed != NULL)
         *c->h1.closed = 1;
     free(c->h1.head);
@@ -1486,6 +1585,9 @@ static void eh2o_thread_teardown(eh2o_thread *t)
     h2o_timeout_dispose(t->loop, &t->accept_pause);
     h2o_timeout_unlink(&t->dispatch_entry);
     h2o_timeout_dispose(t->loop, &t->zero);
+    h2o_timeout_unlink(&t->sweep_entry);
+    h2o_timeout_dispose(t->loop, &t->sweep);
+    h2o_timeout_dispose(t->loop, &t->send_timeout);
     h2o_multithread_queue_t *queue = t->ctx.queue;
     h2o_context_dispose(&t->ctx);
     free(queue); /* 2.2.5's h2o_multithread_destroy_queue does not free the struct */
@@ -1513,6 +1615,11 @@ static void *eh2o_thread_main(void *arg)
     t->accept_resume.cb = eh2o_on_accept_resume;
     h2o_timeout_init(t->loop, &t->zero, 0);
     t->dispatch_entry.cb = eh2o_on_dispatch;
+    uint64_t tick = s->cfg->header_timeout_ms / 4;
+    h2o_timeout_init(t->loop, &t->sweep, tick < 50 ? 50 : tick > 1000 ? 1000 : tick);
+    t->sweep_entry.cb = eh2o_on_sweep;
+    h2o_timeout_init(t->loop, &t->send_timeout, s->cfg->header_timeout_ms);
+    h2o_timeout_link(t->loop, &t->sweep, &t->sweep_entry);
     t->accept_ctx.ctx = &t->ctx;
     t->accept_ctx.hosts = s->globalconf.hosts;
     t->listener = h2o_evloop_socket_create(t->loop, t->listen_fd, H2O_SOCKET_FLAG_DONT_READ);

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <strings.h>
 #include <time.h>
 
@@ -3035,6 +3036,133 @@ static void test_raw_max_connections_readable(void **state)
     still_serving(f, "max_connections reached and released");
 }
 
+
+/* Send `first`, then `step` every 300 ms until the server closes (or a
+ * response arrives); returns how long after the start it was cut, -1 if
+ * it never was within `limit_ms`. */
+static long long trickle(rc_conn *c, const void *first, size_t flen,
+                         const void *step, size_t slen, long long limit_ms)
+{
+    long long t0 = rc_now_ms();
+    if (rc_send(c, first, flen, 2000) != RC_OK)
+        return rc_now_ms() - t0;
+    while (rc_now_ms() - t0 < limit_ms) {
+        size_t unread = 0;
+        int rc = rc_wait_close(c, 300, &unread);
+        if (rc == RC_CLOSED || rc == RC_RESET)
+            return rc_now_ms() - t0;
+        if (rc_send(c, step, slen, 500) != RC_OK) {
+            rc_wait_close(c, 1000, NULL);
+            return rc_now_ms() - t0;
+        }
+    }
+    return -1;
+}
+
+/* Item 3: a chunked body at one byte every 300 ms is cut at the request's
+ * header_timeout_ms deadline (a total deadline, not reset by each byte). */
+static void test_raw_slow_chunked_body(void **state)
+{
+    fx *f = *state;
+    const char *what = "chunked body, 1 byte every 300 ms (header_timeout_ms 1000)";
+    rc_conn *c = conn_open(f, what);
+    static const char head[] = "POST /echo HTTP/1.1\r\n" HOST
+                               "Transfer-Encoding: chunked\r\n\r\n";
+    static const char step[] = "1\r\na\r\n";
+    long long took = trickle(c, head, sizeof head - 1, step, sizeof step - 1,
+                             T_HEADER_MS + 4000);
+    CHECK(took >= 0 && took <= T_HEADER_MS + 2000, "[%s] %s %lld ms", what,
+          took < 0 ? "still open after" : "cut after", took < 0 ? T_HEADER_MS + 4000LL : took);
+    if (rc_unread(c) > 0) {
+        rc_response r;
+        int rc = rc_read_response(c, &r, 0, 1000);
+        int st = rc == RC_OK ? r.status : 0;
+        rc_response_free(&r);
+        CHECK(rc == RC_OK && st == 408, "[%s] answered %s status %d, expected 408 "
+              "or a close", what, rc_strerror(rc), st);
+    }
+    rc_close(c);
+    still_serving(f, what);
+}
+
+/* Item 3 over h2c: empty CONTINUATION frames, or 1-byte DATA frames, every
+ * 300 ms do not keep a request open past header_timeout_ms. */
+static void test_h2_slow_request(void **state)
+{
+    fx *f = *state;
+    if (!(engine_caps() & SRV_ENGINE_CAP_HTTP2))
+        skip(); /* frames exist only in HTTP/2 */
+    unsigned char block[256], first[512], *p;
+    size_t blen = hpack_get(block, "/hello");
+    for (int kind = 0; kind < 2; kind++) {
+        const char *what = kind == 0 ? "HTTP/2 header block + empty CONTINUATION every 300 ms"
+                                     : "HTTP/2 POST + 1-byte DATA every 300 ms";
+        p = first;
+        memcpy(p, H2_PREFACE, sizeof H2_PREFACE - 1);
+        p += sizeof H2_PREFACE - 1;
+        p += h2_frame(p, 4, 0, 0, NULL, 0);
+        unsigned char step[16];
+        size_t slen;
+        if (kind == 0) {
+            p += h2_frame(p, 1, 0x1, 1, block, blen); /* END_STREAM, no END_HEADERS */
+            slen = h2_frame(step, 9, 0, 1, NULL, 0);
+        } else {
+            unsigned char post[256];
+            size_t n = hpack_literal(post, 2, "POST");
+            n += hpack_literal(post + n, 6, "http");
+            n += hpack_literal(post + n, 4, "/echo");
+            n += hpack_literal(post + n, 1, "conformance");
+            p += h2_frame(p, 1, 0x4, 1, post, n); /* END_HEADERS, no END_STREAM */
+            slen = h2_frame(step, 0, 0, 1, "a", 1);
+        }
+        rc_conn *c = conn_open(f, what);
+        long long took = trickle(c, first, (size_t)(p - first), step, slen,
+                                 T_HEADER_MS + 4000);
+        CHECK(took >= 0 && took <= T_HEADER_MS + 2000, "[%s] %s %lld ms", what,
+              took < 0 ? "still open after" : "cut after",
+              took < 0 ? T_HEADER_MS + 4000LL : took);
+        int got200;
+        CHECK(h2_scan(c, 0, &got200) >= 0, "[%s] closed without GOAWAY", what);
+        rc_close(c);
+    }
+    still_serving(f, "slow HTTP/2 requests");
+}
+
+/* Item 2: a client that pipelines requests and never reads the answers is
+ * cut once a write makes no progress for header_timeout_ms (threadpool's
+ * write timeout, nginx's send_timeout). */
+static void test_raw_pipeline_never_read(void **state)
+{
+    fx *f = *state;
+    const char *what = "pipelined 60 KB echoes, answers never read";
+    rc_conn *c = conn_open(f, what);
+    int small = 4096;
+    setsockopt(c->fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    enum { BODY = 60000, MAXREQ = 400 };
+    char head[128];
+    int hl = snprintf(head, sizeof head, "POST /echo HTTP/1.1\r\n" HOST
+                      "Content-Length: %d\r\n\r\n", BODY);
+    char *req = malloc((size_t)hl + BODY);
+    CHECK(req != NULL, "out of memory");
+    memcpy(req, head, (size_t)hl);
+    memset(req + hl, 'p', BODY);
+    int sent = 0;
+    while (sent < MAXREQ && rc_send(c, req, (size_t)hl + BODY, 1500) == RC_OK)
+        sent++;
+    free(req);
+    sleep_ms(T_HEADER_MS + 2000); /* the server's write stalled at least this long */
+    int rc = rc_wait_close(c, 5000, NULL); /* now read everything that was sent */
+    size_t got = c->len - c->off;
+    size_t all = (size_t)sent * (BODY + 100);
+    CHECK(sent < MAXREQ, "[%s] the server read %d requests of 60 KB without the "
+          "client reading a byte: raise MAXREQ", what, sent);
+    CHECK(rc == RC_CLOSED || rc == RC_RESET, "[%s] the connection was not closed", what);
+    CHECK(got < all, "[%s] all %d answers (%zu bytes) were delivered: the "
+          "server waited for the client to read instead of cutting it", what, sent, got);
+    rc_close(c);
+    still_serving(f, what);
+}
+
 /* ------------------------------------------------------------------ */
 /* main                                                                */
 /* ------------------------------------------------------------------ */
@@ -3130,6 +3258,9 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_raw_http10_upgrade, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_raw_error_answers_are_the_cores, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_raw_max_connections_readable, setup_few_connections, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_slow_chunked_body, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_h2_slow_request, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_pipeline_never_read, setup_default, fx_teardown),
     };
     snprintf(name, sizeof name, "conformance %s: issue 11 (resets, upgrade, framing)",
              g_engine_name);
