@@ -250,7 +250,7 @@ static int eh2o_h1_head_done(eh2o_conn *c, size_t len, size_t buf_at, srv_reques
     *sreq_out = NULL;
     if (phr_parse_request(c->h1.head, len, &h->method, &h->method_len, &h->target,
                           &h->target_len, &h->minor, h->headers, &h->nheaders, 0) != (int)len)
-        return eh2o_h1_bad_version(c->h1.head, len) ? 505 : 400;
+        h->method = NULL;
     struct sockaddr_storage peer;
     socklen_t plen = h2o_socket_getpeername(c->sock, (struct sockaddr *)&peer);
     srv_request *sreq =
@@ -258,6 +258,19 @@ static int eh2o_h1_head_done(eh2o_conn *c, size_t len, size_t buf_at, srv_reques
     if (sreq == NULL)
         return 500;
     *sreq_out = sreq;
+    if (h->method == NULL) {
+        /* Refused by picohttpparser: the request line, when it has the usual three parts,
+         * still names the request in the access log (the helpers refuse what is not valid). */
+        const char *p = c->h1.head, *end = c->h1.head + len;
+        while (p < end && (*p == '\r' || *p == '\n'))
+            p++;
+        const char *eol = memchr(p, '\n', (size_t)(end - p));
+        const char *sp1 = eol != NULL ? memchr(p, ' ', (size_t)(eol - p)) : NULL;
+        const char *sp2 = sp1 != NULL ? memchr(sp1 + 1, ' ', (size_t)(eol - sp1 - 1)) : NULL;
+        if (sp2 != NULL && srv__request_set_method(sreq, p, (size_t)(sp1 - p)) == 0)
+            srv__request_set_target(sreq, sp1 + 1, (size_t)(sp2 - sp1 - 1));
+        return eh2o_h1_bad_version(c->h1.head, len) ? 505 : 400;
+    }
     c->h1.seq++;
     int st = eh2o_fill_raw(sreq, h);
     if (st == 0)
