@@ -72,10 +72,14 @@ static void eh2o_h2_check(eh2o_conn *c, uint64_t now, uint64_t limit)
         c->sent_mark = c->sock->bytes_written;
         c->sent_since = now;
     }
-    if (c->recv_since != 0 && now - c->recv_since >= limit)
+    if (c->recv_since != 0 && now - c->recv_since >= limit) {
         eh2o_h2_goaway(c, H2O_HTTP2_ERROR_NONE, "request timeout");
-    else if (sending && now - c->sent_since >= limit)
+    } else if (sending && now - c->sent_since >= limit) {
+        /* The client reads nothing: the GOAWAY would wait behind the stalled write, and h2o
+         * closes only once its writes complete. Shut the socket so they fail now. */
         eh2o_h2_goaway(c, H2O_HTTP2_ERROR_NONE, "send timeout");
+        shutdown(h2o_socket_get_fd(c->sock), SHUT_RDWR);
+    }
 }
 
 void eh2o_on_sweep(h2o_timeout_entry_t *entry)

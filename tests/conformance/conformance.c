@@ -3163,6 +3163,34 @@ static void test_raw_pipeline_never_read(void **state)
     still_serving(f, what);
 }
 
+
+/* Item 2 over h2c: a client that grants no flow-control window (SETTINGS
+ * INITIAL_WINDOW_SIZE 0) never lets the answer out; the connection is cut
+ * once no write was possible for header_timeout_ms. */
+static void test_h2_no_window(void **state)
+{
+    fx *f = *state;
+    if (!(engine_caps() & SRV_ENGINE_CAP_HTTP2))
+        skip(); /* flow control exists only in HTTP/2 */
+    const char *what = "HTTP/2 client with a zero window, GET /n";
+    unsigned char buf[512], *p = buf, block[256];
+    memcpy(p, H2_PREFACE, sizeof H2_PREFACE - 1);
+    p += sizeof H2_PREFACE - 1;
+    static const unsigned char zero_window[6] = {0, 4, 0, 0, 0, 0};
+    p += h2_frame(p, 4, 0, 0, zero_window, sizeof zero_window);
+    size_t blen = hpack_get(block, "/n?i=0123456789");
+    p += h2_frame(p, 1, 0x5, 1, block, blen);
+    rc_conn *c = conn_open(f, what);
+    long long t0 = rc_now_ms();
+    conn_send(c, what, buf, (size_t)(p - buf));
+    int rc = rc_wait_close(c, T_HEADER_MS + 4000, NULL);
+    long long took = rc_now_ms() - t0;
+    CHECK(rc == RC_CLOSED || rc == RC_RESET, "[%s] still open after %lld ms", what, took);
+    CHECK(took <= T_HEADER_MS + 2500, "[%s] cut after %lld ms", what, took);
+    rc_close(c);
+    still_serving(f, what);
+}
+
 /* ------------------------------------------------------------------ */
 /* main                                                                */
 /* ------------------------------------------------------------------ */
@@ -3261,6 +3289,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_raw_slow_chunked_body, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_h2_slow_request, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_raw_pipeline_never_read, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_h2_no_window, setup_default, fx_teardown),
     };
     snprintf(name, sizeof name, "conformance %s: issue 11 (resets, upgrade, framing)",
              g_engine_name);
