@@ -291,9 +291,11 @@ static int eh2o_on_req(h2o_handler_t *self, h2o_req_t *req)
         /* h2o has its view of the head now: give the core the bytes the client sent. */
         h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
         eh2o_conn *c = sock != NULL ? eh2o_sock_conn(sock) : NULL;
-        if (c != NULL && ++c->h1.served == c->h1.mask_seq && c->h1.mask_at < sock->input->size &&
-            sock->input->bytes[c->h1.mask_at] == '~') {
-            sock->input->bytes[c->h1.mask_at] = c->h1.mask_ch;
+        if (c != NULL && ++c->h1.served == c->h1.mask_seq) {
+            for (int k = 0; k < c->h1.nmask; k++)
+                if (c->h1.mask_at[k] < sock->input->size &&
+                    sock->input->bytes[c->h1.mask_at[k]] == '~')
+                    sock->input->bytes[c->h1.mask_at[k]] = c->h1.mask_ch[k];
             c->h1.mask_seq = 0;
         }
     }

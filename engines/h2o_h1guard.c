@@ -269,6 +269,11 @@ static int eh2o_h1_head_done(eh2o_conn *c, size_t len, size_t buf_at, srv_reques
         const char *sp2 = sp1 != NULL ? memchr(sp1 + 1, ' ', (size_t)(eol - sp1 - 1)) : NULL;
         if (sp2 != NULL && srv__request_set_method(sreq, p, (size_t)(sp1 - p)) == 0)
             srv__request_set_target(sreq, sp1 + 1, (size_t)(sp2 - sp1 - 1));
+        size_t lines = 0;
+        for (size_t k = 0; k < len; k++)
+            lines += c->h1.head[k] == '\n';
+        if (lines > EH2O_MAX_HEADERS + 2) /* request line + headers + the empty line */
+            return 431; /* too many header fields: picohttpparser takes 100 */
         return eh2o_h1_bad_version(c->h1.head, len) ? 505 : 400;
     }
     c->h1.seq++;
@@ -278,6 +283,7 @@ static int eh2o_h1_head_done(eh2o_conn *c, size_t len, size_t buf_at, srv_reques
     if (st != 0)
         return st > 0 ? st : 500;
     c->h1.phase = EH2O_H1_HEAD;
+    int nmask = 0;
     for (size_t i = 0; i < h->nheaders; i++) {
         const struct eh2o_phr_header *x = &h->headers[i];
         if (h2o_lcstris(x->name, x->name_len, H2O_STRLIT("transfer-encoding"))) {
@@ -293,20 +299,25 @@ static int eh2o_h1_head_done(eh2o_conn *c, size_t len, size_t buf_at, srv_reques
             c->h1.left = v;
             if (v != 0 && c->h1.phase == EH2O_H1_HEAD)
                 c->h1.phase = EH2O_H1_BODY;
-        } else if (h->minor == 0 && h2o_lcstris(x->name, x->name_len, H2O_STRLIT("upgrade"))) {
-            /* RFC 9110 7.8: no Upgrade on HTTP/1.0. h2o would answer 101: hide the header
-             * from it by changing one byte in its input; on_req puts it back before the core
-             * reads the head again. */
+        } else if (h->minor == 0 && nmask < 2 &&
+                   (h2o_lcstris(x->name, x->name_len, H2O_STRLIT("upgrade")) ||
+                    h2o_lcstris(x->name, x->name_len, H2O_STRLIT("expect")))) {
+            /* RFC 9110 7.8: no Upgrade on HTTP/1.0 (h2o would answer 101); 10.1.1: no 100
+             * Continue to HTTP/1.0 (h2o would send one). Hide the header from h2o by changing
+             * one byte in its input; on_req puts it back before the core reads the head. */
             size_t off = (size_t)(x->name - c->h1.head);
             char *raw = c->sock->input->bytes + buf_at;
             if (buf_at + len <= c->sock->input->size && memcmp(raw, c->h1.head, len) == 0) {
-                c->h1.mask_at = off;
-                c->h1.mask_seq = c->h1.seq + 1;
-                c->h1.mask_ch = raw[off];
-                raw[off] = '~'; /* a tchar: still a valid header, not a token h2o knows */
+                c->h1.mask_at[nmask] = off;
+                c->h1.mask_seq = c->h1.seq;
+                c->h1.mask_ch[nmask] = raw[off];
+                nmask++;
             }
         }
     }
+    for (int k = 0; k < nmask; k++) /* after the loop: the memcmp above saw the client's bytes */
+        c->sock->input->bytes[buf_at + c->h1.mask_at[k]] = '~'; /* a tchar h2o knows no token by */
+    c->h1.nmask = nmask;
     if (c->h1.phase == EH2O_H1_HEAD) {
         srv__request_release(sreq); /* complete: h2o builds its own and on_req ours */
         *sreq_out = NULL;
@@ -426,8 +437,10 @@ static int eh2o_h1_scan(eh2o_conn *c, const char *p, size_t n, size_t *bad_at,
         case EH2O_H1_CHUNK_EXT:
             if (ch == '\r')
                 c->h1.phase = EH2O_H1_CHUNK_SIZE_LF;
-            else if ((ch < 0x20 && ch != '\t') || ch == 0x7f || ++c->h1.line > head_max)
+            else if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
                 EH2O_BAD(400); /* a bare LF or control byte in an extension */
+            else if (++c->h1.line > head_max)
+                EH2O_BAD(431); /* like a head or trailers over max_header_bytes */
             i++;
             break;
         case EH2O_H1_CHUNK_SIZE_LF:

@@ -135,9 +135,10 @@ typedef struct eh2o_conn {
         int digits;
         unsigned completed;     /* requests completed in the current read */
         unsigned seq, served;   /* heads scanned, and reached on_req */
-        unsigned mask_seq;      /* the HTTP/1.0 head whose Upgrade is hidden from h2o */
-        size_t mask_at;
-        char mask_ch;
+        unsigned mask_seq;      /* the HTTP/1.0 head whose Upgrade/Expect is hidden from h2o */
+        int nmask;
+        size_t mask_at[2];      /* offsets in that head */
+        char mask_ch[2];
         srv_request *req;       /* the request whose body is scanned (to answer with) */
         int bad;                /* status for a bad request queued behind good ones */
         srv_request *bad_req;
