@@ -483,7 +483,7 @@ static void srv__deliver(srv_request *req)
 {
     srv_server *srv = req->srv;
     int cls = req->status / 100;
-    if (cls >= 1 && cls <= 5)
+    if (cls >= 1 && cls <= 5 && !req->cancelled) /* nothing is sent for a cancel */
         atomic_fetch_add(&srv->responses[cls - 1], 1);
     if (srv->cfg.access_log)
         srv__access_log(req);
@@ -573,6 +573,23 @@ void srv__request_fail(srv_request *req, int status)
         status = 500;
     srv__request_count(req, false);
     srv__answer(req, status, true, NULL, NULL, false);
+}
+
+bool srv__request_cancel(srv_request *req)
+{
+    pthread_mutex_lock(&req->mu);
+    if (req->answered) {
+        pthread_mutex_unlock(&req->mu);
+        return false;
+    }
+    /* 499 as nginx logs a request the client closed; the engine sends nothing. */
+    req->status = 499;
+    req->close_after = true;
+    req->cancelled = true;
+    srv__claim_answer(req, true);
+    pthread_mutex_unlock(&req->mu);
+    srv__deliver(req);
+    return true;
 }
 
 static void srv__handler_call(srv_request *req)
@@ -823,10 +840,11 @@ int srv_set_header(srv_request *req, const char *name, const char *value)
     }
     pthread_mutex_lock(&req->mu);
     if (req->answered) {
+        bool cancelled = req->cancelled; /* the client left: dropped, not an error */
         pthread_mutex_unlock(&req->mu);
         free(n);
         free(v);
-        return SRV_ETIMEDOUT;
+        return cancelled ? 0 : SRV_ETIMEDOUT;
     }
     if (req->app_header_count == req->app_header_cap) {
         size_t cap = req->app_header_cap ? req->app_header_cap * 2 : 8;
@@ -860,10 +878,12 @@ int srv_respond(srv_request *req, int status, const char *content_type, const vo
 
     pthread_mutex_lock(&req->mu);
     if (req->answered) {
+        /* srv.h: a client that went away makes the response "dropped safely" (0). */
+        int rc = req->cancelled ? 0 : SRV_ETIMEDOUT;
         pthread_mutex_unlock(&req->mu);
         atomic_fetch_add(&srv->dropped, 1);
         srv__request_app_done(req);
-        return SRV_ETIMEDOUT;
+        return rc;
     }
     if (bad) {
         /* Answer anyway so the client is not left waiting. */

@@ -233,6 +233,7 @@ struct srv_request {
     bool answered;
     bool close_after;   /* error answers close the connection */
     bool core_answer;   /* the core answered: application headers stay out */
+    bool cancelled;     /* srv__request_cancel: the client withdrew it */
     atomic_bool engine_close;
     srv__kv *app_headers; /* srv_set_header, malloc'd */
     size_t app_header_count;

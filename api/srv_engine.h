@@ -264,6 +264,17 @@ void srv__request_run(srv_request *req);
 void srv__request_fail(srv_request *req, int status);
 
 /*
+ * srv__request_cancel: the client withdrew a dispatched request before it
+ * was answered (HTTP/2 RST_STREAM, or its connection is gone). A handler not
+ * started yet is skipped, a running one's srv_respond is dropped (returning
+ * 0, as for any client that went away), the request is logged with status
+ * 499 and not counted as a response. Calls respond before it returns, like
+ * srv__request_fail; the engine writes nothing and releases. Returns false
+ * (and does nothing) when the request was already answered. Engine thread.
+ */
+bool srv__request_cancel(srv_request *req);
+
+/*
  * srv__request_release: drop the engine's reference, once the response was
  * written (or the connection died). The request must not be touched after.
  * Every request from srv__request_new is released exactly once.

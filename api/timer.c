@@ -7,7 +7,9 @@
 
 #include <event2/event.h>
 #include <event2/thread.h>
+#include <fcntl.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 struct srv__timer_entry {
     struct event *ev;
@@ -89,6 +91,22 @@ int srv__timer_start(srv__timer *t, unsigned tick_ms, void (*tick_fn)(void *), v
         return SRV_ESYS;
     if (pthread_mutex_init(&t->mu, NULL) != 0)
         return SRV_ESYS;
+
+    /* libevent exits the process when its epoll base cannot get a descriptor
+     * (evsig_init_'s socketpair): make sure the base will get its few first. */
+    int probe[6], got = 0;
+    for (; got < 6; got++) {
+        probe[got] = got == 0 ? open("/dev/null", O_RDONLY | O_CLOEXEC)
+                              : fcntl(probe[0], F_DUPFD_CLOEXEC, 0);
+        if (probe[got] < 0)
+            break;
+    }
+    for (int i = 0; i < got; i++)
+        close(probe[i]);
+    if (got < 6) {
+        pthread_mutex_destroy(&t->mu);
+        return SRV_ESYS;
+    }
 
     struct event_config *cfg = event_config_new();
     if (cfg == NULL)

@@ -4,117 +4,7 @@
  * handlers run on the core's worker pool; responses come back to the owning loop as
  * h2o_multithread messages.
  */
-#include "srv_engine.h"
-
-#include <h2o.h>
-#include <h2o/version.h>
-
-#include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
-#include <pthread.h>
-#include <signal.h>
-#include <stdatomic.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#if H2O_VERSION_MAJOR != 2 || H2O_VERSION_MINOR != 2
-#error "engines/h2o.c is written for libh2o 2.2.x (see docs/ENGINES.md before porting)"
-#endif
-
-/* picohttpparser, exported by libh2o-evloop.so but not installed as a header (ENGINE-NOTES 3.1). */
-struct eh2o_phr_header {
-    const char *name;
-    size_t name_len;
-    const char *value;
-    size_t value_len;
-};
-int phr_parse_request(const char *buf, size_t len, const char **method, size_t *method_len,
-                      const char **path, size_t *path_len, int *minor_version,
-                      struct eh2o_phr_header *headers, size_t *num_headers, size_t last_len);
-
-#define EH2O_MAX_HEADERS      100  /* H2O_MAX_HEADERS: h2o refuses more itself */
-#define EH2O_ACCEPT_BATCH     16   /* accepts per listener wake-up, so loops share them */
-#define EH2O_REFUSE_LINGER_MS 1000 /* a refused connection drains this long at most */
-#define EH2O_ACCEPT_PAUSE_MS  100  /* out of fds: wait this long before accepting again */
-#define EH2O_STOP_POLL_MS     10   /* loop tick while stopping */
-#define EH2O_STOP_FORCE_MS    250  /* stop: then shutdown() the connections still open */
-#define EH2O_STOP_GIVEUP_MS   3000 /* stop: then leave the loop undisposed, never free in use */
-
-typedef struct eh2o_server eh2o_server;
-typedef struct eh2o_thread eh2o_thread;
-
-/* One connection being served; found again through sock->on_close. */
-typedef struct eh2o_conn {
-    h2o_linklist_t link; /* eh2o_thread.conns */
-    h2o_socket_t *sock;
-    eh2o_thread *thread;
-} eh2o_conn;
-
-/* One connection refused past max_connections: 503, then drained and closed. */
-typedef struct eh2o_refusal {
-    h2o_linklist_t link; /* eh2o_thread.refusals */
-    h2o_timeout_entry_t timeout;
-    h2o_socket_t *sock;
-    eh2o_thread *thread;
-} eh2o_refusal;
-
-/*
- * The ticket of one request: the srv_request, the h2o_req_t while it lives and the message
- * that brings the response back. Two references, both dropped on the loop thread only: the
- * guard's (the h2o_req_t's pool was cleared) and the core's (the response was processed).
- */
-typedef struct eh2o_ticket {
-    h2o_multithread_message_t msg; /* sent by the respond slot, from any thread */
-    eh2o_thread *thread;           /* the loop that owns the connection */
-    srv_request *sreq;
-    h2o_req_t *req; /* NULL once h2o disposed it (HTTP/2 reset, connection gone) */
-    int refs;
-} eh2o_ticket;
-
-struct eh2o_thread {
-    eh2o_server *server;
-    pthread_t tid;
-    int listen_fd; /* this loop's dup() of the listening socket, until the listener owns it */
-    h2o_evloop_t *loop;
-    h2o_context_t ctx;
-    h2o_accept_ctx_t accept_ctx;
-    h2o_socket_t *listener;
-    h2o_multithread_receiver_t receiver; /* responses (tickets) and NULL wake-ups */
-    h2o_timeout_t refuse_timeout;
-    h2o_timeout_t accept_pause; /* out of file descriptors: the listener rests */
-    h2o_timeout_entry_t accept_resume;
-    h2o_linklist_t conns;
-    h2o_linklist_t refusals;
-    unsigned nconns; /* loop thread only */
-    unsigned live;   /* tickets whose response was not processed yet; loop thread only */
-    int quiesced;
-    int abandoned; /* connections would not close: context and loop left undisposed */
-};
-
-typedef struct eh2o_handler {
-    h2o_handler_t super;
-    eh2o_server *server;
-} eh2o_handler;
-
-struct eh2o_server {
-    srv_server *srv;
-    const srv_config *cfg;
-    h2o_globalconf_t globalconf;
-    int listen_fd;
-    unsigned nthreads;
-    eh2o_thread *threads;
-    atomic_uint conns; /* open connections, all loops: the max_connections gate */
-    atomic_int quiesce_req;
-    atomic_int stop_req;
-    pthread_mutex_t mu; /* guards the two fields below */
-    pthread_cond_t cv;
-    unsigned ready; /* loops that finished their setup */
-    int wakes_done; /* the controlling thread sent its last wake-up: queues may go */
-};
+#include "h2o_internal.h"
 
 static void eh2o_wake(eh2o_thread *t)
 {
@@ -132,12 +22,33 @@ static void eh2o_ticket_unref(eh2o_ticket *tk)
         free(tk);
 }
 
-/* h2o clears the request's pool: the h2o_req_t is gone, whoever still holds the ticket. */
+/*
+ * h2o clears the request's pool: the h2o_req_t is gone, whoever still holds the ticket. Before
+ * its answer reached the loop that means the client withdrew it (HTTP/2 RST_STREAM, or the
+ * connection died): a request not yet handed over is dropped here, one handed over is
+ * cancelled in the core (a queued handler is skipped), and the reset is counted.
+ */
 static void eh2o_on_guard_dispose(void *p)
 {
     eh2o_ticket *tk = *(eh2o_ticket **)p;
+    int drop = 1; /* the guard's reference */
     tk->req = NULL;
-    eh2o_ticket_unref(tk);
+    if (!tk->done) {
+        if (tk->conn != NULL) {
+            tk->conn->h2_with_us--;
+            eh2o_count_reset(tk->conn);
+        }
+        if (h2o_linklist_is_linked(&tk->pending)) {
+            h2o_linklist_unlink(&tk->pending);
+            srv__request_release(tk->sreq); /* never given to the core: no respond */
+            tk->thread->live--;
+            drop = 2; /* and the core's */
+        } else {
+            srv__request_cancel(tk->sreq); /* respond -> eh2o_complete, at once */
+        }
+    }
+    if ((tk->refs -= drop) == 0)
+        free(tk);
 }
 
 static const char *eh2o_pool_strndup(h2o_mem_pool_t *pool, const char *s, size_t n, int lower)
@@ -148,6 +59,8 @@ static const char *eh2o_pool_strndup(h2o_mem_pool_t *pool, const char *s, size_t
     d[n] = '\0';
     return d;
 }
+
+static void eh2o_refusal_write_answer(struct eh2o_refusal *r, srv_request *sreq);
 
 /* Write the core's final response on the loop thread that owns the connection. */
 static void eh2o_send_response(eh2o_thread *t, h2o_req_t *req, srv_request *sreq)
@@ -193,9 +106,31 @@ static void eh2o_send_response(eh2o_thread *t, h2o_req_t *req, srv_request *sreq
         memcpy(buf.base, body, blen);
         buf.len = blen;
     }
+    /* HTTP/1: h2o's write callback is wrapped after the send (eh2o_h1_after). */
+    eh2o_conn *c = NULL;
+    if (!http2 && req->conn->callbacks->get_socket != NULL) {
+        h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
+        c = sock != NULL ? eh2o_sock_conn(sock) : NULL;
+        if (c != NULL && c->h1.reqread == NULL)
+            c = NULL;
+    }
+    int closed = 0, *outer = NULL;
+    if (c != NULL) {
+        outer = c->h1.closed;
+        c->h1.closed = &closed;
+    }
     h2o_start_response(req, &generator);
     /* May dispose req before it returns. */
     h2o_send(req, &buf, blen != 0 ? 1 : 0, H2O_SEND_STATE_FINAL);
+    if (c != NULL) {
+        if (closed) {
+            if (outer != NULL)
+                *outer = 1;
+        } else {
+            c->h1.closed = outer;
+            eh2o_h1_after(c);
+        }
+    }
 }
 
 /* The loop this thread runs (NULL on other threads). */
@@ -205,8 +140,15 @@ static _Thread_local eh2o_thread *eh2o_self;
 static void eh2o_complete(eh2o_thread *t, eh2o_ticket *tk)
 {
     srv_request *sreq = tk->sreq;
+    if (tk->conn != NULL && tk->req != NULL) /* the conn lives while its req does */
+        tk->conn->h2_with_us--;
+    tk->done = 1;
     /* The guard may fire inside eh2o_send_response: this reference keeps tk alive. */
-    if (tk->req != NULL)
+    if (tk->raw != NULL)
+        eh2o_h1_write_answer(tk->raw, sreq);
+    else if (tk->refusal != NULL)
+        eh2o_refusal_write_answer(tk->refusal, sreq);
+    else if (tk->req != NULL)
         eh2o_send_response(t, tk->req, sreq);
     srv__request_release(sreq);
     t->live--;
@@ -243,20 +185,6 @@ static void eh2o_respond(void *state, srv_request *sreq)
 /* Requests: h2o_req_t -> srv_request                                  */
 /* ------------------------------------------------------------------ */
 
-/*
- * HTTP/1: h2o takes Host, Content-Length, Transfer-Encoding, Expect and Upgrade out of
- * req->headers, so the core could not apply its rules (400 for Content-Length together with
- * Transfer-Encoding, above all). The head is still at the start of the socket's input buffer
- * while h2o handles the request (it consumes it after the response), so parse it again with
- * h2o's own picohttpparser. Used only when the result matches what h2o parsed.
- */
-typedef struct eh2o_head {
-    const char *method, *target;
-    size_t method_len, target_len, nheaders;
-    int minor;
-    struct eh2o_phr_header headers[EH2O_MAX_HEADERS];
-} eh2o_head;
-
 static int eh2o_raw_head(h2o_req_t *req, eh2o_head *h)
 {
     if (req->version >= 0x200 || req->conn->callbacks->get_socket == NULL)
@@ -274,7 +202,7 @@ static int eh2o_raw_head(h2o_req_t *req, eh2o_head *h)
            memcmp(h->target, req->input.path.base, h->target_len) == 0;
 }
 
-static int eh2o_fill_raw(srv_request *sreq, const eh2o_head *h)
+int eh2o_fill_raw(srv_request *sreq, const eh2o_head *h)
 {
     int st;
     if ((st = srv__request_set_method(sreq, h->method, h->method_len)) != 0 ||
@@ -352,6 +280,25 @@ static int eh2o_on_req(h2o_handler_t *self, h2o_req_t *req)
     tk->sreq = sreq;
     tk->req = req;
     tk->refs = 2;
+    int http2 = req->version >= 0x200;
+    if (http2) {
+        tk->conn = eh2o_h2_conn(req);
+        if (tk->conn != NULL) {
+            tk->conn->h2_with_us++;
+            tk->conn->recv_since = 0; /* a request completed: the receive deadline restarts */
+        }
+    } else if (req->conn->callbacks->get_socket != NULL) {
+        /* h2o has its view of the head now: give the core the bytes the client sent. */
+        h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
+        eh2o_conn *c = sock != NULL ? eh2o_sock_conn(sock) : NULL;
+        if (c != NULL && ++c->h1.served == c->h1.mask_seq) {
+            for (int k = 0; k < c->h1.nmask; k++)
+                if (c->h1.mask_at[k] < sock->input->size &&
+                    sock->input->bytes[c->h1.mask_at[k]] == '~')
+                    sock->input->bytes[c->h1.mask_at[k]] = c->h1.mask_ch[k];
+            c->h1.mask_seq = 0;
+        }
+    }
     *(eh2o_ticket **)h2o_mem_alloc_shared(&req->pool, sizeof tk, eh2o_on_guard_dispose) = tk;
     t->live++;
     srv__request_set_engine_data(sreq, tk);
@@ -359,10 +306,15 @@ static int eh2o_on_req(h2o_handler_t *self, h2o_req_t *req)
         srv__request_set_close(sreq);
 
     int st = eh2o_fill(sreq, req);
-    if (st != 0)
+    if (st != 0) {
         srv__request_fail(sreq, st > 0 ? st : 500); /* calls respond: the ticket is posted */
-    else
+    } else if (http2) {
+        h2o_linklist_insert(&t->to_dispatch, &tk->pending);
+        if (!h2o_timeout_is_linked(&t->dispatch_entry))
+            h2o_timeout_link(t->loop, &t->zero, &t->dispatch_entry);
+    } else {
         srv__request_dispatch(sreq);
+    }
     return 0; /* the response may already be written: req must not be touched here */
 }
 
@@ -409,10 +361,21 @@ static void eh2o_on_setup_ostream(h2o_filter_t *self, h2o_req_t *req, h2o_ostrea
 /* Connections: accept, max_connections, refusal, tracking             */
 /* ------------------------------------------------------------------ */
 
-static void eh2o_on_conn_close(void *data)
+void eh2o_on_conn_close(void *data)
 {
     eh2o_conn *c = data;
     eh2o_thread *t = c->thread;
+    h2o_timeout_unlink(&c->calm);
+    h2o_timeout_unlink(&c->h1.linger);
+    h2o_timeout_unlink(&c->h1.send);
+    if (c->h1.closed != NULL)
+        *c->h1.closed = 1;
+    free(c->h1.head);
+    free(c->h1.out);
+    if (c->h1.req != NULL)
+        srv__request_release(c->h1.req);
+    if (c->h1.bad_req != NULL)
+        srv__request_release(c->h1.bad_req);
     h2o_linklist_unlink(&c->link);
     t->nconns--;
     atomic_fetch_sub(&t->server->conns, 1);
@@ -425,15 +388,13 @@ static void eh2o_refusal_close(eh2o_refusal *r)
     h2o_timeout_unlink(&r->timeout);
     h2o_linklist_unlink(&r->link);
     h2o_socket_close(r->sock);
+    free(r->out);
     free(r);
 }
 
-static void eh2o_refusal_on_timeout(h2o_timeout_entry_t *entry)
-{
-    eh2o_refusal_close(H2O_STRUCT_FROM_MEMBER(eh2o_refusal, timeout, entry));
-}
+static void eh2o_refusal_on_timeout(h2o_timeout_entry_t *entry);
 
-static void eh2o_refusal_on_read(h2o_socket_t *sock, const char *err)
+static void eh2o_refusal_on_drain(h2o_socket_t *sock, const char *err)
 {
     if (err != NULL) {
         eh2o_refusal_close(sock->data);
@@ -444,25 +405,129 @@ static void eh2o_refusal_on_read(h2o_socket_t *sock, const char *err)
 
 static void eh2o_refusal_on_written(h2o_socket_t *sock, const char *err)
 {
+    eh2o_refusal *r = sock->data;
     if (err != NULL) {
-        eh2o_refusal_close(sock->data);
+        eh2o_refusal_close(r);
         return;
     }
     /* Half-close and drain: closing with unread input would reset the connection and the
-     * client could lose the 503 it has not read yet. */
+     * client could lose the answer it has not read yet. */
     shutdown(h2o_socket_get_fd(sock), SHUT_WR);
-    h2o_socket_read_start(sock, eh2o_refusal_on_read);
+    h2o_buffer_consume(&sock->input, sock->input->size);
+    h2o_socket_read_start(sock, eh2o_refusal_on_drain);
+    r->answered = 1;
+    h2o_timeout_unlink(&r->timeout);
+    h2o_timeout_link(r->thread->loop, &r->thread->refuse_timeout, &r->timeout);
 }
 
-/* Past max_connections: answer 503 at once and close, never leave the client hanging. */
+static void eh2o_refusal_send(eh2o_refusal *r, const void *data, size_t len)
+{
+    h2o_iovec_t buf = h2o_iovec_init(data, len);
+    h2o_socket_read_stop(r->sock);
+    h2o_socket_write(r->sock, &buf, 1, eh2o_refusal_on_written);
+}
+
+/* respond slot for a refusal's 503 (eh2o_complete, on the loop): the core's HTTP/1 answer. */
+static void eh2o_refusal_write_answer(eh2o_refusal *r, srv_request *sreq)
+{
+    size_t hl, bl;
+    const char *head = srv__response_http1_head(sreq, &hl);
+    const void *body = srv__response_body(sreq, &bl);
+    r->out = head != NULL ? malloc(hl + bl) : NULL;
+    if (r->out == NULL) {
+        r->answered = 1; /* the timeout closes it */
+        return;
+    }
+    memcpy(r->out, head, hl);
+    if (bl != 0)
+        memcpy(r->out + hl, body, bl);
+    eh2o_refusal_send(r, r->out, hl + bl);
+}
+
+/* The core answers the refused request 503 (its headers, its access-log line). */
+static void eh2o_refusal_answer(eh2o_refusal *r)
+{
+    eh2o_thread *t = r->thread;
+    h2o_socket_t *sock = r->sock;
+    struct sockaddr_storage peer;
+    socklen_t plen = h2o_socket_getpeername(sock, (struct sockaddr *)&peer);
+    srv_request *sreq =
+        srv__request_new(t->server->srv, plen != 0 ? (struct sockaddr *)&peer : NULL, plen);
+    eh2o_ticket *tk = sreq != NULL ? calloc(1, sizeof *tk) : NULL;
+    if (tk == NULL) {
+        if (sreq != NULL)
+            srv__request_release(sreq);
+        r->answered = 1;
+        return;
+    }
+    /* The request line, when it parses, names the refused request in the access log. */
+    const char *method, *target;
+    size_t mlen, tlen, nh = EH2O_MAX_HEADERS;
+    int minor;
+    struct eh2o_phr_header hs[EH2O_MAX_HEADERS];
+    if (phr_parse_request(sock->input->bytes, sock->input->size, &method, &mlen, &target, &tlen,
+                          &minor, hs, &nh, 0) > 0) {
+        srv__request_set_method(sreq, method, mlen);
+        srv__request_set_target(sreq, target, tlen);
+        srv__request_set_version(sreq, 1, minor);
+    }
+    tk->thread = t;
+    tk->sreq = sreq;
+    tk->refusal = r;
+    tk->refs = 1;
+    t->live++;
+    srv__request_set_engine_data(sreq, tk);
+    srv__request_fail(sreq, 503); /* respond -> eh2o_complete -> eh2o_refusal_write_answer */
+}
+
+/* A refused connection's bytes: wait for a whole head (bounded), then answer it. */
+static void eh2o_refusal_on_read(h2o_socket_t *sock, const char *err)
+{
+    static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    eh2o_refusal *r = sock->data;
+    if (err != NULL) {
+        eh2o_refusal_close(r);
+        return;
+    }
+    size_t n = sock->input->size, pl = sizeof preface - 1;
+    const char *p = sock->input->bytes;
+    if (memcmp(p, preface, n < pl ? n : pl) == 0) {
+        if (n < pl)
+            return;
+        /* HTTP/2 prior knowledge: the server preface (empty SETTINGS), then GOAWAY with no
+         * stream processed (last-stream-id 0), so the client may retry elsewhere or later. */
+        static const char goaway[] = "\0\0\0\4\0\0\0\0\0"                 /* SETTINGS */
+                                     "\0\0\x1c\7\0\0\0\0\0"               /* GOAWAY */
+                                     "\0\0\0\0\0\0\0\0too many connections"; /* NO_ERROR */
+        eh2o_refusal_send(r, goaway, sizeof goaway - 1);
+        return;
+    }
+    const char *method, *target;
+    size_t mlen, tlen, nh = EH2O_MAX_HEADERS;
+    int minor;
+    struct eh2o_phr_header hs[EH2O_MAX_HEADERS];
+    int ret = phr_parse_request(p, n, &method, &mlen, &target, &tlen, &minor, hs, &nh, 0);
+    if (ret == -2 && n <= r->thread->server->cfg->max_header_bytes + 4)
+        return; /* more to come, until the deadline */
+    eh2o_refusal_answer(r);
+}
+
+/* The deadline: a partial head is answered anyway, a silent client closed (an answer to no
+ * request is what confused HTTP/1 clients); after the answer, the end of the drain. */
+static void eh2o_refusal_on_timeout(h2o_timeout_entry_t *entry)
+{
+    eh2o_refusal *r = H2O_STRUCT_FROM_MEMBER(eh2o_refusal, timeout, entry);
+    if (r->answered || r->sock->input->size == 0 || r->out != NULL) {
+        eh2o_refusal_close(r);
+        return;
+    }
+    h2o_timeout_link(r->thread->loop, &r->thread->refuse_timeout, &r->timeout);
+    eh2o_refusal_answer(r);
+}
+
+/* Past max_connections: read the head (at most EH2O_REFUSE_LINGER_MS), answer 503, close. */
 static void eh2o_refuse(eh2o_thread *t, h2o_socket_t *sock)
 {
-    static const char resp[] = "HTTP/1.1 503 Service Unavailable\r\n"
-                               "Content-Type: text/plain; charset=utf-8\r\n"
-                               "Content-Length: 24\r\n"
-                               "Connection: close\r\n"
-                               "\r\n"
-                               "503 Service Unavailable\n";
     eh2o_refusal *r = calloc(1, sizeof *r);
     if (r == NULL) {
         h2o_socket_close(sock);
@@ -474,8 +539,7 @@ static void eh2o_refuse(eh2o_thread *t, h2o_socket_t *sock)
     h2o_linklist_insert(&t->refusals, &r->link);
     r->timeout.cb = eh2o_refusal_on_timeout;
     h2o_timeout_link(t->loop, &t->refuse_timeout, &r->timeout);
-    h2o_iovec_t buf = h2o_iovec_init(resp, sizeof resp - 1);
-    h2o_socket_write(sock, &buf, 1, eh2o_refusal_on_written);
+    h2o_socket_read_start(sock, eh2o_refusal_on_read);
 }
 
 static void eh2o_on_accept(h2o_socket_t *listener, const char *err);
@@ -517,12 +581,17 @@ static void eh2o_on_accept(h2o_socket_t *listener, const char *err)
         }
         c->sock = sock;
         c->thread = t;
+        c->calm.cb = eh2o_on_calm;
         h2o_linklist_insert(&t->conns, &c->link);
         t->nconns++;
         sock->on_close.cb = eh2o_on_conn_close; /* survives h2c / prior-knowledge upgrades */
         sock->on_close.data = c;
         srv__stats_connection_opened(s->srv);
         h2o_accept(&t->accept_ctx, sock);
+        if (sock->_cb.read != NULL) { /* HTTP/1 reading: the framing guard reads first */
+            c->h1.reqread = sock->_cb.read;
+            sock->_cb.read = eh2o_h1_on_read;
+        }
     }
 }
 
@@ -631,6 +700,11 @@ static void eh2o_thread_teardown(eh2o_thread *t)
     h2o_multithread_unregister_receiver(t->ctx.queue, &t->receiver);
     h2o_timeout_dispose(t->loop, &t->refuse_timeout);
     h2o_timeout_dispose(t->loop, &t->accept_pause);
+    h2o_timeout_unlink(&t->dispatch_entry);
+    h2o_timeout_dispose(t->loop, &t->zero);
+    h2o_timeout_unlink(&t->sweep_entry);
+    h2o_timeout_dispose(t->loop, &t->sweep);
+    h2o_timeout_dispose(t->loop, &t->send_timeout);
     h2o_multithread_queue_t *queue = t->ctx.queue;
     h2o_context_dispose(&t->ctx);
     free(queue); /* 2.2.5's h2o_multithread_destroy_queue does not free the struct */
@@ -646,12 +720,23 @@ static void *eh2o_thread_main(void *arg)
     eh2o_thread *t = arg;
     eh2o_server *s = t->server;
 
+    for (int i = 0; i < EH2O_LOOP_FDS; i++) { /* free them for the two calls below */
+        close(t->spare[i]);
+        t->spare[i] = -1;
+    }
     t->loop = h2o_evloop_create();
     h2o_context_init(&t->ctx, t->loop, &s->globalconf);
     h2o_multithread_register_receiver(t->ctx.queue, &t->receiver, eh2o_on_messages);
     h2o_timeout_init(t->loop, &t->refuse_timeout, EH2O_REFUSE_LINGER_MS);
     h2o_timeout_init(t->loop, &t->accept_pause, EH2O_ACCEPT_PAUSE_MS);
     t->accept_resume.cb = eh2o_on_accept_resume;
+    h2o_timeout_init(t->loop, &t->zero, 0);
+    t->dispatch_entry.cb = eh2o_on_dispatch;
+    uint64_t tick = s->cfg->header_timeout_ms / 4;
+    h2o_timeout_init(t->loop, &t->sweep, tick < 50 ? 50 : tick > 1000 ? 1000 : tick);
+    t->sweep_entry.cb = eh2o_on_sweep;
+    h2o_timeout_init(t->loop, &t->send_timeout, s->cfg->header_timeout_ms);
+    h2o_timeout_link(t->loop, &t->sweep, &t->sweep_entry);
     t->accept_ctx.ctx = &t->ctx;
     t->accept_ctx.hosts = s->globalconf.hosts;
     t->listener = h2o_evloop_socket_create(t->loop, t->listen_fd, H2O_SOCKET_FLAG_DONT_READ);
@@ -681,9 +766,13 @@ static void *eh2o_thread_main(void *arg)
 static void eh2o_free(eh2o_server *s)
 {
     if (s->threads != NULL) {
-        for (unsigned i = 0; i < s->nthreads; i++)
+        for (unsigned i = 0; i < s->nthreads; i++) {
             if (s->threads[i].listen_fd >= 0)
                 close(s->threads[i].listen_fd);
+            for (int j = 0; j < EH2O_LOOP_FDS; j++)
+                if (s->threads[i].spare[j] >= 0)
+                    close(s->threads[i].spare[j]);
+        }
         free(s->threads);
     }
     if (s->listen_fd >= 0)
@@ -735,10 +824,11 @@ static int eh2o_start(srv_server *srv, void **state)
                                           : cfg->keepalive_timeout_ms;
     s->globalconf.http2.idle_timeout = cfg->keepalive_timeout_ms;
     s->globalconf.http1.upgrade_to_http2 = 1;
-    /* h2o buffers whole bodies (1 GiB by default) before on_req. At the limit HTTP/1 gets
-     * h2o's own 413 straight from the head (Content-Length) or while de-chunking; HTTP/2
-     * gets RST_STREAM (REFUSED_STREAM) from h2o, documented in docs/ENGINES.md. */
-    s->globalconf.max_request_entity_size = cfg->max_body_bytes;
+    /* h2o buffers whole bodies (1 GiB by default) before on_req. HTTP/1 gets the core's 413
+     * from the framing guard first (h2o refuses a body of exactly its limit, the core allows
+     * it: hence + 1); HTTP/2 gets RST_STREAM (REFUSED_STREAM) from h2o past it, documented in
+     * docs/ENGINES.md. */
+    s->globalconf.max_request_entity_size = cfg->max_body_bytes + 1;
     h2o_hostconf_t *host =
         h2o_config_register_host(&s->globalconf, h2o_iovec_init(H2O_STRLIT("default")), 65535);
     /* Every request reaches the core: "/..." through the path, "*" and the rest through
@@ -765,14 +855,26 @@ static int eh2o_start(srv_server *srv, void **state)
         eh2o_free(s);
         return SRV_ENOMEM;
     }
+    for (unsigned i = 0; i < s->nthreads; i++) { /* first: eh2o_free closes what is >= 0 */
+        s->threads[i].listen_fd = -1;
+        for (int j = 0; j < EH2O_LOOP_FDS; j++)
+            s->threads[i].spare[j] = -1;
+    }
     for (unsigned i = 0; i < s->nthreads; i++) {
         eh2o_thread *t = &s->threads[i];
         t->server = s;
         h2o_linklist_init_anchor(&t->conns);
         h2o_linklist_init_anchor(&t->refusals);
+        h2o_linklist_init_anchor(&t->to_dispatch);
         t->listen_fd = fcntl(s->listen_fd, F_DUPFD_CLOEXEC, 0);
-        if (t->listen_fd < 0) {
-            srv__server_set_error(srv, "h2o engine: cannot dup the listening socket: %s",
+        for (int j = 0; j < EH2O_LOOP_FDS && t->listen_fd >= 0; j++) {
+            t->spare[j] = fcntl(s->listen_fd, F_DUPFD_CLOEXEC, 0);
+            if (t->spare[j] < 0)
+                break;
+        }
+        if (t->listen_fd < 0 || t->spare[EH2O_LOOP_FDS - 1] < 0) {
+            srv__server_set_error(srv, "h2o engine: %u I/O threads need %u descriptors: %s",
+                                  s->nthreads, s->nthreads * (1 + EH2O_LOOP_FDS),
                                   strerror(errno));
             eh2o_free(s);
             return SRV_ESYS;
@@ -839,9 +941,11 @@ static void eh2o_destroy(void *state)
 const srv_engine srv_engine_h2o = {
     .version = SRV_ENGINE_VERSION,
     .name = "h2o",
-    /* Not SRV_ENGINE_CAP_VERSION_505: h2o's parser answers "HTTP/2.0" in an HTTP/1 request
-     * line with 400 itself. Garbage request lines do get 400. */
-    .caps = SRV_ENGINE_CAP_HTTP2 | SRV_ENGINE_CAP_GARBAGE_400 | SRV_ENGINE_CAP_H2_PREFACE_GOAWAY,
+    /* The HTTP/1 guard answers an unknown version with 505 before h2o's parser (which would
+     * say 400), garbage request lines with 400, and an HTTP/2 preface past max_connections
+     * with GOAWAY. */
+    .caps = SRV_ENGINE_CAP_HTTP2 | SRV_ENGINE_CAP_VERSION_505 | SRV_ENGINE_CAP_GARBAGE_400 |
+            SRV_ENGINE_CAP_H2_PREFACE_GOAWAY,
     .start = eh2o_start,
     .respond = eh2o_respond,
     .quiesce = eh2o_quiesce,

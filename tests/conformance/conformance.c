@@ -14,12 +14,15 @@
 
 #include <curl/curl.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <strings.h>
 #include <time.h>
 
@@ -2955,7 +2958,7 @@ static void test_hr_stop_partial_head_overruns(void **state)
 }
 
 /* Past max_connections (4 here) the refusal is readable by the client
- * that gets it (issue 11 item 17): nothing unsolicited before its request
+ * that gets it: nothing unsolicited before its request
  * (Go reports "unsolicited response on idle HTTP channel"), then the
  * core's 503 with its headers, then the close. An HTTP/2 preface gets an
  * HTTP/2 answer (GOAWAY) from an HTTP/2 engine, an HTTP/1 one (503 or 505)
@@ -3293,6 +3296,638 @@ static void test_slow_refusal_after_request(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* Issue 11 (h2o items): rapid reset, h2c upgrade heads, chunk sizes   */
+/* ------------------------------------------------------------------ */
+
+/* HTTP/2 by hand: a frame header and payload at p, returns its size. */
+static size_t h2_frame(unsigned char *p, unsigned type, unsigned flags,
+                       unsigned sid, const void *payload, size_t len)
+{
+    p[0] = (unsigned char)(len >> 16);
+    p[1] = (unsigned char)(len >> 8);
+    p[2] = (unsigned char)len;
+    p[3] = (unsigned char)type;
+    p[4] = (unsigned char)flags;
+    p[5] = (unsigned char)((sid >> 24) & 0x7f);
+    p[6] = (unsigned char)(sid >> 16);
+    p[7] = (unsigned char)(sid >> 8);
+    p[8] = (unsigned char)sid;
+    if (len)
+        memcpy(p + 9, payload, len);
+    return 9 + len;
+}
+
+/* HPACK "literal header field without indexing" with a static-table name
+ * index (< 15) and a short plain value (RFC 7541 6.2.2). */
+static size_t hpack_literal(unsigned char *p, unsigned name_index, const char *v)
+{
+    size_t n = strlen(v);
+    p[0] = (unsigned char)name_index;
+    p[1] = (unsigned char)n;
+    memcpy(p + 2, v, n);
+    return 2 + n;
+}
+
+/* A GET request block: :method, :scheme, :path, :authority. */
+static size_t hpack_get(unsigned char *p, const char *path)
+{
+    size_t n = 0;
+    n += hpack_literal(p + n, 2, "GET");
+    n += hpack_literal(p + n, 6, "http");
+    n += hpack_literal(p + n, 4, path);
+    n += hpack_literal(p + n, 1, "conformance");
+    return n;
+}
+
+#define H2_PREFACE "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+/* preface + empty SETTINGS + `pairs` HEADERS (END_STREAM) + RST_STREAM
+ * (CANCEL) pairs on streams 1, 3, ...; then, when tail_path is set, one
+ * more HEADERS that is not reset. Returns a malloc'd buffer. */
+static unsigned char *h2_flood(unsigned pairs, const char *path,
+                               const char *tail_path, size_t *len)
+{
+    unsigned char block[256];
+    size_t blen = hpack_get(block, path);
+    size_t cap = 64 + (size_t)(pairs + 1) * (9 + blen + 13) + 256;
+    unsigned char *buf = malloc(cap), *p = buf;
+    if (!buf)
+        return NULL;
+    memcpy(p, H2_PREFACE, sizeof H2_PREFACE - 1);
+    p += sizeof H2_PREFACE - 1;
+    p += h2_frame(p, 4, 0, 0, NULL, 0);
+    static const unsigned char cancel[4] = {0, 0, 0, 8};
+    unsigned sid = 1;
+    for (unsigned i = 0; i < pairs; i++, sid += 2) {
+        p += h2_frame(p, 1, 0x5, sid, block, blen);
+        p += h2_frame(p, 3, 0, sid, cancel, sizeof cancel);
+    }
+    if (tail_path) {
+        unsigned char tb[256];
+        size_t tl = hpack_get(tb, tail_path);
+        p += h2_frame(p, 1, 0x5, sid, tb, tl);
+    }
+    *len = (size_t)(p - buf);
+    return buf;
+}
+
+/* Scan the frames received on c: the error code of the first GOAWAY (-1
+ * when none) and whether stream `sid` got a HEADERS frame whose block
+ * starts with ":status: 200" indexed (0x88) or literal. */
+static long h2_scan(const rc_conn *c, unsigned sid, int *got200)
+{
+    long goaway = -1;
+    const unsigned char *p = (const unsigned char *)c->buf + c->off;
+    size_t n = c->len - c->off, i = 0;
+    *got200 = 0;
+    while (n - i >= 9) {
+        size_t flen = ((size_t)p[i] << 16) | ((size_t)p[i + 1] << 8) | p[i + 2];
+        unsigned type = p[i + 3];
+        unsigned fsid = ((unsigned)(p[i + 5] & 0x7f) << 24) | ((unsigned)p[i + 6] << 16) |
+                        ((unsigned)p[i + 7] << 8) | p[i + 8];
+        if (n - i - 9 < flen)
+            break;
+        const unsigned char *pl = p + i + 9;
+        if (type == 7 && flen >= 8 && goaway < 0)
+            goaway = ((long)pl[4] << 24) | ((long)pl[5] << 16) | ((long)pl[6] << 8) | pl[7];
+        if (type == 1 && fsid == sid && flen >= 1 && pl[0] == 0x88)
+            *got200 = 1;
+        i += 9 + flen;
+    }
+    return goaway;
+}
+
+/*
+ * CVE-2023-44487: 2000 HEADERS + RST_STREAM pairs on one connection must
+ * not queue 2000 handler runs. An HTTP/2 engine cancels reset streams
+ * before their handler starts and answers the flood with GOAWAY
+ * (ENHANCE_YOUR_CALM) and a close; an HTTP/1-only engine rejects the
+ * preface. Either way few handlers run and the server answers at once.
+ */
+static void test_h2_rapid_reset(void **state)
+{
+    fx *f = *state;
+    enum { PAIRS = 2000 };
+    const char *what = "HTTP/2 rapid reset: 2000 HEADERS + RST_STREAM pairs";
+    unsigned entered0 = fx_read(f, &f->entered);
+    size_t len;
+    unsigned char *flood = h2_flood(PAIRS, "/slow?ms=1000", NULL, &len);
+    CHECK(flood != NULL, "out of memory");
+    rc_conn *c = conn_open(f, what);
+    long long t0 = rc_now_ms();
+    rc_send(c, flood, len, 5000); /* the server may close before the end */
+    free(flood);
+    size_t unread = 0;
+    int wc = rc_wait_close(c, 5000, &unread);
+    long long closed_after = rc_now_ms() - t0;
+
+    /* /hello on a new connection, timed. */
+    long long t1 = rc_now_ms();
+    still_serving(f, what);
+    long long hello_ms = rc_now_ms() - t1;
+    sleep_ms(300); /* a handler started late would show now */
+    unsigned ran = fx_read(f, &f->entered) - entered0;
+    if (g_timing)
+        fprintf(stderr, "# %s: connection closed after %lld ms, /hello in %lld ms, "
+                "%u handlers ran\n", g_engine_name, closed_after, hello_ms, ran);
+    CHECK(wc == RC_CLOSED || wc == RC_RESET, "[%s] the server kept the "
+          "connection open for 5 s", what);
+    if (engine_caps() & SRV_CAP_HTTP2) {
+        int got200;
+        long goaway = h2_scan(c, 0, &got200);
+        CHECK(goaway == 0xb, "[%s] expected GOAWAY ENHANCE_YOUR_CALM (0xb) "
+              "before the close, got %s %ld", what, goaway < 0 ? "no GOAWAY" :
+              "error code", goaway);
+    }
+    CHECK(hello_ms < 1500, "[%s] GET /hello took %lld ms afterwards", what, hello_ms);
+    CHECK(ran <= 100, "[%s] %u handlers ran for streams the client had "
+          "reset (at most 100 may start before the resets are read)", what, ran);
+    CHECK(wait_no_inflight(f, 3000), "[%s] requests_in_flight stayed %u: the "
+          "reset requests were never released", what, stats(f).requests_in_flight);
+    rc_close(c);
+}
+
+/* A few resets are normal (a browser navigating away): the connection
+ * stays usable and the next stream is answered. HTTP/2 engines only. */
+static void test_h2_some_resets(void **state)
+{
+    fx *f = *state;
+    const char *what = "HTTP/2: 20 reset streams, then GET /hello";
+    if (!(engine_caps() & SRV_CAP_HTTP2)) {
+        /* No HTTP/2: the preface gets an error or a close, never a hang. */
+        rc_conn *c = conn_open(f, what);
+        conn_send_str(c, what, H2_PREFACE);
+        rc_response r;
+        int rc = rc_read_response(c, &r, 0, 3000);
+        int st = rc == RC_OK ? r.status : 0, got200;
+        rc_response_free(&r);
+        if (rc == RC_BADRESP) /* not HTTP/1: an HTTP/2 GOAWAY refusing the preface is fine */
+            rc_wait_close(c, 1000, NULL);
+        CHECK(rc == RC_CLOSED || rc == RC_RESET || (rc == RC_OK && st >= 400) ||
+              (rc == RC_BADRESP && h2_scan(c, 0, &got200) >= 0),
+              "[%s] an HTTP/1-only engine answered the preface with %s, "
+              "status %d", what, rc_strerror(rc), st);
+        rc_close(c);
+        still_serving(f, what);
+        return;
+    }
+    enum { PAIRS = 20 };
+    size_t len;
+    unsigned char *buf = h2_flood(PAIRS, "/slow?ms=10", "/hello", &len);
+    CHECK(buf != NULL, "out of memory");
+    rc_conn *c = conn_open(f, what);
+    conn_send(c, what, buf, len);
+    free(buf);
+    int got200 = 0;
+    long goaway = -1;
+    long long end = rc_now_ms() + 3000;
+    while (!got200 && rc_now_ms() < end) {
+        if (rc_wait_close(c, 50, NULL) != RC_TIMEOUT)
+            break;
+        goaway = h2_scan(c, 1 + 2 * PAIRS, &got200);
+    }
+    goaway = h2_scan(c, 1 + 2 * PAIRS, &got200);
+    CHECK(got200, "[%s] no :status 200 for the stream after the resets", what);
+    CHECK(goaway < 0, "[%s] got GOAWAY (error %ld) for 20 resets", what, goaway);
+    rc_close(c);
+}
+
+
+/* Streams already handed to the core and waiting for a busy worker are
+ * cancelled by their RST_STREAM: their handlers never start. */
+static void test_h2_reset_queued(void **state)
+{
+    fx *f = *state;
+    const char *what = "HTTP/2: 20 streams queued behind 2 busy workers, then reset";
+    if (!(engine_caps() & SRV_CAP_HTTP2))
+        skip(); /* per-stream resets exist only in HTTP/2 */
+    enum { QUEUED = 20 };
+    unsigned char block[256], buf[8192], *p = buf;
+    size_t blen = hpack_get(block, "/slow?ms=800");
+    memcpy(p, H2_PREFACE, sizeof H2_PREFACE - 1);
+    p += sizeof H2_PREFACE - 1;
+    p += h2_frame(p, 4, 0, 0, NULL, 0);
+    for (unsigned i = 0; i < 2 + QUEUED; i++)
+        p += h2_frame(p, 1, 0x5, 1 + 2 * i, block, blen);
+    rc_conn *c = conn_open(f, what);
+    conn_send(c, what, buf, (size_t)(p - buf));
+    CHECK(fx_wait(f, &f->entered, 2, 2000), "[%s] the two workers never started", what);
+    sleep_ms(100); /* the other 20 are queued in the core by now */
+    p = buf;
+    static const unsigned char cancel[4] = {0, 0, 0, 8};
+    for (unsigned i = 2; i < 2 + QUEUED; i++)
+        p += h2_frame(p, 3, 0, 1 + 2 * i, cancel, sizeof cancel);
+    conn_send(c, what, buf, (size_t)(p - buf));
+    sleep_ms(1500); /* the first two answered; a queued one would have started */
+    unsigned ran = fx_read(f, &f->entered);
+    CHECK(ran == 2, "[%s] %u handlers started; only the 2 streams not reset "
+          "should have", what, ran);
+    int got200 = 0;
+    for (long long end = rc_now_ms() + 2000; !got200 && rc_now_ms() < end;) {
+        if (rc_wait_close(c, 50, NULL) != RC_TIMEOUT)
+            break;
+        h2_scan(c, 1, &got200);
+    }
+    h2_scan(c, 1, &got200);
+    CHECK(got200, "[%s] stream 1 (not reset) got no :status 200", what);
+    CHECK(wait_no_inflight(f, 2000), "[%s] requests_in_flight stayed %u", what,
+          stats(f).requests_in_flight);
+    rc_close(c);
+}
+
+
+/* The descriptors open in this process, as a bitmap of the first 1024. */
+static int fd_snapshot(unsigned char open_fds[1024])
+{
+    memset(open_fds, 0, 1024);
+    int n = 0;
+    for (int fd = 0; fd < 1024; fd++)
+        if (fcntl(fd, F_GETFD) != -1) {
+            open_fds[fd] = 1;
+            n++;
+        }
+    return n;
+}
+
+/*
+ * Issue 11 item 13: a start that runs out of descriptors fails with an
+ * SRV_E* code and closes nothing it does not own (h2o closed fd 0) and
+ * leaks nothing; a start that fits serves. RLIMIT_NOFILE is lowered step
+ * by step so every allocation in start meets the limit once.
+ */
+static void test_start_out_of_fds(void **state)
+{
+    (void)state;
+    if (fcntl(0, F_GETFD) == -1) { /* fd 0 must be open to prove it stays so */
+        int fd = open("/dev/null", O_RDONLY);
+        CHECK(fd == 0, "could not put /dev/null on fd 0 (got %d)", fd);
+    }
+    struct rlimit old;
+    CHECK(getrlimit(RLIMIT_NOFILE, &old) == 0, "getrlimit: %s", strerror(errno));
+    unsigned char before[1024], after[1024];
+    int nbefore = fd_snapshot(before);
+    int failed = 0, served = 0;
+    for (int extra = 1; extra <= 40; extra++) {
+        srv_config cfg;
+        srv_config_init(&cfg);
+        cfg.host = "127.0.0.1";
+        cfg.port = 0;
+        cfg.io_threads = 4;
+        cfg.worker_threads = 4;
+        srv_server *srv = srv_server_new(g_engine, &cfg);
+        CHECK(srv != NULL, "srv_server_new");
+        /* The limit where exactly `extra` descriptor numbers are free below it
+         * (earlier tests leave holes, which the kernel fills first). */
+        int lim = 0;
+        for (int free_below = 0; lim < 1024 && free_below < extra; lim++)
+            free_below += !before[lim];
+        struct rlimit low = old;
+        low.rlim_cur = (rlim_t)lim;
+        CHECK(setrlimit(RLIMIT_NOFILE, &low) == 0, "setrlimit: %s", strerror(errno));
+        int rc = srv_server_start(srv);
+        int port = rc == 0 ? srv_server_port(srv) : 0;
+        setrlimit(RLIMIT_NOFILE, &old);
+        if (rc == 0) {
+            served++;
+            rc_conn c;
+            rc_init(&c);
+            int cr = rc_connect(&c, port, 2000);
+            int st = 0;
+            if (cr == RC_OK && rc_send_str(&c, "GET /x HTTP/1.1\r\nHost: a\r\n\r\n",
+                                           2000) == RC_OK) {
+                rc_response r;
+                if (rc_read_response(&c, &r, 0, 3000) == RC_OK)
+                    st = r.status;
+                rc_response_free(&r);
+            }
+            rc_close(&c);
+            CHECK(st == 404, "[start with %d spare descriptors] started, but GET /x "
+                  "got %d (expected 404)", extra, st);
+            CHECK(srv_server_stop(srv, 500) == 0, "srv_server_stop");
+        } else {
+            failed++;
+            CHECK(rc < 0 && strcmp(srv_err_name(rc), "UNKNOWN") != 0,
+                  "[start with %d spare descriptors] returned %d", extra, rc);
+        }
+        srv_server_free(srv);
+        fd_snapshot(after);
+        for (int fd = 0; fd < 1024; fd++) {
+            CHECK(!before[fd] || after[fd], "[start with %d spare descriptors, "
+                  "%s] fd %d was closed by libsrv", extra, rc == 0 ? "started" :
+                  srv_strerror(rc), fd);
+            CHECK(before[fd] || !after[fd], "[start with %d spare descriptors, "
+                  "%s] fd %d leaked", extra, rc == 0 ? "started" : srv_strerror(rc), fd);
+        }
+    }
+    CHECK(fd_snapshot(after) == nbefore, "descriptor count changed");
+    CHECK(failed > 0 && served > 0, "the steps should cover failing and working "
+          "starts: %d failed, %d served", failed, served);
+}
+
+
+/* Send `req` on a new connection; the first response must be `status`
+ * with the core's headers (Date, Server, Content-Type), then a close. */
+static void core_answer(fx *f, const char *what, const char *req, int status)
+{
+    rc_conn *c = conn_open(f, what);
+    rc_send_str(c, req, 3000); /* may fail once the server answered */
+    rc_response r;
+    int rc = rc_read_response(c, &r, 0, 4000);
+    CHECK(rc == RC_OK, "[%s] expected %d: %s", what, status, rc_strerror(rc));
+    if (r.status != status)
+        print_error("[%s] got \"HTTP/1.%d %d %s\" body: %.*s\n", what, r.minor,
+                    r.status, r.reason, (int)(r.body_len > 200 ? 200 : r.body_len),
+                    r.body);
+    char label[200];
+    snprintf(label, sizeof label, "[%s] status", what);
+    CHECK_INT(label, r.status, status);
+    CHECK(rc_header_get(&r, "Date") != NULL, "[%s] the %d has no Date", what, status);
+    snprintf(label, sizeof label, "[%s] Server of the %d", what, status);
+    CHECK_STR(label, rc_header_get(&r, "Server"), "libsrv");
+    CHECK(rc_header_get(&r, "Content-Type") != NULL, "[%s] the %d has no "
+          "Content-Type", what, status);
+    char body[64];
+    snprintf(body, sizeof body, "%d ", status);
+    CHECK(r.body_len > 4 && strncmp(r.body, body, 4) == 0, "[%s] body \"%.*s\" is "
+          "not the core's \"%d <reason>\"", what, (int)r.body_len, r.body, status);
+    rc_response_free(&r);
+    conn_expect_closed(c, what, 3000);
+    rc_close(c);
+    still_serving(f, what);
+}
+
+/* Item 7: "0x2" is no chunk size (RFC 9112 7.1: 1*HEXDIG); a lenient
+ * parser reads size 0 and the rest as trailers and a next request. */
+static void test_raw_chunk_size_0x(void **state)
+{
+    fx *f = *state;
+    bad_input_str(f, "chunk size 0x2, then a pipelined GET",
+                  "POST /echo HTTP/1.1\r\n" HOST "Transfer-Encoding: chunked\r\n\r\n"
+                  "0x2\r\nAB\r\n0\r\n\r\nGET /hello HTTP/1.1\r\n" HOST "\r\n",
+                  400, BAD_STATUS);
+    bad_input_str(f, "chunk data longer than its size",
+                  "POST /echo HTTP/1.1\r\n" HOST "Transfer-Encoding: chunked\r\n\r\n"
+                  "2\r\nABXY0\r\n\r\n", 400, BAD_STATUS);
+}
+
+/* Item 9: the core's head rules apply to an h2c upgrade request too. */
+static void test_raw_upgrade_head_rules(void **state)
+{
+    fx *f = *state;
+    bad_input_str(f, "Upgrade: h2c with Content-Length and Transfer-Encoding",
+                  "GET /hello HTTP/1.1\r\n" HOST "Connection: Upgrade, HTTP2-Settings\r\n"
+                  "Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n"
+                  "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+                  400, BAD_STATUS);
+}
+
+/* Item 16: RFC 9110 7.8, a server must ignore Upgrade in HTTP/1.0. */
+static void test_raw_http10_upgrade(void **state)
+{
+    fx *f = *state;
+    const char *what = "HTTP/1.0 GET with Upgrade: h2c";
+    rc_conn *c = conn_open(f, what);
+    conn_send_str(c, what, "GET /hello HTTP/1.0\r\n" HOST
+                  "Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
+                  "HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n");
+    conn_expect(c, what, 0, 200, "hello", NULL);
+    rc_close(c);
+}
+
+/* Item 18: answers to bad input come from the core on every engine. */
+static void test_raw_error_answers_are_the_cores(void **state)
+{
+    fx *f = *state;
+    core_answer(f, "garbage request line", "GARBAGE\r\n\r\n", 400);
+    core_answer(f, "HTTP/9.9", "GET /hello HTTP/9.9\r\n" HOST "\r\n", 505);
+    core_answer(f, "header line without a colon",
+                "GET /hello HTTP/1.1\r\n" HOST "NoColonHere\r\n\r\n", 400);
+    core_answer(f, "chunk size 0x2", "POST /echo HTTP/1.1\r\n" HOST
+                "Transfer-Encoding: chunked\r\n\r\n0x2\r\nAB\r\n0\r\n\r\n", 400);
+    /* A chunked body one byte over max_body_bytes. */
+    size_t cap = L_BODY + 256;
+    char *req = malloc(cap);
+    CHECK(req != NULL, "out of memory");
+    int n = snprintf(req, cap, "POST /echo HTTP/1.1\r\n" HOST
+                     "Transfer-Encoding: chunked\r\n\r\n%x\r\n", L_BODY + 1);
+    memset(req + n, 'a', L_BODY + 1);
+    strcpy(req + n + L_BODY + 1, "\r\n0\r\n\r\n");
+    core_answer(f, "chunked body over max_body_bytes", req, 413);
+    free(req);
+}
+
+
+/* Item 17: past max_connections the refusal is readable: nothing before
+ * the client's request, then the core's 503 (Date, Server, Content-Type)
+ * and a close; an HTTP/2 preface gets a GOAWAY frame instead. */
+static void test_raw_max_connections_readable(void **state)
+{
+    fx *f = *state;
+    enum { HELD = 4 };
+    rc_conn *held[HELD];
+    const char *what = "max_connections 4: a 5th connection";
+    for (int i = 0; i < HELD; i++) {
+        held[i] = conn_open(f, "max_connections: first 4");
+        conn_send_str(held[i], "max_connections: first 4",
+                      "GET /hello HTTP/1.1\r\n" HOST "\r\n");
+        conn_expect(held[i], "max_connections: first 4", 0, 200, "hello", NULL);
+    }
+    rc_conn *c = conn_open(f, what);
+    size_t unread = 0;
+    int rc = rc_wait_close(c, 300, &unread);
+    CHECK(rc == RC_TIMEOUT && unread == 0, "[%s] before any request the server "
+          "%s and sent %zu bytes (an answer to no request)", what,
+          rc == RC_TIMEOUT ? "kept it open" : "closed it", unread);
+    conn_send_str(c, what, "GET /hello HTTP/1.1\r\n" HOST "\r\n");
+    rc_response r;
+    rc = rc_read_response(c, &r, 0, 3000);
+    CHECK(rc == RC_OK, "[%s] no answer to its request: %s", what, rc_strerror(rc));
+    CHECK_INT("[max_connections: the 5th] status", r.status, 503);
+    CHECK(rc_header_get(&r, "Date") != NULL, "[%s] the 503 has no Date", what);
+    CHECK_STR("[max_connections: the 5th] Server", rc_header_get(&r, "Server"), "libsrv");
+    CHECK(rc_header_get(&r, "Content-Type") != NULL, "[%s] no Content-Type", what);
+    rc_response_free(&r);
+    conn_expect_closed(c, what, 3000);
+    rc_close(c);
+
+    if (engine_caps() & SRV_CAP_HTTP2) {
+        what = "max_connections 4: a 5th connection with the HTTP/2 preface";
+        c = conn_open(f, what);
+        unsigned char pre[64];
+        memcpy(pre, H2_PREFACE, sizeof H2_PREFACE - 1);
+        size_t n = sizeof H2_PREFACE - 1 + h2_frame(pre + sizeof H2_PREFACE - 1, 4, 0, 0, NULL, 0);
+        conn_send(c, what, pre, n);
+        rc = rc_wait_close(c, 3000, NULL);
+        CHECK(rc == RC_CLOSED || rc == RC_RESET, "[%s] not closed", what);
+        int got200;
+        long goaway = h2_scan(c, 0, &got200);
+        CHECK(goaway >= 0, "[%s] no GOAWAY frame before the close (%zu bytes)", what,
+              c->len - c->off);
+        rc_close(c);
+    }
+    for (int i = 0; i < HELD; i++)
+        rc_close(held[i]);
+    for (int i = 0; i < 100 && stats(f).connections_open >= f->cfg.max_connections; i++)
+        usleep(10 * 1000);
+    still_serving(f, "max_connections reached and released");
+}
+
+
+/* Send `first`, then `step` every 300 ms until the server closes (or a
+ * response arrives); returns how long after the start it was cut, -1 if
+ * it never was within `limit_ms`. */
+static long long trickle(rc_conn *c, const void *first, size_t flen,
+                         const void *step, size_t slen, long long limit_ms)
+{
+    long long t0 = rc_now_ms();
+    if (rc_send(c, first, flen, 2000) != RC_OK)
+        return rc_now_ms() - t0;
+    while (rc_now_ms() - t0 < limit_ms) {
+        size_t unread = 0;
+        int rc = rc_wait_close(c, 300, &unread);
+        if (rc == RC_CLOSED || rc == RC_RESET)
+            return rc_now_ms() - t0;
+        if (rc_send(c, step, slen, 500) != RC_OK) {
+            rc_wait_close(c, 1000, NULL);
+            return rc_now_ms() - t0;
+        }
+    }
+    return -1;
+}
+
+/* Item 3: a chunked body at one byte every 300 ms is cut at the request's
+ * header_timeout_ms deadline (a total deadline, not reset by each byte). */
+static void test_raw_slow_chunked_body(void **state)
+{
+    fx *f = *state;
+    const char *what = "chunked body, 1 byte every 300 ms (header_timeout_ms 1000)";
+    rc_conn *c = conn_open(f, what);
+    static const char head[] = "POST /echo HTTP/1.1\r\n" HOST
+                               "Transfer-Encoding: chunked\r\n\r\n";
+    static const char step[] = "1\r\na\r\n";
+    long long took = trickle(c, head, sizeof head - 1, step, sizeof step - 1,
+                             T_HEADER_MS + 4000);
+    CHECK(took >= 0 && took <= T_HEADER_MS + 2000, "[%s] %s %lld ms", what,
+          took < 0 ? "still open after" : "cut after", took < 0 ? T_HEADER_MS + 4000LL : took);
+    if (rc_unread(c) > 0) {
+        rc_response r;
+        int rc = rc_read_response(c, &r, 0, 1000);
+        int st = rc == RC_OK ? r.status : 0;
+        rc_response_free(&r);
+        CHECK(rc == RC_OK && st == 408, "[%s] answered %s status %d, expected 408 "
+              "or a close", what, rc_strerror(rc), st);
+    }
+    rc_close(c);
+    still_serving(f, what);
+}
+
+/* Item 3 over h2c: empty CONTINUATION frames, or 1-byte DATA frames, every
+ * 300 ms do not keep a request open past header_timeout_ms. */
+static void test_h2_slow_request(void **state)
+{
+    fx *f = *state;
+    if (!(engine_caps() & SRV_CAP_HTTP2))
+        skip(); /* frames exist only in HTTP/2 */
+    unsigned char block[256], first[512], *p;
+    size_t blen = hpack_get(block, "/hello");
+    for (int kind = 0; kind < 2; kind++) {
+        const char *what = kind == 0 ? "HTTP/2 header block + empty CONTINUATION every 300 ms"
+                                     : "HTTP/2 POST + 1-byte DATA every 300 ms";
+        p = first;
+        memcpy(p, H2_PREFACE, sizeof H2_PREFACE - 1);
+        p += sizeof H2_PREFACE - 1;
+        p += h2_frame(p, 4, 0, 0, NULL, 0);
+        unsigned char step[16];
+        size_t slen;
+        if (kind == 0) {
+            p += h2_frame(p, 1, 0x1, 1, block, blen); /* END_STREAM, no END_HEADERS */
+            slen = h2_frame(step, 9, 0, 1, NULL, 0);
+        } else {
+            unsigned char post[256];
+            size_t n = hpack_literal(post, 2, "POST");
+            n += hpack_literal(post + n, 6, "http");
+            n += hpack_literal(post + n, 4, "/echo");
+            n += hpack_literal(post + n, 1, "conformance");
+            p += h2_frame(p, 1, 0x4, 1, post, n); /* END_HEADERS, no END_STREAM */
+            slen = h2_frame(step, 0, 0, 1, "a", 1);
+        }
+        rc_conn *c = conn_open(f, what);
+        long long took = trickle(c, first, (size_t)(p - first), step, slen,
+                                 T_HEADER_MS + 4000);
+        CHECK(took >= 0 && took <= T_HEADER_MS + 2000, "[%s] %s %lld ms", what,
+              took < 0 ? "still open after" : "cut after",
+              took < 0 ? T_HEADER_MS + 4000LL : took);
+        int got200;
+        CHECK(h2_scan(c, 0, &got200) >= 0, "[%s] closed without GOAWAY", what);
+        rc_close(c);
+    }
+    still_serving(f, "slow HTTP/2 requests");
+}
+
+/* Item 2: a client that pipelines requests and never reads the answers is
+ * cut once a write makes no progress for header_timeout_ms (threadpool's
+ * write timeout, nginx's send_timeout). */
+static void test_raw_pipeline_never_read(void **state)
+{
+    fx *f = *state;
+    const char *what = "pipelined 60 KB echoes, answers never read";
+    rc_conn *c = conn_open(f, what);
+    int small = 4096;
+    setsockopt(c->fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    enum { BODY = 60000, MAXREQ = 400 };
+    char head[128];
+    int hl = snprintf(head, sizeof head, "POST /echo HTTP/1.1\r\n" HOST
+                      "Content-Length: %d\r\n\r\n", BODY);
+    char *req = malloc((size_t)hl + BODY);
+    CHECK(req != NULL, "out of memory");
+    memcpy(req, head, (size_t)hl);
+    memset(req + hl, 'p', BODY);
+    int sent = 0;
+    while (sent < MAXREQ && rc_send(c, req, (size_t)hl + BODY, 1500) == RC_OK)
+        sent++;
+    free(req);
+    sleep_ms(T_HEADER_MS + 2000); /* the server's write stalled at least this long */
+    int rc = rc_wait_close(c, 5000, NULL); /* now read everything that was sent */
+    size_t got = c->len - c->off;
+    size_t all = (size_t)sent * (BODY + 100);
+    CHECK(sent < MAXREQ, "[%s] the server read %d requests of 60 KB without the "
+          "client reading a byte: raise MAXREQ", what, sent);
+    CHECK(rc == RC_CLOSED || rc == RC_RESET, "[%s] the connection was not closed", what);
+    CHECK(got < all, "[%s] all %d answers (%zu bytes) were delivered: the "
+          "server waited for the client to read instead of cutting it", what, sent, got);
+    rc_close(c);
+    still_serving(f, what);
+}
+
+
+/* Item 2 over h2c: a client that grants no flow-control window (SETTINGS
+ * INITIAL_WINDOW_SIZE 0) never lets the answer out; the connection is cut
+ * once no write was possible for header_timeout_ms. */
+static void test_h2_no_window(void **state)
+{
+    fx *f = *state;
+    if (!(engine_caps() & SRV_CAP_HTTP2))
+        skip(); /* flow control exists only in HTTP/2 */
+    const char *what = "HTTP/2 client with a zero window, GET /n";
+    unsigned char buf[512], *p = buf, block[256];
+    memcpy(p, H2_PREFACE, sizeof H2_PREFACE - 1);
+    p += sizeof H2_PREFACE - 1;
+    static const unsigned char zero_window[6] = {0, 4, 0, 0, 0, 0};
+    p += h2_frame(p, 4, 0, 0, zero_window, sizeof zero_window);
+    size_t blen = hpack_get(block, "/n?i=0123456789");
+    p += h2_frame(p, 1, 0x5, 1, block, blen);
+    rc_conn *c = conn_open(f, what);
+    long long t0 = rc_now_ms();
+    conn_send(c, what, buf, (size_t)(p - buf));
+    int rc = rc_wait_close(c, T_HEADER_MS + 4000, NULL);
+    long long took = rc_now_ms() - t0;
+    CHECK(rc == RC_CLOSED || rc == RC_RESET, "[%s] still open after %lld ms", what, took);
+    CHECK(took <= T_HEADER_MS + 2500, "[%s] cut after %lld ms", what, took);
+    rc_close(c);
+    still_serving(f, what);
+}
+
+/* ------------------------------------------------------------------ */
 /* main                                                                */
 /* ------------------------------------------------------------------ */
 
@@ -3383,6 +4018,25 @@ int main(int argc, char **argv)
     };
     snprintf(name, sizeof name, "conformance %s%s: raw HTTP/1", g_engine_name, run);
     failed += cmocka_run_group_tests_name(name, raw, group_h1, NULL);
+    const struct CMUnitTest resets_framing[] = {
+        cmocka_unit_test_setup_teardown(test_h2_rapid_reset, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_h2_some_resets, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_h2_reset_queued, setup_two_workers, fx_teardown),
+        cmocka_unit_test(test_start_out_of_fds),
+        cmocka_unit_test_setup_teardown(test_raw_chunk_size_0x, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_upgrade_head_rules, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_http10_upgrade, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_error_answers_are_the_cores, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_max_connections_readable, setup_few_connections, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_slow_chunked_body, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_h2_slow_request, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_pipeline_never_read, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_h2_no_window, setup_default, fx_teardown),
+    };
+    snprintf(name, sizeof name, "conformance %s%s: resets, deadlines, upgrade and framing",
+             g_engine_name, run);
+    failed += cmocka_run_group_tests_name(name, resets_framing, group_h1, NULL);
+
     const struct CMUnitTest slow[] = {
         cmocka_unit_test_setup_teardown(test_slow_idle_flood, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_slow_first_head_timeout, setup_default, fx_teardown),

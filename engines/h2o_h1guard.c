@@ -1,0 +1,544 @@
+/*
+ * The h2o engine's HTTP/1 framing guard (libh2o-evloop 2.2.5), on the loop threads: every
+ * byte of an HTTP/1 connection is checked here before h2o's parser sees it.
+ */
+#include "h2o_internal.h"
+
+/* ------------------------------------------------------------------ */
+/* HTTP/1 framing guard: every byte read is checked before h2o sees it */
+/* ------------------------------------------------------------------ */
+
+/*
+ * h2o 2.2.5 answers bad heads with canned text (no Date, no Server, 400 for "HTTP/9.9"),
+ * upgrades HTTP/1.0 to h2c, runs the h2c upgrade before any handler sees the head (so the
+ * core's rules were skipped), and de-chunks leniently ("0x2" is size 0 plus an extension).
+ * So the connection's read callback is ours: it scans the raw bytes (heads, Content-Length
+ * bodies, chunk framing) before h2o's reqread_on_read gets them. A head passes the core's
+ * rules (srv__request_headers_done and the rest) here; a violation is answered by the core
+ * (srv__request_fail: its framing, headers and access-log line) and written by us, and h2o
+ * then closes the connection through its own read-error path.
+ * h2o re-arms its own read callback after each response (reqread_start) and after a 100
+ * Continue: eh2o_h1_after puts ours back after every h2o call that may have done so, and
+ * wraps h2o's write callbacks to get control back at those moments.
+ */
+enum {
+    EH2O_H1_HEAD,
+    EH2O_H1_BODY,
+    EH2O_H1_CHUNK_SIZE,
+    EH2O_H1_CHUNK_EXT,
+    EH2O_H1_CHUNK_SIZE_LF,
+    EH2O_H1_CHUNK_DATA,
+    EH2O_H1_CHUNK_DATA_CR,
+    EH2O_H1_CHUNK_DATA_LF,
+    EH2O_H1_TRAILER,
+    EH2O_H1_TRAILER_LINE,
+    EH2O_H1_TRAILER_LINE_LF,
+    EH2O_H1_TRAILER_END_LF,
+    EH2O_H1_DEAD /* answered or handed to HTTP/2: pass everything through */
+};
+
+void eh2o_h1_on_read(h2o_socket_t *sock, const char *err);
+static void eh2o_h1_on_written(h2o_socket_t *sock, const char *err);
+
+eh2o_conn *eh2o_sock_conn(h2o_socket_t *sock)
+{
+    return sock->on_close.cb == eh2o_on_conn_close ? sock->on_close.data : NULL;
+}
+
+/* Close through h2o's HTTP/1 read-error path (it disposes its request and the socket). */
+static void eh2o_h1_close(eh2o_conn *c)
+{
+    c->h1.phase = EH2O_H1_DEAD;
+    c->h1.reqread(c->sock, h2o_socket_error_closed); /* c is freed */
+}
+
+static void eh2o_h1_linger_timeout(h2o_timeout_entry_t *entry)
+{
+    eh2o_h1_close(H2O_STRUCT_FROM_MEMBER(eh2o_conn, h1.linger, entry));
+}
+
+static void eh2o_h1_on_linger_read(h2o_socket_t *sock, const char *err)
+{
+    eh2o_conn *c = eh2o_sock_conn(sock);
+    if (err != NULL) {
+        h2o_timeout_unlink(&c->h1.linger);
+        eh2o_h1_close(c);
+        return;
+    }
+    h2o_buffer_consume(&sock->input, sock->input->size);
+}
+
+/* The answer is out: half-close and drain for a moment (closing with unread input would reset
+ * the connection and could destroy the answer before the client reads it), then close. */
+static void eh2o_h1_on_answer_written(h2o_socket_t *sock, const char *err)
+{
+    eh2o_conn *c = eh2o_sock_conn(sock);
+    h2o_timeout_unlink(&c->h1.send);
+    free(c->h1.out);
+    c->h1.out = NULL;
+    if (err != NULL) {
+        eh2o_h1_close(c);
+        return;
+    }
+    shutdown(h2o_socket_get_fd(sock), SHUT_WR);
+    h2o_buffer_consume(&sock->input, sock->input->size);
+    h2o_socket_read_start(sock, eh2o_h1_on_linger_read);
+    c->h1.linger.cb = eh2o_h1_linger_timeout;
+    h2o_timeout_link(c->thread->loop, &c->thread->refuse_timeout, &c->h1.linger);
+}
+
+/* A client that reads nothing (pipelining without reading the answers) must not hold the
+ * connection forever: h2o 2.2.5 has no timer while it writes. Past the deadline the socket
+ * is shut, the write fails and h2o closes the connection. */
+static void eh2o_h1_send_expired(h2o_timeout_entry_t *entry)
+{
+    eh2o_conn *c = H2O_STRUCT_FROM_MEMBER(eh2o_conn, h1.send, entry);
+    shutdown(h2o_socket_get_fd(c->sock), SHUT_RDWR);
+}
+
+static void eh2o_h1_send_deadline(eh2o_conn *c)
+{
+    h2o_timeout_unlink(&c->h1.send);
+    c->h1.send.cb = eh2o_h1_send_expired;
+    h2o_timeout_link(c->thread->loop, &c->thread->send_timeout, &c->h1.send);
+}
+
+/* respond slot for a request the guard answered (eh2o_complete, on the loop). */
+void eh2o_h1_write_answer(eh2o_conn *c, srv_request *sreq)
+{
+    size_t hl, bl;
+    const char *head = srv__response_http1_head(sreq, &hl);
+    const void *body = srv__response_body(sreq, &bl);
+    h2o_socket_t *sock = c->sock;
+    c->h1.phase = EH2O_H1_DEAD;
+    c->h1.out = head != NULL ? malloc(hl + bl) : NULL;
+    if (c->h1.out == NULL || sock->_cb.write != NULL) {
+        /* No memory, or h2o is writing (cannot happen while it reads): just close. */
+        free(c->h1.out);
+        c->h1.out = NULL;
+        shutdown(h2o_socket_get_fd(sock), SHUT_RDWR);
+        return;
+    }
+    memcpy(c->h1.out, head, hl);
+    if (bl != 0)
+        memcpy(c->h1.out + hl, body, bl);
+    h2o_iovec_t buf = h2o_iovec_init(c->h1.out, hl + bl);
+    h2o_socket_read_stop(sock);
+    h2o_socket_write(sock, &buf, 1, eh2o_h1_on_answer_written);
+    eh2o_h1_send_deadline(c);
+}
+
+/* Answer `status` through the core now (the connection then closes). Takes sreq. */
+static void eh2o_h1_answer(eh2o_conn *c, srv_request *sreq, int status)
+{
+    eh2o_thread *t = c->thread;
+    c->h1.phase = EH2O_H1_DEAD;
+    c->h1.answering = 1;
+    if (sreq == NULL) {
+        struct sockaddr_storage peer;
+        socklen_t len = h2o_socket_getpeername(c->sock, (struct sockaddr *)&peer);
+        sreq = srv__request_new(t->server->srv, len != 0 ? (struct sockaddr *)&peer : NULL, len);
+    }
+    eh2o_ticket *tk = sreq != NULL ? calloc(1, sizeof *tk) : NULL;
+    if (tk == NULL) {
+        if (sreq != NULL)
+            srv__request_release(sreq);
+        shutdown(h2o_socket_get_fd(c->sock), SHUT_RDWR);
+        return;
+    }
+    tk->thread = t;
+    tk->sreq = sreq;
+    tk->raw = c;
+    tk->refs = 1; /* no h2o_req_t, no guard */
+    t->live++;
+    srv__request_set_engine_data(sreq, tk);
+    srv__request_fail(sreq, status); /* respond -> eh2o_complete -> eh2o_h1_write_answer */
+}
+
+/* After any h2o call on an HTTP/1 connection that is still open: our callbacks back in. */
+void eh2o_h1_after(eh2o_conn *c)
+{
+    h2o_socket_t *sock = c->sock;
+    if (c->h1.off || c->h1.answering)
+        return;
+    if (sock->_cb.read != NULL && sock->_cb.read != eh2o_h1_on_read &&
+        sock->_cb.read != c->h1.reqread) {
+        c->h1.off = 1; /* h2c upgrade done: HTTP/2 now */
+        return;
+    }
+    if (sock->_cb.read == c->h1.reqread)
+        sock->_cb.read = eh2o_h1_on_read;
+    if (sock->_cb.write != NULL && sock->_cb.write != eh2o_h1_on_written &&
+        sock->_cb.write != eh2o_h1_on_answer_written) {
+        c->h1.wrote = sock->_cb.write;
+        sock->_cb.write = eh2o_h1_on_written;
+        eh2o_h1_send_deadline(c);
+    }
+    /* A bad request queued behind good ones: its turn once h2o waits for the next head. */
+    if (c->h1.bad != 0 && sock->_cb.read == eh2o_h1_on_read && sock->_cb.write == NULL &&
+        sock->input->size == 0) {
+        int status = c->h1.bad;
+        srv_request *sreq = c->h1.bad_req;
+        c->h1.bad = 0;
+        c->h1.bad_req = NULL;
+        eh2o_h1_answer(c, sreq, status);
+    }
+}
+
+/* Run an h2o callback; returns 0 when the connection closed meanwhile (c is freed). */
+static int eh2o_h1_call(eh2o_conn *c, h2o_socket_cb cb, h2o_socket_t *sock, const char *err)
+{
+    int closed = 0, *outer = c->h1.closed;
+    c->h1.closed = &closed;
+    cb(sock, err);
+    if (closed) {
+        if (outer != NULL)
+            *outer = 1;
+        return 0;
+    }
+    c->h1.closed = outer;
+    return 1;
+}
+
+static void eh2o_h1_on_written(h2o_socket_t *sock, const char *err)
+{
+    eh2o_conn *c = eh2o_sock_conn(sock);
+    h2o_socket_cb cb = c->h1.wrote;
+    c->h1.wrote = NULL;
+    h2o_timeout_unlink(&c->h1.send);
+    if (eh2o_h1_call(c, cb, sock, err))
+        eh2o_h1_after(c);
+}
+
+static int eh2o_hexval(int ch)
+{
+    return ch >= '0' && ch <= '9' ? ch - '0'
+           : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+           : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10
+                                    : -1;
+}
+
+/* A version in a request line picohttpparser refused ("HTTP/9.9", "HTTP/2.0"): 505. */
+static int eh2o_h1_bad_version(const char *p, size_t n)
+{
+    while (n > 0 && (*p == '\r' || *p == '\n')) {
+        p++;
+        n--;
+    }
+    const char *eol = memchr(p, '\n', n);
+    if (eol == NULL)
+        return 0;
+    size_t len = (size_t)(eol - p);
+    if (len > 0 && p[len - 1] == '\r')
+        len--;
+    if (len > 9 && (memcmp(p + len - 8, "HTTP/1.0", 8) == 0 || memcmp(p + len - 8, "HTTP/1.1", 8) == 0))
+        return 0; /* refused for another reason */
+    return len > 9 && p[len - 9] == ' ' && memcmp(p + len - 8, "HTTP/", 5) == 0 &&
+           p[len - 3] >= '0' && p[len - 3] <= '9' && p[len - 2] == '.' &&
+           p[len - 1] >= '0' && p[len - 1] <= '9' && memchr(p, ' ', len - 9) != NULL;
+}
+
+/*
+ * A complete head (c->h1.head[0..len)): the core's rules, then its body framing. Returns 0 or
+ * the status to answer (*sreq_out is then the request to answer with, or NULL).
+ */
+static int eh2o_h1_head_done(eh2o_conn *c, size_t len, size_t buf_at, srv_request **sreq_out)
+{
+    eh2o_thread *t = c->thread;
+    eh2o_head parsed, *h = &parsed;
+    h->nheaders = EH2O_MAX_HEADERS;
+    *sreq_out = NULL;
+    if (phr_parse_request(c->h1.head, len, &h->method, &h->method_len, &h->target,
+                          &h->target_len, &h->minor, h->headers, &h->nheaders, 0) != (int)len)
+        h->method = NULL;
+    struct sockaddr_storage peer;
+    socklen_t plen = h2o_socket_getpeername(c->sock, (struct sockaddr *)&peer);
+    srv_request *sreq =
+        srv__request_new(t->server->srv, plen != 0 ? (struct sockaddr *)&peer : NULL, plen);
+    if (sreq == NULL)
+        return 500;
+    *sreq_out = sreq;
+    if (h->method == NULL) {
+        /* Refused by picohttpparser: the request line, when it has the usual three parts,
+         * still names the request in the access log (the helpers refuse what is not valid). */
+        const char *p = c->h1.head, *end = c->h1.head + len;
+        while (p < end && (*p == '\r' || *p == '\n'))
+            p++;
+        const char *eol = memchr(p, '\n', (size_t)(end - p));
+        const char *sp1 = eol != NULL ? memchr(p, ' ', (size_t)(eol - p)) : NULL;
+        const char *sp2 = sp1 != NULL ? memchr(sp1 + 1, ' ', (size_t)(eol - sp1 - 1)) : NULL;
+        if (sp2 != NULL && srv__request_set_method(sreq, p, (size_t)(sp1 - p)) == 0)
+            srv__request_set_target(sreq, sp1 + 1, (size_t)(sp2 - sp1 - 1));
+        size_t lines = 0;
+        for (size_t k = 0; k < len; k++)
+            lines += c->h1.head[k] == '\n';
+        if (lines > EH2O_MAX_HEADERS + 2) /* request line + headers + the empty line */
+            return 431; /* too many header fields: picohttpparser takes 100 */
+        return eh2o_h1_bad_version(c->h1.head, len) ? 505 : 400;
+    }
+    c->h1.seq++;
+    int st = eh2o_fill_raw(sreq, h);
+    if (st == 0)
+        st = srv__request_headers_done(sreq);
+    if (st != 0)
+        return st > 0 ? st : 500;
+    c->h1.phase = EH2O_H1_HEAD;
+    int nmask = 0;
+    for (size_t i = 0; i < h->nheaders; i++) {
+        const struct eh2o_phr_header *x = &h->headers[i];
+        if (h2o_lcstris(x->name, x->name_len, H2O_STRLIT("transfer-encoding"))) {
+            c->h1.phase = EH2O_H1_CHUNK_SIZE; /* the core allows "chunked" only */
+            c->h1.left = 0;
+            c->h1.body = 0;
+            c->h1.digits = 0;
+        } else if (h2o_lcstris(x->name, x->name_len, H2O_STRLIT("content-length"))) {
+            uint64_t v = 0;
+            for (size_t k = 0; k < x->value_len; k++)
+                if (x->value[k] >= '0' && x->value[k] <= '9')
+                    v = v * 10 + (uint64_t)(x->value[k] - '0'); /* checked by the core */
+            c->h1.left = v;
+            if (v != 0 && c->h1.phase == EH2O_H1_HEAD)
+                c->h1.phase = EH2O_H1_BODY;
+        } else if (h->minor == 0 && nmask < 2 &&
+                   (h2o_lcstris(x->name, x->name_len, H2O_STRLIT("upgrade")) ||
+                    h2o_lcstris(x->name, x->name_len, H2O_STRLIT("expect")))) {
+            /* RFC 9110 7.8: no Upgrade on HTTP/1.0 (h2o would answer 101); 10.1.1: no 100
+             * Continue to HTTP/1.0 (h2o would send one). Hide the header from h2o by changing
+             * one byte in its input; on_req puts it back before the core reads the head. */
+            size_t off = (size_t)(x->name - c->h1.head);
+            char *raw = c->sock->input->bytes + buf_at;
+            if (buf_at + len <= c->sock->input->size && memcmp(raw, c->h1.head, len) == 0) {
+                c->h1.mask_at[nmask] = off;
+                c->h1.mask_seq = c->h1.seq;
+                c->h1.mask_ch[nmask] = raw[off];
+                nmask++;
+            }
+        }
+    }
+    for (int k = 0; k < nmask; k++) /* after the loop: the memcmp above saw the client's bytes */
+        c->sock->input->bytes[buf_at + c->h1.mask_at[k]] = '~'; /* a tchar h2o knows no token by */
+    c->h1.nmask = nmask;
+    if (c->h1.phase == EH2O_H1_HEAD) {
+        srv__request_release(sreq); /* complete: h2o builds its own and on_req ours */
+        *sreq_out = NULL;
+    } else {
+        c->h1.req = sreq;
+        *sreq_out = NULL;
+    }
+    return 0;
+}
+
+/* The request being scanned is complete. */
+static void eh2o_h1_request_done(eh2o_conn *c)
+{
+    if (c->h1.req != NULL) {
+        srv__request_release(c->h1.req);
+        c->h1.req = NULL;
+    }
+    c->h1.phase = EH2O_H1_HEAD;
+    c->h1.head_len = 0;
+    c->h1.completed++;
+}
+
+/*
+ * Scan the n new bytes at the end of the input. Returns 0, or the status of the first violation
+ * with *bad_at = its request's first byte among the new ones (SIZE_MAX when it began earlier)
+ * and *sreq_out its request (or NULL).
+ */
+static int eh2o_h1_scan(eh2o_conn *c, const char *p, size_t n, size_t *bad_at,
+                        srv_request **sreq_out)
+{
+    const srv_config *cfg = c->thread->server->cfg;
+    size_t head_max = cfg->max_header_bytes + 4; /* CRLFs the core does not count */
+    size_t i = 0, req_at = c->h1.phase == EH2O_H1_HEAD && c->h1.head_len == 0 ? 0 : SIZE_MAX;
+    *sreq_out = NULL;
+#define EH2O_BAD(st)                                                                           \
+    do {                                                                                       \
+        *bad_at = req_at;                                                                      \
+        *sreq_out = c->h1.req;                                                                 \
+        c->h1.req = NULL;                                                                      \
+        return (st);                                                                           \
+    } while (0)
+    while (i < n) {
+        int ch = (unsigned char)p[i];
+        switch (c->h1.phase) {
+        case EH2O_H1_HEAD: {
+            if (c->h1.head_len == 0)
+                req_at = i;
+            if (c->h1.head == NULL && (c->h1.head = malloc(head_max)) == NULL)
+                EH2O_BAD(500);
+            size_t old = c->h1.head_len, take = n - i;
+            if (take > head_max - old)
+                take = head_max - old;
+            memcpy(c->h1.head + old, p + i, take);
+            c->h1.head_len += take;
+            size_t cut = c->h1.head_len;
+            /* The head ends at the first empty line (picohttpparser skips leading CRLFs). */
+            size_t s = 0;
+            while (s < cut && (c->h1.head[s] == '\r' || c->h1.head[s] == '\n'))
+                s++;
+            size_t end = 0;
+            for (size_t k = s > 0 ? s : 1; k < cut && end == 0; k++)
+                if (c->h1.head[k] == '\n' &&
+                    (c->h1.head[k - 1] == '\n' ||
+                     (k >= 2 && c->h1.head[k - 1] == '\r' && c->h1.head[k - 2] == '\n')))
+                    end = k + 1;
+            if (cut >= 14 && memcmp(c->h1.head + s, "PRI * HTTP/2.0", 14) == 0) {
+                c->h1.phase = EH2O_H1_DEAD; /* prior knowledge: h2o switches to HTTP/2 */
+                c->h1.off = 1;
+                return 0;
+            }
+            if (end == 0) {
+                if (cut >= head_max) {
+                    c->h1.head_len = 0;
+                    EH2O_BAD(431);
+                }
+                i += take;
+                break;
+            }
+            i += end - old; /* the bytes after the head are the body or the next request */
+            c->h1.head_len = end;
+            size_t buf_at = c->sock->input->size - n + i - end;
+            srv_request *sreq;
+            int st = eh2o_h1_head_done(c, end, buf_at, &sreq);
+            if (st != 0) {
+                c->h1.req = sreq;
+                EH2O_BAD(st);
+            }
+            if (c->h1.phase == EH2O_H1_HEAD)
+                eh2o_h1_request_done(c);
+            else
+                c->h1.head_len = 0;
+            break;
+        }
+        case EH2O_H1_BODY: {
+            size_t take = n - i < c->h1.left ? n - i : (size_t)c->h1.left;
+            c->h1.left -= take;
+            i += take;
+            if (c->h1.left == 0)
+                eh2o_h1_request_done(c);
+            break;
+        }
+        case EH2O_H1_CHUNK_SIZE:
+            if (eh2o_hexval(ch) >= 0) {
+                if (++c->h1.digits > 15)
+                    EH2O_BAD(400);
+                c->h1.left = c->h1.left * 16 + (uint64_t)eh2o_hexval(ch);
+            } else if (c->h1.digits > 0 && ch == '\r') {
+                c->h1.phase = EH2O_H1_CHUNK_SIZE_LF;
+            } else if (c->h1.digits > 0 && (ch == ';' || ch == ' ' || ch == '\t')) {
+                c->h1.phase = EH2O_H1_CHUNK_EXT;
+                c->h1.line = 0;
+            } else {
+                EH2O_BAD(400); /* "0x2", a bare LF, no digits */
+            }
+            i++;
+            break;
+        case EH2O_H1_CHUNK_EXT:
+            if (ch == '\r')
+                c->h1.phase = EH2O_H1_CHUNK_SIZE_LF;
+            else if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
+                EH2O_BAD(400); /* a bare LF or control byte in an extension */
+            else if (++c->h1.line > head_max)
+                EH2O_BAD(431); /* like a head or trailers over max_header_bytes */
+            i++;
+            break;
+        case EH2O_H1_CHUNK_SIZE_LF:
+            if (ch != '\n')
+                EH2O_BAD(400);
+            c->h1.phase = c->h1.left == 0 ? EH2O_H1_TRAILER : EH2O_H1_CHUNK_DATA;
+            c->h1.line = 0;
+            i++;
+            break;
+        case EH2O_H1_CHUNK_DATA: {
+            size_t take = n - i < c->h1.left ? n - i : (size_t)c->h1.left;
+            c->h1.left -= take;
+            if ((c->h1.body += take) > cfg->max_body_bytes)
+                EH2O_BAD(413); /* before h2o's own 413, which is not the core's */
+            i += take;
+            if (c->h1.left == 0)
+                c->h1.phase = EH2O_H1_CHUNK_DATA_CR;
+            break;
+        }
+        case EH2O_H1_CHUNK_DATA_CR:
+            if (ch != '\r')
+                EH2O_BAD(400); /* data longer than its size */
+            c->h1.phase = EH2O_H1_CHUNK_DATA_LF;
+            i++;
+            break;
+        case EH2O_H1_CHUNK_DATA_LF:
+            if (ch != '\n')
+                EH2O_BAD(400);
+            c->h1.phase = EH2O_H1_CHUNK_SIZE;
+            c->h1.digits = 0;
+            i++;
+            break;
+        case EH2O_H1_TRAILER:
+            c->h1.phase = ch == '\r' ? EH2O_H1_TRAILER_END_LF : EH2O_H1_TRAILER_LINE;
+            if (ch == '\n' || ch == 0)
+                EH2O_BAD(400);
+            i++;
+            break;
+        case EH2O_H1_TRAILER_LINE:
+            if (ch == '\r')
+                c->h1.phase = EH2O_H1_TRAILER_LINE_LF;
+            else if (ch == '\n' || ch == 0)
+                EH2O_BAD(400);
+            if (++c->h1.line > head_max)
+                EH2O_BAD(431);
+            i++;
+            break;
+        case EH2O_H1_TRAILER_LINE_LF:
+            if (ch != '\n')
+                EH2O_BAD(400);
+            c->h1.phase = EH2O_H1_TRAILER;
+            i++;
+            break;
+        case EH2O_H1_TRAILER_END_LF:
+            if (ch != '\n')
+                EH2O_BAD(400);
+            i++;
+            eh2o_h1_request_done(c);
+            break;
+        default: /* EH2O_H1_DEAD */
+            return 0;
+        }
+        if (c->h1.phase == EH2O_H1_HEAD && c->h1.head_len == 0)
+            req_at = i;
+    }
+#undef EH2O_BAD
+    return 0;
+}
+
+void eh2o_h1_on_read(h2o_socket_t *sock, const char *err)
+{
+    eh2o_conn *c = eh2o_sock_conn(sock);
+    if (err == NULL && c->h1.bad != 0) { /* h2o waits for a head: the bad one's turn */
+        int status = c->h1.bad;
+        srv_request *sreq = c->h1.bad_req;
+        c->h1.bad = 0;
+        c->h1.bad_req = NULL;
+        eh2o_h1_answer(c, sreq, status);
+        return;
+    }
+    if (err == NULL && c->h1.phase != EH2O_H1_DEAD && sock->bytes_read != 0 &&
+        sock->bytes_read <= sock->input->size) {
+        size_t n = sock->bytes_read, bad_at;
+        srv_request *sreq;
+        c->h1.completed = 0;
+        int st = eh2o_h1_scan(c, sock->input->bytes + sock->input->size - n, n, &bad_at, &sreq);
+        if (st != 0 && c->h1.completed > 0 && bad_at != SIZE_MAX) {
+            /* Good requests came first in this read: h2o serves them, the bad one waits. */
+            sock->input->size -= n - bad_at;
+            c->h1.bad = st;
+            c->h1.bad_req = sreq;
+            c->h1.phase = EH2O_H1_DEAD;
+        } else if (st != 0) {
+            eh2o_h1_answer(c, sreq, st);
+            return;
+        }
+    }
+    if (eh2o_h1_call(c, c->h1.reqread, sock, err))
+        eh2o_h1_after(c);
+}
+

@@ -1,0 +1,263 @@
+/*
+ * What the h2o engine's files share (engines/h2o.c: loops, requests, connections, the vtable;
+ * h2o_h1guard.c: the HTTP/1 framing guard; h2o_http2.c: HTTP/2 resets, deadlines and the
+ * mirror of h2o's connection). Engine-private: nothing here is exported from libsrv.
+ */
+#ifndef SRV_ENGINES_H2O_INTERNAL_H
+#define SRV_ENGINES_H2O_INTERNAL_H
+
+#include "srv_engine.h"
+
+#include <h2o.h>
+#include <h2o/http2.h>
+#include <h2o/http2_scheduler.h>
+#include <h2o/version.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#if H2O_VERSION_MAJOR != 2 || H2O_VERSION_MINOR != 2
+#error "engines/h2o*.c are written for libh2o 2.2.x (see docs/ENGINES.md before porting)"
+#endif
+
+/* picohttpparser, exported by libh2o-evloop.so but not installed as a header (ENGINE-NOTES 3.1). */
+struct eh2o_phr_header {
+    const char *name;
+    size_t name_len;
+    const char *value;
+    size_t value_len;
+};
+int phr_parse_request(const char *buf, size_t len, const char **method, size_t *method_len,
+                      const char **path, size_t *path_len, int *minor_version,
+                      struct eh2o_phr_header *headers, size_t *num_headers, size_t last_len);
+
+/*
+ * The head of h2o 2.2.5's struct st_h2o_http2_conn_t (include/h2o/http2_internal.h), up to
+ * the write buffer: that header cannot be included (it needs klib's khash.h, which Debian does
+ * not install). Used only to queue a GOAWAY on a reset flood, and only on a connection whose
+ * layout eh2o_h2_conn checked against three self-linked lists first.
+ */
+struct eh2o_hpack_table {
+    void *entries;
+    size_t num_entries, entry_capacity, entry_start_index;
+    size_t hpack_size, hpack_capacity, hpack_max_capacity;
+};
+struct st_h2o_http2_conn_t {
+    h2o_conn_t super;
+    h2o_socket_t *sock;
+    h2o_http2_settings_t peer_settings;
+    void *streams; /* khash_t(h2o_http2_stream_t) * */
+    struct {
+        uint32_t max_open, max_processed;
+    } pull_stream_ids;
+    struct {
+        uint32_t max_open;
+    } push_stream_ids;
+    struct {
+        uint32_t open, half_closed, send_body;
+    } num_streams[3];
+    h2o_http2_scheduler_node_t scheduler;
+    enum { EH2O_H2_OPEN, EH2O_H2_HALF_CLOSED, EH2O_H2_IS_CLOSING } state;
+    h2o_linklist_t _conns; /* h2o_context_t::http2._conns */
+    ssize_t (*_read_expect)(void *conn, const uint8_t *src, size_t len, const char **err_desc);
+    h2o_buffer_t *_http1_req_input;
+    struct eh2o_hpack_table _input_header_table;
+    ssize_t _input_window;
+    struct eh2o_hpack_table _output_header_table;
+    h2o_linklist_t _pending_reqs;
+    h2o_timeout_entry_t _timeout_entry;
+    h2o_buffer_t *_headers_unparsed;
+    struct {
+        h2o_buffer_t *buf;
+        h2o_buffer_t *buf_in_flight;
+        h2o_linklist_t streams_to_proceed;
+    } _write;
+};
+typedef struct st_h2o_http2_conn_t eh2o_h2conn;
+/* Exported by libh2o-evloop 2.2.5, declared in the same uninstallable header. */
+void h2o_http2_encode_goaway_frame(h2o_buffer_t **buf, uint32_t last_stream_id, int errnum,
+                                   h2o_iovec_t additional_data);
+void h2o_http2_conn_request_write(eh2o_h2conn *conn);
+
+#define EH2O_LOOP_FDS         3    /* a loop's own descriptors: epoll + the queue's pipe */
+#define EH2O_MAX_HEADERS      100  /* H2O_MAX_HEADERS: h2o refuses more itself */
+#define EH2O_ACCEPT_BATCH     16   /* accepts per listener wake-up, so loops share them */
+#define EH2O_REFUSE_LINGER_MS 1000 /* a refused connection drains this long at most */
+#define EH2O_ACCEPT_PAUSE_MS  100  /* out of fds: wait this long before accepting again */
+#define EH2O_STOP_POLL_MS     10   /* loop tick while stopping */
+#define EH2O_STOP_FORCE_MS    250  /* stop: then shutdown() the connections still open */
+#define EH2O_STOP_GIVEUP_MS   3000 /* stop: then leave the loop undisposed, never free in use */
+/* HTTP/2 rapid reset (CVE-2023-44487): more than this many streams withdrawn by the client
+ * before their answer, within one window, get GOAWAY (ENHANCE_YOUR_CALM) and a close. A
+ * browser cancels at most its open streams (100, h2o's limit) at once. */
+#define EH2O_RESET_BUDGET    100
+#define EH2O_RESET_WINDOW_MS 1000
+
+typedef struct eh2o_server eh2o_server;
+typedef struct eh2o_thread eh2o_thread;
+
+/* One connection being served; found again through sock->on_close. */
+typedef struct eh2o_conn {
+    h2o_linklist_t link; /* eh2o_thread.conns */
+    h2o_socket_t *sock;
+    eh2o_thread *thread;
+    /* HTTP/2 only, set by its first request: */
+    eh2o_h2conn *h2; /* NULL unless its layout checked out */
+    int h2_checked;
+    h2o_socket_cb h2_on_read;  /* h2o's HTTP/2 read callback: closing through it is clean */
+    uint64_t reset_window_at;  /* start of the current reset-counting window */
+    unsigned resets;           /* streams withdrawn in that window */
+    h2o_timeout_entry_t calm;  /* linked once the flood GOAWAY is queued: then close */
+    unsigned h2_with_us;       /* requests given to the core, answer not yet written */
+    uint64_t recv_since;       /* since when some request has been arriving (0: none) */
+    uint64_t sent_since;       /* last time h2o issued a write (or had none due) */
+    size_t sent_mark;          /* sock->bytes_written then */
+    struct { /* HTTP/1 framing guard (see eh2o_h1_on_read) */
+        h2o_socket_cb reqread;  /* h2o's HTTP/1 read callback; NULL: not guarded */
+        h2o_socket_cb wrote;    /* h2o's callback of the write in flight */
+        int *closed;            /* set when the connection closes under eh2o_h1_call */
+        int off;                /* HTTP/2 now: hands off */
+        int answering;          /* the guard writes its own answer, then closes */
+        int phase;              /* EH2O_H1_* */
+        char *head;             /* the head being received (max_header_bytes + 4) */
+        size_t head_len, line;
+        uint64_t left;          /* Content-Length or chunk bytes still to come */
+        uint64_t body;          /* chunk data so far */
+        int digits;
+        unsigned completed;     /* requests completed in the current read */
+        unsigned seq, served;   /* heads scanned, and reached on_req */
+        unsigned mask_seq;      /* the HTTP/1.0 head whose Upgrade/Expect is hidden from h2o */
+        int nmask;
+        size_t mask_at[2];      /* offsets in that head */
+        char mask_ch[2];
+        srv_request *req;       /* the request whose body is scanned (to answer with) */
+        int bad;                /* status for a bad request queued behind good ones */
+        srv_request *bad_req;
+        char *out;              /* the guard's answer being written */
+        h2o_timeout_entry_t linger;
+        h2o_timeout_entry_t send; /* a write that has not completed in header_timeout_ms */
+    } h1;
+} eh2o_conn;
+
+/* One connection refused past max_connections: 503, then drained and closed. */
+typedef struct eh2o_refusal {
+    h2o_linklist_t link; /* eh2o_thread.refusals */
+    h2o_timeout_entry_t timeout;
+    h2o_socket_t *sock;
+    eh2o_thread *thread;
+    char *out;    /* the core's 503 being written */
+    int answered; /* the answer is out (or given up): the timeout closes */
+} eh2o_refusal;
+
+/*
+ * The ticket of one request: the srv_request, the h2o_req_t while it lives and the message
+ * that brings the response back. Two references, both dropped on the loop thread only: the
+ * guard's (the h2o_req_t's pool was cleared) and the core's (the response was processed).
+ */
+typedef struct eh2o_ticket {
+    h2o_multithread_message_t msg; /* sent by the respond slot, from any thread */
+    eh2o_thread *thread;           /* the loop that owns the connection */
+    srv_request *sreq;
+    h2o_req_t *req; /* NULL once h2o disposed it (HTTP/2 reset, connection gone) */
+    eh2o_conn *conn; /* HTTP/2: the connection, to count resets (valid while req is) */
+    eh2o_conn *raw;  /* an answer of the HTTP/1 guard: no h2o_req_t, we write it */
+    struct eh2o_refusal *refusal; /* the 503 of a connection past max_connections */
+    h2o_linklist_t pending; /* eh2o_thread.to_dispatch until handed to the core */
+    int done; /* the response reached the loop: a later dispose is no reset */
+    int refs;
+} eh2o_ticket;
+
+struct eh2o_thread {
+    eh2o_server *server;
+    pthread_t tid;
+    int listen_fd; /* this loop's dup() of the listening socket, until the listener owns it */
+    /* Descriptors held for h2o_evloop_create (epoll) and h2o_context_init (its queue's pipe),
+     * which abort() the process when they cannot get one: start fails cleanly instead. */
+    int spare[EH2O_LOOP_FDS];
+    h2o_evloop_t *loop;
+    h2o_context_t ctx;
+    h2o_accept_ctx_t accept_ctx;
+    h2o_socket_t *listener;
+    h2o_multithread_receiver_t receiver; /* responses (tickets) and NULL wake-ups */
+    h2o_timeout_t refuse_timeout;
+    h2o_timeout_t accept_pause; /* out of file descriptors: the listener rests */
+    h2o_timeout_entry_t accept_resume;
+    /* HTTP/2 requests are handed to the core after the read that parsed them, so a
+     * RST_STREAM in the same read cancels them before any worker sees them. */
+    h2o_timeout_t zero;
+    h2o_timeout_entry_t dispatch_entry;
+    h2o_timeout_t sweep; /* HTTP/2 deadlines (eh2o_h2_check) */
+    h2o_timeout_t send_timeout; /* HTTP/1 writes: header_timeout_ms, as threadpool's */
+    h2o_timeout_entry_t sweep_entry;
+    h2o_linklist_t to_dispatch;
+    h2o_linklist_t conns;
+    h2o_linklist_t refusals;
+    unsigned nconns; /* loop thread only */
+    unsigned live;   /* tickets whose response was not processed yet; loop thread only */
+    int quiesced;
+    int abandoned; /* connections would not close: context and loop left undisposed */
+};
+
+typedef struct eh2o_handler {
+    h2o_handler_t super;
+    eh2o_server *server;
+} eh2o_handler;
+
+struct eh2o_server {
+    srv_server *srv;
+    const srv_config *cfg;
+    h2o_globalconf_t globalconf;
+    int listen_fd;
+    unsigned nthreads;
+    eh2o_thread *threads;
+    atomic_uint conns; /* open connections, all loops: the max_connections gate */
+    atomic_int quiesce_req;
+    atomic_int stop_req;
+    pthread_mutex_t mu; /* guards the two fields below */
+    pthread_cond_t cv;
+    unsigned ready; /* loops that finished their setup */
+    int wakes_done; /* the controlling thread sent its last wake-up: queues may go */
+};
+
+
+/*
+ * HTTP/1: h2o takes Host, Content-Length, Transfer-Encoding, Expect and Upgrade out of
+ * req->headers, so the core could not apply its rules (400 for Content-Length together with
+ * Transfer-Encoding, above all). The head is still at the start of the socket's input buffer
+ * while h2o handles the request (it consumes it after the response), so parse it again with
+ * h2o's own picohttpparser. Used only when the result matches what h2o parsed.
+ */
+typedef struct eh2o_head {
+    const char *method, *target;
+    size_t method_len, target_len, nheaders;
+    int minor;
+    struct eh2o_phr_header headers[EH2O_MAX_HEADERS];
+} eh2o_head;
+
+/* engines/h2o.c */
+int eh2o_fill_raw(srv_request *sreq, const eh2o_head *h);
+void eh2o_on_conn_close(void *data); /* sock->on_close.cb of every tracked connection */
+
+/* engines/h2o_h1guard.c */
+eh2o_conn *eh2o_sock_conn(h2o_socket_t *sock); /* NULL when not a tracked connection */
+void eh2o_h1_on_read(h2o_socket_t *sock, const char *err);
+void eh2o_h1_after(eh2o_conn *c);
+void eh2o_h1_write_answer(eh2o_conn *c, srv_request *sreq);
+
+/* engines/h2o_http2.c */
+eh2o_conn *eh2o_h2_conn(h2o_req_t *req);
+void eh2o_count_reset(eh2o_conn *c);
+void eh2o_on_dispatch(h2o_timeout_entry_t *entry);
+void eh2o_on_calm(h2o_timeout_entry_t *entry);
+void eh2o_on_sweep(h2o_timeout_entry_t *entry);
+
+#endif /* SRV_ENGINES_H2O_INTERNAL_H */
