@@ -1,12 +1,15 @@
 #!/bin/sh
 # Install what building, testing and benchmarking libsrv needs on Debian 12.
+# (clang and libclang-rt-14-dev: libFuzzer for tests/fuzz, whose smoke run is
+# part of the test suite.)
 # Idempotent: does nothing (and needs no network) when everything is there.
 set -eu
 
 PACKAGES="build-essential meson ninja-build pkg-config curl
 libevent-dev libhttp-parser-dev libmicrohttpd-dev libh2o-evloop-dev libssl-dev
 libcmocka-dev libcurl4-openssl-dev
-hey nghttp2-client gnuplot-nox valgrind"
+hey nghttp2-client gnuplot-nox valgrind
+clang libclang-rt-14-dev"
 
 missing=""
 for p in $PACKAGES; do
