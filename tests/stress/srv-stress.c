@@ -397,7 +397,8 @@ static void keep_bytes(const char *b, size_t n)
     last_bytes[o] = '\0';
 }
 
-static int read_response(int fd, unsigned ms, bool *conn_close, size_t *got_bytes)
+static int read_response_to(int fd, unsigned ms, bool head, bool *conn_close,
+                            size_t *got_bytes)
 {
     last_reset = false;
     last_bytes[0] = '\0';
@@ -422,7 +423,8 @@ static int read_response(int fd, unsigned ms, bool *conn_close, size_t *got_byte
                     strcasestr(l + 13, "close") < strstr(l + 2, "\r\n"))
                     *conn_close = true;
             }
-            size_t need = (size_t)(eoh + 4 - buf) + clen;
+            /* The answer to HEAD has a Content-Length but no body. */
+            size_t need = (size_t)(eoh + 4 - buf) + (head ? 0 : clen);
             if (len >= need)
                 return status;
             if (need > sizeof buf - 1)
@@ -444,6 +446,11 @@ static int read_response(int fd, unsigned ms, bool *conn_close, size_t *got_byte
         len += (size_t)r;
         *got_bytes = len;
     }
+}
+
+static int read_response(int fd, unsigned ms, bool *conn_close, size_t *got_bytes)
+{
+    return read_response_to(fd, ms, false, conn_close, got_bytes);
 }
 
 /* ---- the /health probe ----------------------------------------------------- */
@@ -1105,32 +1112,7 @@ static void *load_main(void *arg)
         bool sent = send_all(fd, req, strlen(req), 5000);
         bool cc = false;
         size_t got = 0;
-        int st = sent ? (head ? -2 : read_response(fd, 30000, &cc, &got)) : 0;
-        if (head) { /* a HEAD answer has a Content-Length but no body */
-            char b[2048];
-            size_t len = 0;
-            uint64_t end = now_ms() + 30000;
-            st = 0;
-            while (len < sizeof b - 1 && now_ms() < end) {
-                struct pollfd p = {.fd = fd, .events = POLLIN};
-                if (poll(&p, 1, 1000) <= 0)
-                    continue;
-                ssize_t r = recv(fd, b + len, sizeof b - 1 - len, 0);
-                if (r <= 0)
-                    break;
-                len += (size_t)r;
-                b[len] = '\0';
-                if (strstr(b, "\r\n\r\n")) {
-                    sscanf(b, "HTTP/1.%*d %d", &st);
-                    cc = strcasestr(b, "connection: close") != NULL;
-                    break;
-                }
-            }
-            got = len;
-            keep_bytes(b, len);
-            if (st == 0 && len > 0)
-                st = -1;
-        }
+        int st = sent ? read_response_to(fd, 30000, head, &cc, &got) : 0;
         if (st == 0 && reused && got == 0) {
             /* The server closed a kept-alive connection as the request
              * went out: a client retries (RFC 9112 9.3.1), so do we, once,
@@ -1155,7 +1137,7 @@ static void *load_main(void *arg)
             fd = fd2;
             reused = false;
             sent = send_all(fd, req, strlen(req), 5000);
-            st = sent ? read_response(fd, 30000, &cc, &got) : 0;
+            st = sent ? read_response_to(fd, 30000, head, &cc, &got) : 0;
         }
         atomic_fetch_add(&l->latency_us_total, (unsigned long long)((now_msf() - t0) * 1000));
         if (st == 200) {
@@ -1335,11 +1317,11 @@ static void sc_soak(const engine_info *e)
     char extra[300];
     finish_server(&s, e->name, name, &pass, extra, sizeof extra);
     result(e->name, name, pass,
-           "%.0f s, %llu requests (%.0f/s), %llu failed%s%s; RSS after %u s warm-up %.1f MB, "
+           "%.0f s, %llu requests (%.0f/s), %llu failed, %llu retried after an idle "
+           "close; RSS after %u s warm-up %.1f MB, "
            "then min %.1f max %.1f last %.1f MB, slope %+.1f MB/h (bound: last <= warm-up + "
            "%.1f MB, 0 failed); %s%s",
-           secs, reqs, reqs / secs, bad, l.first_other[0] ? " (first: " : "",
-           l.first_other[0] ? l.first_other : "", warm, warm_mb, m ? mn : 0, mx, last, slope,
+           secs, reqs, reqs / secs, bad, atomic_load(&l.retried), warm, warm_mb, m ? mn : 0, mx, last, slope,
            allowed, pf, extra);
     if (l.first_other[0])
         printf("  (first problem: %s)\n", l.first_other);
