@@ -5,11 +5,19 @@
 #   make bench  the engine comparison (bench/compare): tables on stdout,
 #               CSV/JSON/charts in bench/results/<date-time>/; pass options
 #               with BENCH_ARGS, e.g. BENCH_ARGS="--engines h2o --no-hello"
+#   make fuzz   build the libFuzzer targets (clang, build-fuzz) and run each
+#               for FUZZ_SECONDS (default 60); see docs/RELIABILITY.md
+#   make stress the attack and soak scenarios on every engine, loopback
+#               only, not part of `make test`; STRESS_SOAK_SECONDS (default
+#               600) per engine, STRESS_ARGS for more (see docs/RELIABILITY.md)
 BUILD ?= build
 ARGS ?=
 BENCH_ARGS ?=
+FUZZ_SECONDS ?= 60
+STRESS_SOAK_SECONDS ?= 600
+STRESS_ARGS ?=
 
-.PHONY: all deps build run test install bench clean
+.PHONY: all deps build run test install bench fuzz stress clean
 
 all: build
 
@@ -28,6 +36,12 @@ test: deps
 
 bench: build
 	./bench/compare --build-dir $(BUILD) $(BENCH_ARGS)
+
+fuzz: deps
+	FUZZ_SECONDS=$(FUZZ_SECONDS) ./scripts/fuzz.sh
+
+stress: build
+	./$(BUILD)/tests/stress/srv-stress --build-dir $(BUILD) --soak-seconds $(STRESS_SOAK_SECONDS) $(STRESS_ARGS)
 
 install: build
 	meson install -C $(BUILD)

@@ -1,5 +1,7 @@
 #!/bin/sh
 # Install what building, testing and benchmarking libsrv needs on Debian 12.
+# (clang and libclang-rt-14-dev: libFuzzer for tests/fuzz, whose smoke run is
+# part of the test suite.)
 # Idempotent: does nothing (and needs no network) when everything is there.
 #   scripts/install-deps.sh           build, test and `make bench` (wrk included)
 #   scripts/install-deps.sh --peers   also the reference servers that
@@ -13,7 +15,8 @@ set -eu
 PACKAGES="build-essential meson ninja-build pkg-config curl
 libevent-dev libmicrohttpd-dev libh2o-evloop-dev libssl-dev
 libcmocka-dev libcurl4-openssl-dev
-hey nghttp2-client gnuplot-nox valgrind wrk"
+hey nghttp2-client gnuplot-nox valgrind wrk
+clang libclang-rt-14-dev"
 
 # libjakarta-annotation-api-java: Tomcat fails at context start without it.
 PEER_PACKAGES="openjdk-17-jdk-headless libtomcat10-embed-java libjakarta-annotation-api-java

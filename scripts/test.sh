@@ -5,7 +5,9 @@
 #   3. the conformance suite under ThreadSanitizer;
 #   4. each single-engine configuration builds and links only its engine;
 #   5. libsrv installs and an out-of-tree program builds against it with
-#      pkg-config and answers a request.
+#      pkg-config and answers a request;
+#   6. a short smoke of every libFuzzer target (clang, build-fuzz), so they
+#      keep compiling and running: FUZZ_SMOKE_SECONDS each (default 15).
 set -eu
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -81,5 +83,9 @@ done
 
 step "install and build an out-of-tree program with pkg-config"
 sh tests/install/run.sh "$root"
+
+step "fuzz smoke (libFuzzer, ${FUZZ_SMOKE_SECONDS:-15}s per target)"
+FUZZ_SECONDS=${FUZZ_SMOKE_SECONDS:-15} sh scripts/fuzz.sh \
+    || { printf '\nFAIL: a fuzz target crashed (see above)\n%d passed, 1 failed\n' "$passed"; exit 1; }
 
 printf '\nall test stages passed\n%d passed, %d failed\n' "$passed" "$failed"

@@ -1,0 +1,144 @@
+/*
+ * Fuzz target: header validation and the head rules, in the order an
+ * engine calls them: srv__request_set_method, srv__request_set_target,
+ * srv__request_set_version, srv__request_add_header (each),
+ * srv__request_headers_done, srv__request_append_body, then dispatch (404:
+ * no routes) or srv__request_fail.
+ *
+ * Input: byte 0 picks the version (low 2 bits: 1.1, 1.0, 2.0, or byte 1 as
+ * major.minor digits) and where the body is split (high bits); then lines
+ * split on '\n' (a '\r' stays in the line, so CR in a value is reached):
+ * the method, the target, then "name:value" header lines (no ':' means
+ * the whole line is a name with an empty value) up to an empty line; the
+ * rest is the body, appended in two pieces.
+ */
+#include "fuzz_core.h"
+
+#include <stdint.h>
+
+static bool is_ows(char c)
+{
+    return c == ' ' || c == '\t';
+}
+
+/* The next line of in[*pos..size) without its '\n'; false at the end. */
+static bool next_line(const uint8_t *in, size_t size, size_t *pos, const char **line,
+                      size_t *len)
+{
+    if (*pos >= size)
+        return false;
+    const uint8_t *start = in + *pos;
+    const uint8_t *nl = memchr(start, '\n', size - *pos);
+    *line = (const char *)start;
+    *len = nl ? (size_t)(nl - start) : size - *pos;
+    *pos += *len + (nl ? 1 : 0);
+    return true;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 2)
+        return 0;
+    unsigned sel = data[0] & 3u;
+    unsigned split = data[0] >> 2;
+    int major = 1, minor = 1;
+    if (sel == 1)
+        minor = 0;
+    else if (sel == 2)
+        major = 2, minor = 0;
+    else if (sel == 3)
+        major = data[1] >> 4, minor = data[1] & 15;
+    size_t pos = 2;
+
+    srv_request *req = srv__request_new(fuzz_core_server(), NULL, 0);
+    FUZZ_CHECK(req != NULL);
+    const char *line;
+    size_t len;
+    int rc = 0;
+
+    if (!next_line(data, size, &pos, &line, &len)) {
+        fuzz_core_fail(req, 400);
+        return 0;
+    }
+    rc = srv__request_set_method(req, line, len);
+    if (rc == 0) {
+        FUZZ_CHECK(srv__http_is_token(line, len));
+        FUZZ_CHECK(strlen(srv_request_method(req)) == len);
+    }
+    if (rc == 0 && next_line(data, size, &pos, &line, &len))
+        rc = srv__request_set_target(req, line, len);
+    else if (rc == 0)
+        rc = srv__request_set_target(req, "/", 1);
+    if (rc == 0)
+        srv__request_set_version(req, major, minor);
+
+    size_t headers = 0;
+    while (rc == 0 && next_line(data, size, &pos, &line, &len) && len > 0) {
+        const char *colon = memchr(line, ':', len);
+        size_t nlen = colon ? (size_t)(colon - line) : len;
+        const char *value = colon ? colon + 1 : line + len;
+        size_t vlen = colon ? len - nlen - 1 : 0;
+        rc = srv__request_add_header(req, line, nlen, value, vlen);
+        if (rc == 0) {
+            headers++;
+            FUZZ_CHECK(srv__http_is_token(line, nlen));
+        } else {
+            FUZZ_CHECK(rc == 400 || rc == 431 || rc == SRV_ENOMEM);
+        }
+    }
+    if (rc == 0) {
+        /* Every stored header is a token name and a value with no CR, LF,
+         * NUL, nor surrounding spaces or tabs. */
+        FUZZ_CHECK(req->header_count == headers);
+        for (size_t i = 0; i < req->header_count; i++) {
+            const char *name = req->headers[i].name, *value = req->headers[i].value;
+            FUZZ_CHECK(srv__http_is_token(name, strlen(name)));
+            size_t vl = strlen(value);
+            FUZZ_CHECK(strpbrk(value, "\r\n") == NULL);
+            FUZZ_CHECK(vl == 0 || (!is_ows(value[0]) && !is_ows(value[vl - 1])));
+        }
+        rc = srv__request_headers_done(req);
+        if (rc == 0) {
+            /* A head the core accepts is unambiguous about its body. */
+            FUZZ_CHECK((major == 1 && (minor == 0 || minor == 1)) || (major == 2 && minor == 0));
+            const char *te = srv_request_header(req, "Transfer-Encoding");
+            const char *cl = srv_request_header(req, "Content-Length");
+            FUZZ_CHECK(te == NULL || cl == NULL);
+            if (cl != NULL) {
+                FUZZ_CHECK(cl[0] != '\0' && strspn(cl, "0123456789") == strlen(cl));
+                FUZZ_CHECK(strtoull(cl, NULL, 10) <= req->srv->cfg.max_body_bytes);
+            }
+            (void)srv__request_expects_continue(req);
+        } else {
+            FUZZ_CHECK(rc == 400 || rc == 413 || rc == 417 || rc == 431 || rc == 501 ||
+                       rc == 505 || rc == SRV_ENOMEM);
+        }
+    }
+    if (rc == 0 && pos < size) {
+        size_t body = size - pos;
+        size_t first = body * split / 63;
+        if (first > body)
+            first = body;
+        rc = srv__request_append_body(req, data + pos, first);
+        if (rc == 0)
+            rc = srv__request_append_body(req, data + pos + first, body - first);
+        if (rc == 0) {
+            size_t blen = 0;
+            const char *b = srv_request_body(req, &blen);
+            FUZZ_CHECK(blen == body && memcmp(b, data + pos, body) == 0 && b[blen] == '\0');
+        } else {
+            FUZZ_CHECK(rc == 413 || rc == SRV_ENOMEM);
+            FUZZ_CHECK(body > req->srv->cfg.max_body_bytes);
+        }
+    }
+    if (rc != 0) {
+        fuzz_core_fail(req, rc);
+        return 0;
+    }
+    fuzz_core_responded = 0;
+    srv__request_dispatch(req);
+    FUZZ_CHECK(fuzz_core_responded == 1);
+    FUZZ_CHECK(fuzz_core_status == 404);
+    srv__request_release(req);
+    return 0;
+}
