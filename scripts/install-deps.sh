@@ -25,7 +25,7 @@ libjetty9-java libservlet-api-java nginx libnginx-mod-http-echo"
 case "${1:-}" in
     "") ;;
     --peers) PACKAGES="$PACKAGES $PEER_PACKAGES" ;;
-    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "install-deps: unknown option '$1': give nothing or --peers" >&2; exit 2 ;;
 esac
 
