@@ -1,7 +1,7 @@
 /*
  * The engines compiled into this libsrv, in order of preference (libevent's
  * eventops array). Which ones are built is decided by meson's `engine`
- * option through srv_build_config.h.
+ * option through srv_build_config.h (SRV_BUILT_ENGINES).
  */
 #include "srv_build_config.h"
 #include "srv_engine.h"
@@ -9,26 +9,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if SRV_HAVE_ENGINE_THREADPOOL
-extern const srv_engine srv_engine_threadpool;
-#endif
-#if SRV_HAVE_ENGINE_MHD
-extern const srv_engine srv_engine_mhd;
-#endif
-#if SRV_HAVE_ENGINE_H2O
-extern const srv_engine srv_engine_h2o;
-#endif
+/* SRV_BUILT_ENGINES(X): X(name) for each engine built, in order of
+ * preference (meson.build's implemented_engines). */
+#define SRV__DECLARE(name) extern const srv_engine srv_engine_##name;
+SRV_BUILT_ENGINES(SRV__DECLARE)
+#undef SRV__DECLARE
 
 static const srv_engine *const srv__engines[] = {
-#if SRV_HAVE_ENGINE_THREADPOOL
-    &srv_engine_threadpool,
-#endif
-#if SRV_HAVE_ENGINE_MHD
-    &srv_engine_mhd,
-#endif
-#if SRV_HAVE_ENGINE_H2O
-    &srv_engine_h2o,
-#endif
+#define SRV__ENTRY(name) &srv_engine_##name,
+    SRV_BUILT_ENGINES(SRV__ENTRY)
+#undef SRV__ENTRY
 };
 
 #define SRV__ENGINE_COUNT (sizeof srv__engines / sizeof srv__engines[0])
