@@ -31,6 +31,11 @@
 #include "threadpool_int.h"
 
 static void etp_conn_run(srv_job *job);
+static int etp_poller_feed(etp_state *st, etp_conn *c, const char *d, size_t n);
+
+/* Set on the poller thread while it dispatches connection c's request: a
+ * respond for c on this thread then comes from inside the handler. */
+static _Thread_local etp_conn *etp_dispatching;
 
 /* ------------------------------------------------------------------ */
 /* Small helpers                                                       */
@@ -283,6 +288,14 @@ static void etp_conn_finish(etp_conn *c, int linger)
         srv__request_release(c->ready);
         c->ready = NULL;
     }
+    if (c->wreq) {
+        srv__request_release(c->wreq);
+        c->wreq = NULL;
+    }
+    if (c->inl) { /* only at stop, once the core answered everything */
+        srv__request_release(c->inl);
+        c->inl = NULL;
+    }
     /* Unread input makes close() send a reset that can destroy the response
      * just written: after an error, linger; otherwise drop what came. */
     if (c->detached) {
@@ -409,25 +422,166 @@ static void etp_poller_fail(etp_state *st, etp_conn *c, int status)
     etp_poller_linger(st, c);
 }
 
-/* Poller: a complete request; give the connection to a worker. */
-static void etp_poller_hand_over(etp_state *st, etp_conn *c, const char *rest, size_t n)
+/* Keep n bytes read past a request (pipelined) in c->pend; d may point
+ * into the old c->pend. -1 when out of memory. */
+static int etp_keep_rest(etp_conn *c, const char *d, size_t n)
+{
+    char *p = NULL;
+    if (n > 0) {
+        p = malloc(n);
+        if (!p)
+            return -1;
+        memcpy(p, d, n);
+    }
+    free(c->pend);
+    c->pend = p;
+    c->pend_off = 0;
+    c->pend_len = n;
+    return 0;
+}
+
+/*
+ * Poller: write c's inline answer (c->inl) without blocking. 1: written and
+ * kept alive, the poller goes on with the bytes after it; 0: the connection
+ * lingers or closed, or the socket was full and a worker writes the rest
+ * under the send deadline (then `rest` is kept for it).
+ */
+static int etp_inline_write(etp_state *st, etp_conn *c, const char *rest, size_t n)
+{
+    srv_request *req = c->inl;
+    pthread_mutex_lock(&c->mu);
+    c->inl = NULL;
+    pthread_mutex_unlock(&c->mu);
+    c->inl_answered = 0;
+    size_t hlen = 0, blen = 0, sent = 0;
+    const char *head = srv__response_http1_head(req, &hlen);
+    const void *body = srv__response_body(req, &blen);
+    int r = head ? etp_send_some(c->fd, head, hlen, body, blen, &sent) : -1;
+    if (r == 0) {
+        if (n > 0 && etp_keep_rest(c, rest, n) != 0)
+            c->lost_input = 1;
+        c->wreq = req;
+        c->wsent = sent;
+        pthread_mutex_lock(&st->plock);
+        etp_plist_del(st, c);
+        pthread_mutex_unlock(&st->plock);
+        etp_set_phase(c, ETP_PH_WQUEUED);
+        if (srv__pool_submit(st->srv, &c->job) != 0)
+            etp_conn_finish(c, 0);
+        return 0;
+    }
+    int keep = r > 0 && !c->lost_input && srv__response_keep_alive(req);
+    srv__request_release(req);
+    c->served++;
+    if (r < 0) {
+        c->io_dead = 1;
+        etp_poller_close(st, c, 0);
+        return 0;
+    }
+    if (!keep) {
+        etp_poller_linger(st, c);
+        return 0;
+    }
+    etp_wait_for(c, ETP_WAIT_IDLE);
+    return 1;
+}
+
+/* Poller: a complete request of a non-blocking route (or one the core
+ * answers itself): the handler runs here, inside dispatch. Returns like
+ * etp_inline_write; 0 also when the handler returned without answering:
+ * the connection then waits, unread, for the answer through st->mq. */
+static int etp_inline_run(etp_state *st, etp_conn *c, const char *rest, size_t n)
+{
+    srv_request *req = c->req;
+    c->req = NULL;
+    pthread_mutex_lock(&c->mu);
+    c->inl = req;
+    pthread_mutex_unlock(&c->mu);
+    c->inl_answered = 0;
+    etp_dispatching = c;
+    srv__request_dispatch(req);
+    etp_dispatching = NULL;
+    etp_set_arriving(c, 0); /* in flight (counted by dispatch) */
+    if (c->inl_answered)
+        return etp_inline_write(st, c, rest, n);
+    /* Later from another thread, srv_after or the core's timeout. HTTP/1
+     * answers in order: the next request waits in c->pend meanwhile. */
+    if (n > 0 && etp_keep_rest(c, rest, n) != 0)
+        c->lost_input = 1;
+    c->awaiting = 1;
+    return 0;
+}
+
+/* Poller: the late answer of c's inline request: write it, then go on with
+ * the pipelined bytes or wait for input. */
+static void etp_inline_resume(etp_state *st, etp_conn *c)
+{
+    c->awaiting = 0;
+    char *buf = c->pend;
+    size_t off = c->pend_off, len = c->pend_len;
+    c->pend = NULL;
+    c->pend_off = c->pend_len = 0;
+    const char *rest = buf ? buf + off : NULL;
+    if (etp_inline_write(st, c, rest, len - off) && etp_poller_feed(st, c, rest, len - off) &&
+        etp_arm(st, c, EPOLL_CTL_MOD) != 0)
+        etp_poller_close(st, c, 0);
+    free(buf);
+}
+
+/* Poller: take every late inline answer posted by etp_respond. */
+static void etp_poller_messages(etp_state *st)
+{
+    pthread_mutex_lock(&st->mqlock);
+    etp_conn *c = st->mq_head;
+    st->mq_head = st->mq_tail = NULL;
+    pthread_mutex_unlock(&st->mqlock);
+    while (c) {
+        etp_conn *next = c->mq_next;
+        c->mq_next = NULL;
+        etp_inline_resume(st, c);
+        c = next;
+    }
+}
+
+/* Any thread but the poller inside c's dispatch: c's inline request is
+ * answered; the poller writes it. The eventfd is written only when the
+ * queue was empty (the poller reads it before it takes the queue). */
+static void etp_post(etp_state *st, etp_conn *c)
+{
+    pthread_mutex_lock(&st->mqlock);
+    int was_empty = st->mq_head == NULL;
+    c->mq_next = NULL;
+    if (st->mq_tail)
+        st->mq_tail->mq_next = c;
+    else
+        st->mq_head = c;
+    st->mq_tail = c;
+    pthread_mutex_unlock(&st->mqlock);
+    if (was_empty) {
+        uint64_t one = 1;
+        ssize_t w = write(st->msg_fd, &one, sizeof one);
+        (void)w;
+    }
+}
+
+/* Poller: a complete request. A non-blocking route runs here; any other
+ * gives the connection to a worker. 1: answered and kept alive here, go on
+ * with `rest`; 0: the poller is done with the connection for now. */
+static int etp_poller_complete(etp_state *st, etp_conn *c, const char *rest, size_t n)
 {
     if (c->refuse) { /* over max_connections: read, then refused */
         srv_request *req = c->req;
         c->req = NULL;
         etp_answer_now(st, c, req, 503);
         etp_poller_linger(st, c);
-        return;
+        return 0;
     }
-    if (n > 0) { /* pipelined bytes: the worker parses them after */
-        c->pend = malloc(n);
-        if (!c->pend) {
-            etp_poller_fail(st, c, 500);
-            return;
-        }
-        memcpy(c->pend, rest, n);
-        c->pend_off = 0;
-        c->pend_len = n;
+    if (srv__request_nonblocking(c->req))
+        return etp_inline_run(st, c, rest, n);
+    /* pipelined bytes: the worker parses them after */
+    if (n > 0 && etp_keep_rest(c, rest, n) != 0) {
+        etp_poller_fail(st, c, 500);
+        return 0;
     }
     c->ready = c->req;
     c->req = NULL;
@@ -437,6 +591,7 @@ static void etp_poller_hand_over(etp_state *st, etp_conn *c, const char *rest, s
     etp_set_phase(c, ETP_PH_QUEUED);
     if (srv__pool_submit(st->srv, &c->job) != 0)
         etp_conn_finish(c, 0);
+    return 0;
 }
 
 /* Poller: a lingering connection is readable: drop what came. */
@@ -457,6 +612,52 @@ static void etp_poller_drain(etp_state *st, etp_conn *c)
         etp_poller_close(st, c, 0);
         return;
     }
+}
+
+/* Poller: parse n bytes of c's input. 1: all consumed, the connection is
+ * still the poller's to read; 0: it is gone, lingers, waits for an inline
+ * answer, or a worker has it. */
+static int etp_poller_feed(etp_state *st, etp_conn *c, const char *d, size_t n)
+{
+    if (n == 0)
+        return 1;
+    size_t off = 0;
+    enum srv_http1_event ev = SRV_HTTP1_HEAD_READY;
+    /* Until the input runs out; after HEAD_READY feed again even with
+     * nothing left: a request without a body completes then. */
+    while (off < n || ev == SRV_HTTP1_HEAD_READY) {
+        if (srv__http1_idle(&c->parser) && c->served > 0) /* the head's own deadline */
+            etp_wait_for(c, ETP_WAIT_HEAD);
+        if (!c->req) {
+            c->req = srv__request_new(st->srv, (const struct sockaddr *)&c->peer, c->peer_len);
+            if (!c->req) {
+                etp_poller_fail(st, c, 503);
+                return 0;
+            }
+            srv__request_set_engine_data(c->req, c);
+        }
+        size_t used = 0;
+        ev = srv__http1_feed(&c->parser, c->req, d + off, n - off, &used);
+        off += used;
+        etp_note_feed(c, ev);
+        if (ev == SRV_HTTP1_FAIL) {
+            etp_poller_fail(st, c, srv__http1_status(&c->parser));
+            return 0;
+        }
+        if (ev == SRV_HTTP1_HEAD_READY) {
+            etp_wait_for(c, ETP_WAIT_BODY);
+            if (!c->refuse && srv__http1_body_expected(&c->parser) &&
+                srv__request_expects_continue(c->req)) {
+                static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+                size_t sent = 0;
+                etp_send_some(c->fd, cont, sizeof cont - 1, NULL, 0, &sent);
+            }
+            continue;
+        }
+        if (ev == SRV_HTTP1_MESSAGE_COMPLETE && !etp_poller_complete(st, c, d + off, n - off))
+            return 0;
+    }
+    return 1;
 }
 
 /* Poller: the connection is readable: read and parse until the request is
@@ -486,45 +687,8 @@ static void etp_poller_read(etp_state *st, etp_conn *c)
             etp_poller_close(st, c, 0);
             return;
         }
-        size_t off = 0;
-        enum srv_http1_event ev = SRV_HTTP1_HEAD_READY;
-        /* Until the input runs out; after HEAD_READY feed again even with
-         * nothing left: a request without a body completes then. */
-        while (off < (size_t)n || ev == SRV_HTTP1_HEAD_READY) {
-            if (srv__http1_idle(&c->parser) && c->served > 0) /* the head's own deadline */
-                etp_wait_for(c, ETP_WAIT_HEAD);
-            if (!c->req) {
-                c->req = srv__request_new(st->srv, (const struct sockaddr *)&c->peer,
-                                          c->peer_len);
-                if (!c->req) {
-                    etp_poller_fail(st, c, 503);
-                    return;
-                }
-                srv__request_set_engine_data(c->req, c);
-            }
-            size_t used = 0;
-            ev = srv__http1_feed(&c->parser, c->req, st->rbuf + off, (size_t)n - off, &used);
-            off += used;
-            etp_note_feed(c, ev);
-            if (ev == SRV_HTTP1_FAIL) {
-                etp_poller_fail(st, c, srv__http1_status(&c->parser));
-                return;
-            }
-            if (ev == SRV_HTTP1_HEAD_READY) {
-                etp_wait_for(c, ETP_WAIT_BODY);
-                if (!c->refuse && srv__http1_body_expected(&c->parser) &&
-                    srv__request_expects_continue(c->req)) {
-                    static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-                    size_t sent = 0;
-                    etp_send_some(c->fd, cont, sizeof cont - 1, NULL, 0, &sent);
-                }
-                continue;
-            }
-            if (ev == SRV_HTTP1_MESSAGE_COMPLETE) {
-                etp_poller_hand_over(st, c, st->rbuf + off, (size_t)n - off);
-                return;
-            }
-        }
+        if (!etp_poller_feed(st, c, st->rbuf, (size_t)n))
+            return;
         if ((size_t)n < sizeof st->rbuf) { /* most likely all there is */
             if (etp_arm(st, c, EPOLL_CTL_MOD) != 0)
                 etp_poller_close(st, c, 0);
@@ -541,6 +705,8 @@ static void etp_poller_scan(etp_state *st, uint64_t now, int stopping)
         etp_conn *due = NULL;
         pthread_mutex_lock(&st->plock);
         for (etp_conn *c = st->plist; c; c = c->pnext) {
+            if (c->awaiting && !stopping)
+                continue; /* the core answers it (its timeout, or stop) */
             if (c->lingering ? (now >= c->deadline || stopping)
                              : (now >= c->deadline || stopping ||
                                 (atomic_load(&st->quiescing) && srv__http1_idle(&c->parser)))) {
@@ -551,7 +717,7 @@ static void etp_poller_scan(etp_state *st, uint64_t now, int stopping)
         pthread_mutex_unlock(&st->plock);
         if (!due)
             return;
-        if (due->lingering || srv__http1_idle(&due->parser)) {
+        if (due->lingering || due->awaiting || srv__http1_idle(&due->parser)) {
             etp_poller_close(st, due, 0);
         } else if (stopping) {
             /* Stop began while this request was arriving: the 503 every
@@ -721,6 +887,11 @@ static void *etp_poller_main(void *arg)
             if (p == &st->listen_fd) {
                 if (st->listen_fd >= 0)
                     etp_accept_some(st);
+            } else if (p == &st->msg_fd) {
+                uint64_t v;
+                ssize_t r = read(st->msg_fd, &v, sizeof v);
+                (void)r;
+                etp_poller_messages(st);
             } else if (p == &st->wake_fd) {
                 uint64_t v;
                 ssize_t r = read(st->wake_fd, &v, sizeof v);
@@ -731,6 +902,8 @@ static void *etp_poller_main(void *arg)
             }
         }
         now = etp_now_ms();
+        if (stopping) /* the core's last answers, posted before stop */
+            etp_poller_messages(st);
         if (now >= next_scan || stopping) {
             etp_poller_scan(st, now, stopping);
             next_scan = now + ETP_SCAN_MS;
@@ -766,11 +939,20 @@ static void *etp_poller_main(void *arg)
  * wake the worker. Any thread may call it. */
 static void etp_respond(void *state, srv_request *req)
 {
-    (void)state;
+    etp_state *st = state;
     etp_conn *c = srv__request_engine_data(req);
     if (!c) /* answered by the poller or a refusal: written by its caller */
         return;
+    if (etp_dispatching == c) { /* inline, before the handler returned */
+        c->inl_answered = 1;
+        return;
+    }
     pthread_mutex_lock(&c->mu);
+    if (c->inl == req) { /* a poller's inline request, answered later */
+        pthread_mutex_unlock(&c->mu);
+        etp_post(st, c);
+        return;
+    }
     c->responded = 1;
     if (c->in_handler && !c->detached && !pthread_equal(c->worker, pthread_self())) {
         size_t hlen = 0, blen = 0;
@@ -818,6 +1000,27 @@ static int etp_write_response(etp_conn *c, srv_request *req)
     } else {
         c->io_dead = 1;
     }
+    srv__request_release(req);
+    c->served++;
+    return keep;
+}
+
+/* Worker: the rest of an inline answer the poller could not write at once
+ * (etp_inline_write). Returns non-zero to keep the connection. */
+static int etp_finish_write(etp_conn *c)
+{
+    srv_request *req = c->wreq;
+    c->wreq = NULL;
+    atomic_store(&c->write_since, etp_now_ms());
+    etp_set_phase(c, ETP_PH_WRITE);
+    int keep = 0;
+    size_t hlen = 0, blen = 0;
+    const char *head = srv__response_http1_head(req, &hlen);
+    const void *body = srv__response_body(req, &blen);
+    if (etp_send_from(c->fd, etp_write_timeout(c->st), head, hlen, body, blen, c->wsent) == 0)
+        keep = !c->lost_input && srv__response_keep_alive(req);
+    else
+        c->io_dead = 1;
     srv__request_release(req);
     c->served++;
     return keep;
@@ -994,8 +1197,12 @@ static void etp_conn_run(srv_job *job)
     etp_state *st = c->st;
     pthread_mutex_lock(&st->mu); /* stop() reads QUEUED under it */
     int abandoned = c->shut;
-    if (!abandoned)
+    if (!abandoned && !c->wreq)
         etp_set_phase(c, ETP_PH_RUN);
+    else if (!abandoned) { /* stop() shuts WQUEUED ones; WRITE has a grace */
+        atomic_store(&c->write_since, etp_now_ms());
+        etp_set_phase(c, ETP_PH_WRITE);
+    }
     pthread_mutex_unlock(&st->mu);
     if (abandoned) { /* stop() answered it while it was queued */
         etp_conn_finish(c, 0);
@@ -1004,7 +1211,7 @@ static void etp_conn_run(srv_job *job)
     for (;;) {
         srv_request *req = c->ready;
         c->ready = NULL;
-        if (!etp_serve_request(c, req)) {
+        if (!(c->wreq ? etp_finish_write(c) : etp_serve_request(c, req))) {
             etp_conn_finish(c, 0);
             return;
         }
@@ -1041,6 +1248,8 @@ static void etp_free_state(etp_state *st)
         close(st->listen_fd);
     if (st->wake_fd >= 0)
         close(st->wake_fd);
+    if (st->msg_fd >= 0)
+        close(st->msg_fd);
     if (st->epfd >= 0)
         close(st->epfd);
     if (st->spare_fd >= 0)
@@ -1049,6 +1258,7 @@ static void etp_free_state(etp_state *st)
     pthread_mutex_destroy(&st->mu);
     pthread_cond_destroy(&st->pcond);
     pthread_mutex_destroy(&st->plock);
+    pthread_mutex_destroy(&st->mqlock);
     free(st);
 }
 
@@ -1061,7 +1271,7 @@ static int etp_start(srv_server *srv, void **state)
     }
     st->srv = srv;
     st->cfg = srv__server_config(srv);
-    st->listen_fd = st->wake_fd = st->spare_fd = st->epfd = -1;
+    st->listen_fd = st->wake_fd = st->msg_fd = st->spare_fd = st->epfd = -1;
     atomic_init(&st->quiescing, 0);
     atomic_init(&st->stopping, 0);
 
@@ -1081,6 +1291,12 @@ static int etp_start(srv_server *srv, void **state)
         pthread_mutex_destroy(&st->mu);
     }
     pthread_condattr_destroy(&ca);
+    if (rc == 0 && (rc = pthread_mutex_init(&st->mqlock, NULL)) != 0) {
+        pthread_cond_destroy(&st->pcond);
+        pthread_mutex_destroy(&st->plock);
+        pthread_cond_destroy(&st->drained);
+        pthread_mutex_destroy(&st->mu);
+    }
     if (rc != 0) {
         free(st);
         srv__server_set_error(srv, "threadpool: cannot create a mutex: %s", strerror(rc));
@@ -1088,8 +1304,9 @@ static int etp_start(srv_server *srv, void **state)
     }
 
     st->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    st->msg_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     st->epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (st->wake_fd < 0 || st->epfd < 0) {
+    if (st->wake_fd < 0 || st->msg_fd < 0 || st->epfd < 0) {
         int err = errno;
         etp_free_state(st);
         srv__server_set_error(srv, "threadpool: eventfd/epoll: %s", strerror(err));
@@ -1105,8 +1322,10 @@ static int etp_start(srv_server *srv, void **state)
     st->listen_fd = fd;
     struct epoll_event lev = {.events = EPOLLIN, .data.ptr = &st->listen_fd};
     struct epoll_event wev = {.events = EPOLLIN, .data.ptr = &st->wake_fd};
+    struct epoll_event mev = {.events = EPOLLIN, .data.ptr = &st->msg_fd};
     if (epoll_ctl(st->epfd, EPOLL_CTL_ADD, fd, &lev) != 0 ||
-        epoll_ctl(st->epfd, EPOLL_CTL_ADD, st->wake_fd, &wev) != 0) {
+        epoll_ctl(st->epfd, EPOLL_CTL_ADD, st->wake_fd, &wev) != 0 ||
+        epoll_ctl(st->epfd, EPOLL_CTL_ADD, st->msg_fd, &mev) != 0) {
         int err = errno;
         etp_free_state(st);
         srv__server_set_error(srv, "threadpool: epoll_ctl: %s", strerror(err));

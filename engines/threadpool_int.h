@@ -54,6 +54,8 @@ enum etp_phase {
     ETP_PH_RUN,     /* a worker's, between requests */
     ETP_PH_HANDLER, /* handed to the core: handler runs or answer awaited */
     ETP_PH_WRITE,   /* a worker writes the answer */
+    ETP_PH_WQUEUED, /* an inline answer the poller could not finish
+                     * writing, waiting for a worker to write the rest */
     ETP_PH_CLOSING
 };
 
@@ -100,6 +102,16 @@ typedef struct etp_conn {
     size_t drained;
     int io_dead;        /* a write failed: close without answering */
     int rcvtimeo;       /* SO_RCVTIMEO set for ETP_KEEP_WAIT_MS */
+
+    /* Non-blocking routes, run on the poller (docs/ENGINES.md). */
+    srv_request *inl;      /* dispatched by the poller, its answer not yet
+                            * written (set by the poller under c->mu) */
+    int inl_answered;      /* poller: the answer came (inline or queued) */
+    int awaiting;          /* poller: the handler returned unanswered */
+    int lost_input;        /* pipelined bytes could not be kept: close after */
+    struct etp_conn *mq_next; /* st->mq (st->mqlock) */
+    srv_request *wreq;     /* an inline answer a worker finishes writing, */
+    size_t wsent;          /* from this many bytes in */
 } etp_conn;
 
 typedef struct etp_state {
@@ -108,6 +120,7 @@ typedef struct etp_state {
     int listen_fd;
     int epfd;
     int wake_fd;  /* eventfd: quiesce and stop wake the poller */
+    int msg_fd;   /* eventfd: a late inline answer is in st->mq */
     int spare_fd; /* /dev/null, given up to accept-and-refuse on EMFILE */
     pthread_t poller;
     int poller_started;
@@ -122,6 +135,12 @@ typedef struct etp_state {
     int poller_gone;   /* workers close instead of handing back */
     int listen_closed; /* quiesce waits for the poller to close it */
     unsigned refusing; /* poller only */
+
+    /* Connections whose inline request another thread answered (the
+     * application, srv_after, the core's timeout): the poller writes them
+     * (h2o's multithread messages, with an eventfd). */
+    pthread_mutex_t mqlock;
+    etp_conn *mq_head, *mq_tail;
 
     pthread_mutex_t mu; /* conns, open, detached; then a conn's mu */
     pthread_cond_t drained;
