@@ -1,5 +1,5 @@
 /*
- * The threadpool engine's stop, once its poller is gone: every connection a
+ * The threadpool engine's stop, once its pollers are gone: every connection a
  * worker still has is shut (nothing left to send), given up to 2 s (an
  * answer being written), or detached (a handler still runs, or a complete
  * request still queued): its answer written here through a duplicate of the
