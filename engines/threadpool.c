@@ -468,6 +468,7 @@ static int etp_inline_write(etp_state *st, etp_conn *c, const char *rest, size_t
         pthread_mutex_lock(&c->p->plock);
         etp_plist_del(c);
         pthread_mutex_unlock(&c->p->plock);
+        atomic_store(&c->write_since, etp_now_ms()); /* stop's grace counts from here */
         etp_set_phase(c, ETP_PH_WQUEUED);
         if (srv__pool_submit(st->srv, &c->job) != 0)
             etp_conn_finish(c, 0);

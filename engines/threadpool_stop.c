@@ -150,8 +150,10 @@ static size_t etp_shutdown_conns(etp_state *st, etp_detached *out, size_t cap)
         }
         if (ph == ETP_PH_WQUEUED) {
             /* Part of an inline answer is out and the rest waits for a
-             * worker that blocking handlers may hold: cut it short (like a
-             * write past its grace) and stop counting it; its job closes. */
+             * worker that blocking handlers may hold: past the write grace,
+             * cut it short and stop counting it; its job only closes. */
+            if (now - atomic_load(&c->write_since) < ETP_STOP_WRITE_GRACE_MS)
+                continue;
             shutdown(c->fd, SHUT_RDWR);
             c->detached = 1;
             etp_count_detached(st, c);
