@@ -685,19 +685,35 @@ static void srv__handler_inline(srv_request *req)
     srv__request_unref(req);
 }
 
+/* Looks the route up (NULL: none, path_known says 405 rather than 404). */
+static const srv__route *srv__request_find_route(srv_request *req, bool *path_known)
+{
+    const char *method = req->method ? req->method : "";
+    const char *path = req->path ? req->path : "";
+    return srv__router_find(&req->srv->router, method, path, path_known);
+}
+
+bool srv__request_nonblocking(srv_request *req)
+{
+    bool path_known;
+    if (!req->route)
+        req->route = srv__request_find_route(req, &path_known);
+    /* No route: dispatch answers 404/405 itself, without a handler. */
+    return !req->route || (req->route->flags & SRV_ROUTE_NONBLOCKING);
+}
+
 static void srv__request_route(srv_request *req, bool run_here)
 {
     srv_server *srv = req->srv;
     srv__request_count(req, true);
 
-    bool path_known;
-    const char *method = req->method ? req->method : "";
-    const char *path = req->path ? req->path : "";
-    const srv__route *rt = srv__router_find(&srv->router, method, path, &path_known);
+    bool path_known = false;
+    /* srv__request_nonblocking may have looked it up already. */
+    const srv__route *rt = req->route ? req->route : srv__request_find_route(req, &path_known);
     if (rt == NULL) {
         if (path_known) {
             char allow[256];
-            srv__router_allow(&srv->router, path, allow, sizeof allow);
+            srv__router_allow(&srv->router, req->path ? req->path : "", allow, sizeof allow);
             srv__answer(req, 405, false, "Allow", allow, false);
         } else {
             srv__answer(req, 404, false, NULL, NULL, false);

@@ -168,8 +168,8 @@ typedef struct srv_config {
     /* Threads that run handlers (threadpool: threads that own a
      * connection each). Default 200. */
     unsigned worker_threads;
-    /* Event-loop / polling threads for the mhd and h2o engines; 0 means
-     * the number of CPUs. The threadpool engine ignores it. Default 0. */
+    /* I/O threads: event loops (h2o), polling threads (mhd), epoll pollers
+     * (threadpool); 0 means the number of CPUs. Default 0. */
     unsigned io_threads;
     /* Open connections served at once; past it new connections wait in
      * the backlog or get a quick 503, never hang. Default 10000. */

@@ -249,6 +249,16 @@ void *srv__request_engine_data(const srv_request *req);
 void srv__request_dispatch(srv_request *req);
 
 /*
+ * srv__request_nonblocking: true when srv__request_dispatch of this complete
+ * request will not block the calling thread: its route is registered
+ * SRV_ROUTE_NONBLOCKING (the handler runs inside dispatch), or there is no
+ * route (404/405 answered inside dispatch). Looks the route up once and
+ * keeps it for the dispatch. For engines that choose the thread (threadpool:
+ * the poller or a worker). The engine's thread that owns the request.
+ */
+bool srv__request_nonblocking(srv_request *req);
+
+/*
  * srv__request_run: like dispatch, but the handler runs on the calling
  * thread, which must be a worker-pool thread (the threadpool engine, whose
  * connection jobs are the workers). Returns when the handler returns; the

@@ -1,12 +1,13 @@
 /*
- * The "threadpool" engine (Tomcat NIO connector style): one poller thread
- * runs epoll over the listening socket and every connection that is not
- * being served, reading request heads and bodies non-blocking through the
- * core's sans-I/O HTTP/1 parser (api/http1.c). A connection gets a worker
- * of the core's pool only once its request is complete; the worker runs the
- * handler, writes the answer, serves pipelined requests already buffered,
- * and hands the connection back to the poller. Idle and slow clients cost
- * no worker.
+ * The "threadpool" engine (Tomcat NIO connector style): io_threads poller
+ * threads run epoll over the shared listening socket and every connection
+ * that is not being served, reading request heads and bodies non-blocking
+ * through the core's sans-I/O HTTP/1 parser (api/http1.c). A complete
+ * request of a non-blocking route runs on the poller that read it, which
+ * writes the answer without blocking; any other gets a worker of the core's
+ * pool, which runs the handler, writes the answer, serves pipelined
+ * requests already buffered, and hands the connection back to its poller.
+ * Idle and slow clients cost no worker.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -31,6 +32,11 @@
 #include "threadpool_int.h"
 
 static void etp_conn_run(srv_job *job);
+static int etp_poller_feed(etp_state *st, etp_conn *c, const char *d, size_t n);
+
+/* Set on the poller thread while it dispatches connection c's request: a
+ * respond for c on this thread then comes from inside the handler. */
+static _Thread_local etp_conn *etp_dispatching;
 
 /* ------------------------------------------------------------------ */
 /* Small helpers                                                       */
@@ -283,6 +289,14 @@ static void etp_conn_finish(etp_conn *c, int linger)
         srv__request_release(c->ready);
         c->ready = NULL;
     }
+    if (c->wreq) {
+        srv__request_release(c->wreq);
+        c->wreq = NULL;
+    }
+    if (c->inl) { /* only at stop, once the core answered everything */
+        srv__request_release(c->inl);
+        c->inl = NULL;
+    }
     /* Unread input makes close() send a reset that can destroy the response
      * just written: after an error, linger; otherwise drop what came. */
     if (c->detached) {
@@ -294,7 +308,7 @@ static void etp_conn_finish(etp_conn *c, int linger)
         shutdown(c->fd, SHUT_WR);
         etp_drain(c->fd, 0);
     }
-    epoll_ctl(st->epfd, EPOLL_CTL_DEL, c->fd, NULL); /* a dup'd fd may live on */
+    epoll_ctl(c->p->epfd, EPOLL_CTL_DEL, c->fd, NULL); /* a dup'd fd may live on */
     if (!c->detached) /* stop() counted it closed when it detached it */
         srv__stats_connection_closed(st->srv);
     srv__http1_free(&c->parser);
@@ -322,26 +336,27 @@ static void etp_conn_finish(etp_conn *c, int linger)
 /* The poller                                                          */
 /* ------------------------------------------------------------------ */
 
-/* st->plock held. */
-static void etp_plist_add(etp_state *st, etp_conn *c)
+/* c->p->plock held. */
+static void etp_plist_add(etp_conn *c)
 {
+    etp_poller *p = c->p;
     c->pprev = NULL;
-    c->pnext = st->plist;
-    if (st->plist)
-        st->plist->pprev = c;
-    st->plist = c;
+    c->pnext = p->plist;
+    if (p->plist)
+        p->plist->pprev = c;
+    p->plist = c;
     c->in_plist = 1;
 }
 
-/* st->plock held. */
-static void etp_plist_del(etp_state *st, etp_conn *c)
+/* c->p->plock held. */
+static void etp_plist_del(etp_conn *c)
 {
     if (!c->in_plist)
         return;
     if (c->pprev)
         c->pprev->pnext = c->pnext;
     else
-        st->plist = c->pnext;
+        c->p->plist = c->pnext;
     if (c->pnext)
         c->pnext->pprev = c->pprev;
     c->pprev = c->pnext = NULL;
@@ -352,17 +367,18 @@ static void etp_plist_del(etp_state *st, etp_conn *c)
 static int etp_arm(etp_state *st, etp_conn *c, int op)
 {
     struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT, .data.ptr = c};
-    return epoll_ctl(st->epfd, op, c->fd, &ev);
+    (void)st;
+    return epoll_ctl(c->p->epfd, op, c->fd, &ev);
 }
 
 /* Poller: forget a connection it owns and close it. */
 static void etp_poller_close(etp_state *st, etp_conn *c, int linger)
 {
-    pthread_mutex_lock(&st->plock);
-    etp_plist_del(st, c);
-    pthread_mutex_unlock(&st->plock);
+    pthread_mutex_lock(&c->p->plock);
+    etp_plist_del(c);
+    pthread_mutex_unlock(&c->p->plock);
     if (c->refuse) {
-        epoll_ctl(st->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+        epoll_ctl(c->p->epfd, EPOLL_CTL_DEL, c->fd, NULL);
         if (c->req)
             srv__request_release(c->req);
         srv__http1_free(&c->parser);
@@ -373,7 +389,7 @@ static void etp_poller_close(etp_state *st, etp_conn *c, int linger)
         pthread_mutex_destroy(&c->mu);
         pthread_cond_destroy(&c->cv);
         free(c);
-        st->refusing--;
+        atomic_fetch_sub(&st->refusing, 1);
         srv__stats_connection_closed(st->srv);
         return;
     }
@@ -409,41 +425,186 @@ static void etp_poller_fail(etp_state *st, etp_conn *c, int status)
     etp_poller_linger(st, c);
 }
 
-/* Poller: a complete request; give the connection to a worker. */
-static void etp_poller_hand_over(etp_state *st, etp_conn *c, const char *rest, size_t n)
+/* Keep n bytes read past a request (pipelined) in c->pend; d may point
+ * into the old c->pend. -1 when out of memory. */
+static int etp_keep_rest(etp_conn *c, const char *d, size_t n)
+{
+    char *p = NULL;
+    if (n > 0) {
+        p = malloc(n);
+        if (!p)
+            return -1;
+        memcpy(p, d, n);
+    }
+    free(c->pend);
+    c->pend = p;
+    c->pend_off = 0;
+    c->pend_len = n;
+    return 0;
+}
+
+/*
+ * Poller: write c's inline answer (c->inl) without blocking. 1: written and
+ * kept alive, the poller goes on with the bytes after it; 0: the connection
+ * lingers or closed, or the socket was full and a worker writes the rest
+ * under the send deadline (then `rest` is kept for it).
+ */
+static int etp_inline_write(etp_state *st, etp_conn *c, const char *rest, size_t n)
+{
+    srv_request *req = c->inl;
+    pthread_mutex_lock(&c->mu);
+    c->inl = NULL;
+    pthread_mutex_unlock(&c->mu);
+    c->inl_answered = 0;
+    size_t hlen = 0, blen = 0, sent = 0;
+    const char *head = srv__response_http1_head(req, &hlen);
+    const void *body = srv__response_body(req, &blen);
+    int r = head ? etp_send_some(c->fd, head, hlen, body, blen, &sent) : -1;
+    if (r == 0) {
+        if (n > 0 && etp_keep_rest(c, rest, n) != 0)
+            c->lost_input = 1;
+        c->wreq = req;
+        c->wsent = sent;
+        pthread_mutex_lock(&c->p->plock);
+        etp_plist_del(c);
+        pthread_mutex_unlock(&c->p->plock);
+        atomic_store(&c->write_since, etp_now_ms()); /* stop's grace counts from here */
+        etp_set_phase(c, ETP_PH_WQUEUED);
+        if (srv__pool_submit(st->srv, &c->job) != 0)
+            etp_conn_finish(c, 0);
+        return 0;
+    }
+    int keep = r > 0 && !c->lost_input && srv__response_keep_alive(req);
+    srv__request_release(req);
+    c->served++;
+    if (r < 0) {
+        c->io_dead = 1;
+        etp_poller_close(st, c, 0);
+        return 0;
+    }
+    if (!keep) {
+        etp_poller_linger(st, c);
+        return 0;
+    }
+    etp_wait_for(c, ETP_WAIT_IDLE);
+    return 1;
+}
+
+/* Poller: a complete request of a non-blocking route (or one the core
+ * answers itself): the handler runs here, inside dispatch. Returns like
+ * etp_inline_write; 0 also when the handler returned without answering:
+ * the connection then waits, unread, for the answer through c->p->mq. */
+static int etp_inline_run(etp_state *st, etp_conn *c, const char *rest, size_t n)
+{
+    srv_request *req = c->req;
+    c->req = NULL;
+    pthread_mutex_lock(&c->mu);
+    c->inl = req;
+    pthread_mutex_unlock(&c->mu);
+    c->inl_answered = 0;
+    etp_dispatching = c;
+    srv__request_dispatch(req);
+    etp_dispatching = NULL;
+    etp_set_arriving(c, 0); /* in flight (counted by dispatch) */
+    if (c->inl_answered)
+        return etp_inline_write(st, c, rest, n);
+    /* Later from another thread, srv_after or the core's timeout. HTTP/1
+     * answers in order: the next request waits in c->pend meanwhile. */
+    if (n > 0 && etp_keep_rest(c, rest, n) != 0)
+        c->lost_input = 1;
+    c->awaiting = 1;
+    return 0;
+}
+
+/* Poller: the late answer of c's inline request: write it, then go on with
+ * the pipelined bytes or wait for input. */
+static void etp_inline_resume(etp_state *st, etp_conn *c)
+{
+    c->awaiting = 0;
+    char *buf = c->pend;
+    size_t off = c->pend_off, len = c->pend_len;
+    c->pend = NULL;
+    c->pend_off = c->pend_len = 0;
+    const char *rest = buf ? buf + off : NULL;
+    if (etp_inline_write(st, c, rest, len - off) && etp_poller_feed(st, c, rest, len - off) &&
+        etp_arm(st, c, EPOLL_CTL_MOD) != 0)
+        etp_poller_close(st, c, 0);
+    free(buf);
+}
+
+/* Poller: take every late inline answer posted by etp_respond. */
+static void etp_poller_messages(etp_poller *p)
+{
+    etp_state *st = p->st;
+    pthread_mutex_lock(&p->mqlock);
+    etp_conn *c = p->mq_head;
+    p->mq_head = p->mq_tail = NULL;
+    pthread_mutex_unlock(&p->mqlock);
+    while (c) {
+        etp_conn *next = c->mq_next;
+        c->mq_next = NULL;
+        etp_inline_resume(st, c);
+        c = next;
+    }
+}
+
+/* Any thread but the poller inside c's dispatch: c's inline request is
+ * answered; the poller writes it. The eventfd is written only when the
+ * queue was empty (the poller reads it before it takes the queue). */
+static void etp_post(etp_conn *c)
+{
+    etp_poller *p = c->p;
+    pthread_mutex_lock(&p->mqlock);
+    int was_empty = p->mq_head == NULL;
+    c->mq_next = NULL;
+    if (p->mq_tail)
+        p->mq_tail->mq_next = c;
+    else
+        p->mq_head = c;
+    p->mq_tail = c;
+    pthread_mutex_unlock(&p->mqlock);
+    if (was_empty) {
+        uint64_t one = 1;
+        ssize_t w = write(p->msg_fd, &one, sizeof one);
+        (void)w;
+    }
+}
+
+/* Poller: a complete request. A non-blocking route runs here; any other
+ * gives the connection to a worker. 1: answered and kept alive here, go on
+ * with `rest`; 0: the poller is done with the connection for now. */
+static int etp_poller_complete(etp_state *st, etp_conn *c, const char *rest, size_t n)
 {
     if (c->refuse) { /* over max_connections: read, then refused */
         srv_request *req = c->req;
         c->req = NULL;
         etp_answer_now(st, c, req, 503);
         etp_poller_linger(st, c);
-        return;
+        return 0;
     }
-    if (n > 0) { /* pipelined bytes: the worker parses them after */
-        c->pend = malloc(n);
-        if (!c->pend) {
-            etp_poller_fail(st, c, 500);
-            return;
-        }
-        memcpy(c->pend, rest, n);
-        c->pend_off = 0;
-        c->pend_len = n;
+    if (srv__request_nonblocking(c->req))
+        return etp_inline_run(st, c, rest, n);
+    /* pipelined bytes: the worker parses them after */
+    if (n > 0 && etp_keep_rest(c, rest, n) != 0) {
+        etp_poller_fail(st, c, 500);
+        return 0;
     }
     c->ready = c->req;
     c->req = NULL;
-    pthread_mutex_lock(&st->plock);
-    etp_plist_del(st, c);
-    pthread_mutex_unlock(&st->plock);
+    pthread_mutex_lock(&c->p->plock);
+    etp_plist_del(c);
+    pthread_mutex_unlock(&c->p->plock);
     etp_set_phase(c, ETP_PH_QUEUED);
     if (srv__pool_submit(st->srv, &c->job) != 0)
         etp_conn_finish(c, 0);
+    return 0;
 }
 
 /* Poller: a lingering connection is readable: drop what came. */
 static void etp_poller_drain(etp_state *st, etp_conn *c)
 {
     for (;;) {
-        ssize_t n = recv(c->fd, st->rbuf, sizeof st->rbuf, MSG_DONTWAIT);
+        ssize_t n = recv(c->fd, c->p->rbuf, sizeof c->p->rbuf, MSG_DONTWAIT);
         if (n > 0) {
             c->drained += (size_t)n;
             if (c->drained < ETP_LINGER_MAX_BYTES)
@@ -459,6 +620,52 @@ static void etp_poller_drain(etp_state *st, etp_conn *c)
     }
 }
 
+/* Poller: parse n bytes of c's input. 1: all consumed, the connection is
+ * still the poller's to read; 0: it is gone, lingers, waits for an inline
+ * answer, or a worker has it. */
+static int etp_poller_feed(etp_state *st, etp_conn *c, const char *d, size_t n)
+{
+    if (n == 0)
+        return 1;
+    size_t off = 0;
+    enum srv_http1_event ev = SRV_HTTP1_HEAD_READY;
+    /* Until the input runs out; after HEAD_READY feed again even with
+     * nothing left: a request without a body completes then. */
+    while (off < n || ev == SRV_HTTP1_HEAD_READY) {
+        if (srv__http1_idle(&c->parser) && c->served > 0) /* the head's own deadline */
+            etp_wait_for(c, ETP_WAIT_HEAD);
+        if (!c->req) {
+            c->req = srv__request_new(st->srv, (const struct sockaddr *)&c->peer, c->peer_len);
+            if (!c->req) {
+                etp_poller_fail(st, c, 503);
+                return 0;
+            }
+            srv__request_set_engine_data(c->req, c);
+        }
+        size_t used = 0;
+        ev = srv__http1_feed(&c->parser, c->req, d + off, n - off, &used);
+        off += used;
+        etp_note_feed(c, ev);
+        if (ev == SRV_HTTP1_FAIL) {
+            etp_poller_fail(st, c, srv__http1_status(&c->parser));
+            return 0;
+        }
+        if (ev == SRV_HTTP1_HEAD_READY) {
+            etp_wait_for(c, ETP_WAIT_BODY);
+            if (!c->refuse && srv__http1_body_expected(&c->parser) &&
+                srv__request_expects_continue(c->req)) {
+                static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+                size_t sent = 0;
+                etp_send_some(c->fd, cont, sizeof cont - 1, NULL, 0, &sent);
+            }
+            continue;
+        }
+        if (ev == SRV_HTTP1_MESSAGE_COMPLETE && !etp_poller_complete(st, c, d + off, n - off))
+            return 0;
+    }
+    return 1;
+}
+
 /* Poller: the connection is readable: read and parse until the request is
  * complete, the input runs out, or it fails. */
 static void etp_poller_read(etp_state *st, etp_conn *c)
@@ -466,14 +673,14 @@ static void etp_poller_read(etp_state *st, etp_conn *c)
     /* The worker that handed the connection back wrote its fields before
      * re-arming it under plock: taking plock makes that visible here in
      * the memory model (epoll alone orders it only in the kernel). */
-    pthread_mutex_lock(&st->plock);
-    pthread_mutex_unlock(&st->plock);
+    pthread_mutex_lock(&c->p->plock);
+    pthread_mutex_unlock(&c->p->plock);
     if (c->lingering) {
         etp_poller_drain(st, c);
         return;
     }
     for (;;) {
-        ssize_t n = recv(c->fd, st->rbuf, sizeof st->rbuf, MSG_DONTWAIT);
+        ssize_t n = recv(c->fd, c->p->rbuf, sizeof c->p->rbuf, MSG_DONTWAIT);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
@@ -486,46 +693,9 @@ static void etp_poller_read(etp_state *st, etp_conn *c)
             etp_poller_close(st, c, 0);
             return;
         }
-        size_t off = 0;
-        enum srv_http1_event ev = SRV_HTTP1_HEAD_READY;
-        /* Until the input runs out; after HEAD_READY feed again even with
-         * nothing left: a request without a body completes then. */
-        while (off < (size_t)n || ev == SRV_HTTP1_HEAD_READY) {
-            if (srv__http1_idle(&c->parser) && c->served > 0) /* the head's own deadline */
-                etp_wait_for(c, ETP_WAIT_HEAD);
-            if (!c->req) {
-                c->req = srv__request_new(st->srv, (const struct sockaddr *)&c->peer,
-                                          c->peer_len);
-                if (!c->req) {
-                    etp_poller_fail(st, c, 503);
-                    return;
-                }
-                srv__request_set_engine_data(c->req, c);
-            }
-            size_t used = 0;
-            ev = srv__http1_feed(&c->parser, c->req, st->rbuf + off, (size_t)n - off, &used);
-            off += used;
-            etp_note_feed(c, ev);
-            if (ev == SRV_HTTP1_FAIL) {
-                etp_poller_fail(st, c, srv__http1_status(&c->parser));
-                return;
-            }
-            if (ev == SRV_HTTP1_HEAD_READY) {
-                etp_wait_for(c, ETP_WAIT_BODY);
-                if (!c->refuse && srv__http1_body_expected(&c->parser) &&
-                    srv__request_expects_continue(c->req)) {
-                    static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-                    size_t sent = 0;
-                    etp_send_some(c->fd, cont, sizeof cont - 1, NULL, 0, &sent);
-                }
-                continue;
-            }
-            if (ev == SRV_HTTP1_MESSAGE_COMPLETE) {
-                etp_poller_hand_over(st, c, st->rbuf + off, (size_t)n - off);
-                return;
-            }
-        }
-        if ((size_t)n < sizeof st->rbuf) { /* most likely all there is */
+        if (!etp_poller_feed(st, c, c->p->rbuf, (size_t)n))
+            return;
+        if ((size_t)n < sizeof c->p->rbuf) { /* most likely all there is */
             if (etp_arm(st, c, EPOLL_CTL_MOD) != 0)
                 etp_poller_close(st, c, 0);
             return;
@@ -535,12 +705,15 @@ static void etp_poller_read(etp_state *st, etp_conn *c)
 
 /* Poller: deadlines. A request that started gets 408; an idle connection
  * (kept alive, or that never sent a byte) closes quietly. */
-static void etp_poller_scan(etp_state *st, uint64_t now, int stopping)
+static void etp_poller_scan(etp_poller *p, uint64_t now, int stopping)
 {
+    etp_state *st = p->st;
     for (;;) {
         etp_conn *due = NULL;
-        pthread_mutex_lock(&st->plock);
-        for (etp_conn *c = st->plist; c; c = c->pnext) {
+        pthread_mutex_lock(&p->plock);
+        for (etp_conn *c = p->plist; c; c = c->pnext) {
+            if (c->awaiting && !stopping)
+                continue; /* the core answers it (its timeout, or stop) */
             if (c->lingering ? (now >= c->deadline || stopping)
                              : (now >= c->deadline || stopping ||
                                 (atomic_load(&st->quiescing) && srv__http1_idle(&c->parser)))) {
@@ -548,10 +721,10 @@ static void etp_poller_scan(etp_state *st, uint64_t now, int stopping)
                 break;
             }
         }
-        pthread_mutex_unlock(&st->plock);
+        pthread_mutex_unlock(&p->plock);
         if (!due)
             return;
-        if (due->lingering || srv__http1_idle(&due->parser)) {
+        if (due->lingering || due->awaiting || srv__http1_idle(&due->parser)) {
             etp_poller_close(st, due, 0);
         } else if (stopping) {
             /* Stop began while this request was arriving: the 503 every
@@ -590,19 +763,16 @@ static void etp_refuse_now(etp_state *st, int fd, const struct sockaddr_storage 
     srv__stats_connection_closed(st->srv);
 }
 
-static void etp_accepted(etp_state *st, int fd, const struct sockaddr_storage *peer,
+/* Poller p accepted fd. The connection goes to the pollers in turn (a burst
+ * of connects lands on whichever poller woke first); it stays with that
+ * poller between requests. */
+static void etp_accepted(etp_poller *p, int fd, const struct sockaddr_storage *peer,
                          socklen_t peer_len)
 {
+    etp_state *st = p->st;
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 
-    pthread_mutex_lock(&st->mu);
-    int over = st->open >= st->cfg->max_connections;
-    pthread_mutex_unlock(&st->mu);
-    if (over && st->refusing >= ETP_MAX_REFUSING) {
-        etp_refuse_now(st, fd, peer, peer_len);
-        return;
-    }
     etp_conn *c = calloc(1, sizeof *c);
     if (!c) {
         etp_refuse_now(st, fd, peer, peer_len);
@@ -619,8 +789,28 @@ static void etp_accepted(etp_state *st, int fd, const struct sockaddr_storage *p
         etp_refuse_now(st, fd, peer, peer_len);
         return;
     }
+    /* The gate and the count in one step: pollers accept side by side. */
+    pthread_mutex_lock(&st->mu);
+    int over = st->open >= st->cfg->max_connections;
+    if (!over) {
+        c->next = st->conns;
+        if (st->conns)
+            st->conns->prev = c;
+        st->conns = c;
+        st->open++;
+    }
+    pthread_mutex_unlock(&st->mu);
+    if (over && atomic_fetch_add(&st->refusing, 1) >= ETP_MAX_REFUSING) {
+        atomic_fetch_sub(&st->refusing, 1);
+        pthread_cond_destroy(&c->cv);
+        pthread_mutex_destroy(&c->mu);
+        free(c);
+        etp_refuse_now(st, fd, peer, peer_len);
+        return;
+    }
     c->job.run = etp_conn_run;
     c->st = st;
+    c->p = &st->pollers[atomic_fetch_add(&st->next_poller, 1) % st->npollers];
     c->fd = fd;
     memcpy(&c->peer, peer, peer_len <= sizeof c->peer ? peer_len : sizeof c->peer);
     c->peer_len = peer_len <= sizeof c->peer ? peer_len : (socklen_t)sizeof c->peer;
@@ -632,34 +822,33 @@ static void etp_accepted(etp_state *st, int fd, const struct sockaddr_storage *p
         /* Read its head (bounded in bytes and time) so that the 503 answers
          * what the client asked, in a protocol it reads. */
         c->refuse = 1;
-        st->refusing++;
         etp_wait_for(c, ETP_WAIT_REFUSE);
     } else {
         etp_wait_for(c, ETP_WAIT_FIRST_HEAD);
-        pthread_mutex_lock(&st->mu);
-        c->next = st->conns;
-        if (st->conns)
-            st->conns->prev = c;
-        st->conns = c;
-        st->open++;
-        pthread_mutex_unlock(&st->mu);
     }
-    pthread_mutex_lock(&st->plock);
-    etp_plist_add(st, c);
-    pthread_mutex_unlock(&st->plock);
-    if (etp_arm(st, c, EPOLL_CTL_ADD) != 0)
+    /* Maybe another poller's: listed and armed under its plock, which its
+     * scan and its first read take, so it sees c whole (as after a
+     * worker's hand-back); never armed, c is still only ours to close. */
+    pthread_mutex_lock(&c->p->plock);
+    etp_plist_add(c);
+    int rc = etp_arm(st, c, EPOLL_CTL_ADD);
+    if (rc != 0)
+        etp_plist_del(c);
+    pthread_mutex_unlock(&c->p->plock);
+    if (rc != 0)
         etp_poller_close(st, c, 0);
 }
 
-static void etp_accept_some(etp_state *st)
+static void etp_accept_some(etp_poller *p)
 {
+    etp_state *st = p->st;
     for (int i = 0; i < ETP_ACCEPT_BATCH; i++) {
         struct sockaddr_storage peer;
         socklen_t peer_len = sizeof peer;
         int fd = accept4(st->listen_fd, (struct sockaddr *)&peer, &peer_len,
                          SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd >= 0) {
-            etp_accepted(st, fd, &peer, peer_len);
+            etp_accepted(p, fd, &peer, peer_len);
             continue;
         }
         switch (errno) {
@@ -671,14 +860,14 @@ static void etp_accept_some(etp_state *st)
         case ENFILE:
             /* Refuse the oldest waiting client with our spare descriptor
              * rather than leave it hanging, then back off. */
-            if (st->spare_fd >= 0) {
-                close(st->spare_fd);
+            if (p->spare_fd >= 0) {
+                close(p->spare_fd);
                 peer_len = sizeof peer;
                 fd = accept4(st->listen_fd, (struct sockaddr *)&peer, &peer_len,
                              SOCK_CLOEXEC | SOCK_NONBLOCK);
                 if (fd >= 0)
                     etp_refuse_now(st, fd, &peer, peer_len);
-                st->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+                p->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
             }
             etp_sleep_ms(ETP_ACCEPT_BACKOFF_MS);
             return;
@@ -689,50 +878,61 @@ static void etp_accept_some(etp_state *st)
     }
 }
 
-static void etp_poller_close_listen(etp_state *st)
+/* Poller p stops accepting; the last poller to do so closes the listening
+ * socket (no poller can be inside accept4 on it then) and wakes quiesce. */
+static void etp_poller_unlisten(etp_poller *p)
 {
-    if (st->listen_fd >= 0) {
-        epoll_ctl(st->epfd, EPOLL_CTL_DEL, st->listen_fd, NULL);
+    etp_state *st = p->st;
+    p->listening = 0;
+    pthread_mutex_lock(&st->lk);
+    epoll_ctl(p->epfd, EPOLL_CTL_DEL, st->listen_fd, NULL);
+    if (--st->listeners == 0) {
         close(st->listen_fd);
         st->listen_fd = -1;
+        pthread_cond_broadcast(&st->lcond);
     }
-    pthread_mutex_lock(&st->plock);
-    st->listen_closed = 1;
-    pthread_cond_broadcast(&st->pcond);
-    pthread_mutex_unlock(&st->plock);
+    pthread_mutex_unlock(&st->lk);
 }
 
 static void *etp_poller_main(void *arg)
 {
-    etp_state *st = arg;
+    etp_poller *p = arg;
+    etp_state *st = p->st;
     struct epoll_event evs[ETP_EVENTS];
     uint64_t next_scan = etp_now_ms() + ETP_SCAN_MS;
     for (;;) {
         uint64_t now = etp_now_ms();
         int timeout = now >= next_scan ? 0 : etp_clamp_ms(next_scan - now);
-        int n = epoll_wait(st->epfd, evs, ETP_EVENTS, timeout);
+        int n = epoll_wait(p->epfd, evs, ETP_EVENTS, timeout);
         if (n < 0 && errno != EINTR)
             break;
         int stopping = atomic_load(&st->stopping);
-        if (atomic_load(&st->quiescing) && st->listen_fd >= 0)
-            etp_poller_close_listen(st);
+        if (atomic_load(&st->quiescing) && p->listening)
+            etp_poller_unlisten(p);
         for (int i = 0; i < n; i++) {
-            void *p = evs[i].data.ptr;
-            if (p == &st->listen_fd) {
-                if (st->listen_fd >= 0)
-                    etp_accept_some(st);
-            } else if (p == &st->wake_fd) {
+            void *ptr = evs[i].data.ptr;
+            if (ptr == &st->listen_fd) {
+                if (p->listening)
+                    etp_accept_some(p);
+            } else if (ptr == &p->msg_fd) {
                 uint64_t v;
-                ssize_t r = read(st->wake_fd, &v, sizeof v);
+                ssize_t r = read(p->msg_fd, &v, sizeof v);
+                (void)r;
+                etp_poller_messages(p);
+            } else if (ptr == &p->wake_fd) {
+                uint64_t v;
+                ssize_t r = read(p->wake_fd, &v, sizeof v);
                 (void)r;
                 next_scan = 0; /* look at every connection now */
             } else {
-                etp_poller_read(st, p);
+                etp_poller_read(st, ptr);
             }
         }
         now = etp_now_ms();
+        if (stopping) /* the core's last answers, posted before stop */
+            etp_poller_messages(p);
         if (now >= next_scan || stopping) {
-            etp_poller_scan(st, now, stopping);
+            etp_poller_scan(p, now, stopping);
             next_scan = now + ETP_SCAN_MS;
         }
         if (stopping)
@@ -740,18 +940,18 @@ static void *etp_poller_main(void *arg)
     }
     /* Every connection still ours is closed (the scan did it); from now on
      * workers close theirs instead of handing them back. */
-    pthread_mutex_lock(&st->plock);
-    st->poller_gone = 1;
-    etp_conn *left = st->plist;
-    pthread_mutex_unlock(&st->plock);
-    while (left) { /* handed back between the scan and poller_gone */
+    pthread_mutex_lock(&p->plock);
+    p->gone = 1;
+    etp_conn *left = p->plist;
+    pthread_mutex_unlock(&p->plock);
+    while (left) { /* handed back between the scan and gone */
         etp_poller_close(st, left, 0);
-        pthread_mutex_lock(&st->plock);
-        left = st->plist;
-        pthread_mutex_unlock(&st->plock);
+        pthread_mutex_lock(&p->plock);
+        left = p->plist;
+        pthread_mutex_unlock(&p->plock);
     }
-    if (st->listen_fd >= 0)
-        etp_poller_close_listen(st);
+    if (p->listening)
+        etp_poller_unlisten(p);
     return NULL;
 }
 
@@ -770,7 +970,16 @@ static void etp_respond(void *state, srv_request *req)
     etp_conn *c = srv__request_engine_data(req);
     if (!c) /* answered by the poller or a refusal: written by its caller */
         return;
+    if (etp_dispatching == c) { /* inline, before the handler returned */
+        c->inl_answered = 1;
+        return;
+    }
     pthread_mutex_lock(&c->mu);
+    if (c->inl == req) { /* a poller's inline request, answered later */
+        pthread_mutex_unlock(&c->mu);
+        etp_post(c);
+        return;
+    }
     c->responded = 1;
     if (c->in_handler && !c->detached && !pthread_equal(c->worker, pthread_self())) {
         size_t hlen = 0, blen = 0;
@@ -818,6 +1027,27 @@ static int etp_write_response(etp_conn *c, srv_request *req)
     } else {
         c->io_dead = 1;
     }
+    srv__request_release(req);
+    c->served++;
+    return keep;
+}
+
+/* Worker: the rest of an inline answer the poller could not write at once
+ * (etp_inline_write). Returns non-zero to keep the connection. */
+static int etp_finish_write(etp_conn *c)
+{
+    srv_request *req = c->wreq;
+    c->wreq = NULL;
+    atomic_store(&c->write_since, etp_now_ms());
+    etp_set_phase(c, ETP_PH_WRITE);
+    int keep = 0;
+    size_t hlen = 0, blen = 0;
+    const char *head = srv__response_http1_head(req, &hlen);
+    const void *body = srv__response_body(req, &blen);
+    if (etp_send_from(c->fd, etp_write_timeout(c->st), head, hlen, body, blen, c->wsent) == 0)
+        keep = !c->lost_input && srv__response_keep_alive(req);
+    else
+        c->io_dead = 1;
     srv__request_release(req);
     c->served++;
     return keep;
@@ -931,16 +1161,16 @@ static int etp_hand_back(etp_conn *c)
         etp_wait_for(c, ETP_WAIT_IDLE);
     }
     etp_set_phase(c, ETP_PH_POLL);
-    pthread_mutex_lock(&st->plock);
-    if (st->poller_gone) {
-        pthread_mutex_unlock(&st->plock);
+    pthread_mutex_lock(&c->p->plock);
+    if (c->p->gone) {
+        pthread_mutex_unlock(&c->p->plock);
         return -1;
     }
-    etp_plist_add(st, c);
+    etp_plist_add(c);
     int rc = etp_arm(st, c, EPOLL_CTL_MOD);
     if (rc != 0)
-        etp_plist_del(st, c);
-    pthread_mutex_unlock(&st->plock);
+        etp_plist_del(c);
+    pthread_mutex_unlock(&c->p->plock);
     return rc == 0 ? 0 : -1;
 }
 
@@ -994,8 +1224,12 @@ static void etp_conn_run(srv_job *job)
     etp_state *st = c->st;
     pthread_mutex_lock(&st->mu); /* stop() reads QUEUED under it */
     int abandoned = c->shut;
-    if (!abandoned)
+    if (!abandoned && !c->wreq)
         etp_set_phase(c, ETP_PH_RUN);
+    else if (!abandoned) { /* stop() shuts WQUEUED ones; WRITE has a grace */
+        atomic_store(&c->write_since, etp_now_ms());
+        etp_set_phase(c, ETP_PH_WRITE);
+    }
     pthread_mutex_unlock(&st->mu);
     if (abandoned) { /* stop() answered it while it was queued */
         etp_conn_finish(c, 0);
@@ -1004,7 +1238,7 @@ static void etp_conn_run(srv_job *job)
     for (;;) {
         srv_request *req = c->ready;
         c->ready = NULL;
-        if (!etp_serve_request(c, req)) {
+        if (!(c->wreq ? etp_finish_write(c) : etp_serve_request(c, req))) {
             etp_conn_finish(c, 0);
             return;
         }
@@ -1039,17 +1273,69 @@ static void etp_free_state(etp_state *st)
 {
     if (st->listen_fd >= 0)
         close(st->listen_fd);
-    if (st->wake_fd >= 0)
-        close(st->wake_fd);
-    if (st->epfd >= 0)
-        close(st->epfd);
-    if (st->spare_fd >= 0)
-        close(st->spare_fd);
+    for (unsigned i = 0; st->pollers && i < st->npollers; i++) {
+        etp_poller *p = &st->pollers[i];
+        if (p->wake_fd >= 0)
+            close(p->wake_fd);
+        if (p->msg_fd >= 0)
+            close(p->msg_fd);
+        if (p->epfd >= 0)
+            close(p->epfd);
+        if (p->spare_fd >= 0)
+            close(p->spare_fd);
+        pthread_mutex_destroy(&p->plock);
+        pthread_mutex_destroy(&p->mqlock);
+    }
+    free(st->pollers);
     pthread_cond_destroy(&st->drained);
     pthread_mutex_destroy(&st->mu);
-    pthread_cond_destroy(&st->pcond);
-    pthread_mutex_destroy(&st->plock);
+    pthread_cond_destroy(&st->lcond);
+    pthread_mutex_destroy(&st->lk);
     free(st);
+}
+
+static void etp_wake(etp_state *st)
+{
+    uint64_t one = 1;
+    for (unsigned i = 0; i < st->npollers; i++) {
+        ssize_t w = write(st->pollers[i].wake_fd, &one, sizeof one);
+        (void)w;
+    }
+}
+
+/* Start failed after some pollers ran: stop and join them. */
+static void etp_join_pollers(etp_state *st)
+{
+    atomic_store(&st->quiescing, 1);
+    atomic_store(&st->stopping, 1);
+    etp_wake(st);
+    for (unsigned i = 0; i < st->npollers; i++) {
+        if (st->pollers[i].started) {
+            pthread_join(st->pollers[i].thread, NULL);
+            st->pollers[i].started = 0;
+        }
+    }
+}
+
+/* One poller's epoll set: the shared listening socket (EPOLLEXCLUSIVE: a
+ * connect wakes one poller, not all), its wake and message eventfds. */
+static int etp_poller_init(etp_state *st, etp_poller *p)
+{
+    p->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    p->msg_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    p->epfd = epoll_create1(EPOLL_CLOEXEC);
+    p->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (p->wake_fd < 0 || p->msg_fd < 0 || p->epfd < 0)
+        return -1;
+    struct epoll_event lev = {.events = EPOLLIN | EPOLLEXCLUSIVE, .data.ptr = &st->listen_fd};
+    struct epoll_event wev = {.events = EPOLLIN, .data.ptr = &p->wake_fd};
+    struct epoll_event mev = {.events = EPOLLIN, .data.ptr = &p->msg_fd};
+    if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, st->listen_fd, &lev) != 0 ||
+        epoll_ctl(p->epfd, EPOLL_CTL_ADD, p->wake_fd, &wev) != 0 ||
+        epoll_ctl(p->epfd, EPOLL_CTL_ADD, p->msg_fd, &mev) != 0)
+        return -1;
+    p->listening = 1;
+    return 0;
 }
 
 static int etp_start(srv_server *srv, void **state)
@@ -1061,41 +1347,37 @@ static int etp_start(srv_server *srv, void **state)
     }
     st->srv = srv;
     st->cfg = srv__server_config(srv);
-    st->listen_fd = st->wake_fd = st->spare_fd = st->epfd = -1;
+    st->listen_fd = -1;
     atomic_init(&st->quiescing, 0);
     atomic_init(&st->stopping, 0);
+    atomic_init(&st->next_poller, 0);
+    atomic_init(&st->refusing, 0);
 
+    /* Default attributes: these cannot fail on Linux; checked all the same. */
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     int rc = pthread_mutex_init(&st->mu, NULL);
-    if (rc == 0 && (rc = pthread_cond_init(&st->drained, &ca)) != 0)
-        pthread_mutex_destroy(&st->mu);
-    if (rc == 0 && (rc = pthread_mutex_init(&st->plock, NULL)) != 0) {
-        pthread_cond_destroy(&st->drained);
-        pthread_mutex_destroy(&st->mu);
-    }
-    if (rc == 0 && (rc = pthread_cond_init(&st->pcond, NULL)) != 0) {
-        pthread_mutex_destroy(&st->plock);
-        pthread_cond_destroy(&st->drained);
-        pthread_mutex_destroy(&st->mu);
-    }
+    rc = rc ? rc : pthread_cond_init(&st->drained, &ca);
+    rc = rc ? rc : pthread_mutex_init(&st->lk, NULL);
+    rc = rc ? rc : pthread_cond_init(&st->lcond, NULL);
     pthread_condattr_destroy(&ca);
-    if (rc != 0) {
+    unsigned n = st->cfg->io_threads > 0 ? st->cfg->io_threads : 1;
+    st->pollers = rc ? NULL : calloc(n, sizeof *st->pollers);
+    if (rc != 0 || !st->pollers) {
+        free(st->pollers);
         free(st);
-        srv__server_set_error(srv, "threadpool: cannot create a mutex: %s", strerror(rc));
-        return SRV_ESYS;
+        srv__server_set_error(srv, "threadpool: cannot create a mutex or out of memory");
+        return SRV_ENOMEM;
     }
-
-    st->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    st->epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (st->wake_fd < 0 || st->epfd < 0) {
-        int err = errno;
-        etp_free_state(st);
-        srv__server_set_error(srv, "threadpool: eventfd/epoll: %s", strerror(err));
-        return SRV_ESYS;
+    st->npollers = n;
+    for (unsigned i = 0; i < n; i++) {
+        etp_poller *p = &st->pollers[i];
+        p->st = st;
+        p->wake_fd = p->msg_fd = p->epfd = p->spare_fd = -1;
+        pthread_mutex_init(&p->plock, NULL);
+        pthread_mutex_init(&p->mqlock, NULL);
     }
-    st->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 
     int fd = srv__listen(srv, SRV__LISTEN_NONBLOCK);
     if (fd < 0) {
@@ -1103,45 +1385,37 @@ static int etp_start(srv_server *srv, void **state)
         return fd;
     }
     st->listen_fd = fd;
-    struct epoll_event lev = {.events = EPOLLIN, .data.ptr = &st->listen_fd};
-    struct epoll_event wev = {.events = EPOLLIN, .data.ptr = &st->wake_fd};
-    if (epoll_ctl(st->epfd, EPOLL_CTL_ADD, fd, &lev) != 0 ||
-        epoll_ctl(st->epfd, EPOLL_CTL_ADD, st->wake_fd, &wev) != 0) {
-        int err = errno;
-        etp_free_state(st);
-        srv__server_set_error(srv, "threadpool: epoll_ctl: %s", strerror(err));
-        return SRV_ESYS;
+    for (unsigned i = 0; i < n; i++) {
+        if (etp_poller_init(st, &st->pollers[i]) != 0) {
+            int err = errno;
+            etp_free_state(st);
+            srv__server_set_error(srv, "threadpool: eventfd/epoll: %s", strerror(err));
+            return SRV_ESYS;
+        }
     }
+    st->listeners = n;
 
-    /* Published before the poller runs: the core reads it (respond) on
+    /* Published before the pollers run: the core reads it (respond) on
      * the threads our connections reach. */
     *state = st;
-    /* Signals go to the application's threads, not to the poller. */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    rc = pthread_create(&st->poller, NULL, etp_poller_main, st);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0) {
-        *state = NULL;
-        etp_free_state(st);
-        srv__server_set_error(srv, "threadpool: cannot create the poller thread: %s",
-                              strerror(rc));
-        return SRV_ETHREAD;
+    for (unsigned i = 0; i < n; i++) {
+        rc = srv__thread_create(&st->pollers[i].thread, NULL, etp_poller_main, &st->pollers[i]);
+        if (rc != 0) {
+            etp_join_pollers(st);
+            *state = NULL;
+            etp_free_state(st);
+            srv__server_set_error(srv, "threadpool: cannot create a poller thread: %s",
+                                  strerror(rc));
+            return SRV_ETHREAD;
+        }
+        st->pollers[i].started = 1;
     }
-    st->poller_started = 1;
     return 0;
 }
 
-static void etp_wake(etp_state *st)
-{
-    uint64_t one = 1;
-    ssize_t w = write(st->wake_fd, &one, sizeof one);
-    (void)w;
-}
-
-/* Stop accepting: the poller closes the listening socket (returning once it
- * has, so new connects are refused) and the idle connections. */
+/* Stop accepting: the pollers take the listening socket out of their epoll
+ * sets and the last one closes it (returning once it has, so new connects
+ * are refused); each closes its idle connections. */
 static void etp_quiesce(void *state)
 {
     etp_state *st = state;
@@ -1150,23 +1424,25 @@ static void etp_quiesce(void *state)
     st->quiesced = 1;
     atomic_store(&st->quiescing, 1);
     etp_wake(st);
-    pthread_mutex_lock(&st->plock);
-    while (!st->listen_closed)
-        pthread_cond_wait(&st->pcond, &st->plock);
-    pthread_mutex_unlock(&st->plock);
+    pthread_mutex_lock(&st->lk);
+    while (st->listen_fd >= 0)
+        pthread_cond_wait(&st->lcond, &st->lk);
+    pthread_mutex_unlock(&st->lk);
 }
 
-/* The poller answers and closes what it holds, then the workers' connections
- * are closed or detached (engines/threadpool_stop.c). */
+/* The pollers answer and close what they hold, then the workers'
+ * connections are closed or detached (engines/threadpool_stop.c). */
 static void etp_stop(void *state)
 {
     etp_state *st = state;
     etp_quiesce(st);
     atomic_store(&st->stopping, 1);
     etp_wake(st);
-    if (st->poller_started) { /* it answers and closes what it holds */
-        pthread_join(st->poller, NULL);
-        st->poller_started = 0;
+    for (unsigned i = 0; i < st->npollers; i++) {
+        if (st->pollers[i].started) {
+            pthread_join(st->pollers[i].thread, NULL);
+            st->pollers[i].started = 0;
+        }
     }
     etp_stop_connections(st);
 }

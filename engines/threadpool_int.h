@@ -54,14 +54,18 @@ enum etp_phase {
     ETP_PH_RUN,     /* a worker's, between requests */
     ETP_PH_HANDLER, /* handed to the core: handler runs or answer awaited */
     ETP_PH_WRITE,   /* a worker writes the answer */
+    ETP_PH_WQUEUED, /* an inline answer the poller could not finish
+                     * writing, waiting for a worker to write the rest */
     ETP_PH_CLOSING
 };
 
 struct etp_state;
+struct etp_poller;
 
 typedef struct etp_conn {
     srv_job job; /* the pool runs etp_conn_run(&job) */
     struct etp_state *st;
+    struct etp_poller *p; /* the poller that owns it between requests (fixed) */
     struct etp_conn *prev, *next; /* st->conns, under st->mu */
     int fd;
     struct sockaddr_storage peer;
@@ -82,7 +86,7 @@ typedef struct etp_conn {
     size_t early_sent;    /* bytes respond() wrote while the handler ran */
     int early_dead;       /* such a write failed */
 
-    /* Poller list (st->plock) while the poller has it. */
+    /* Poller list (p->plock) while the poller has it. */
     struct etp_conn *pprev, *pnext;
     int in_plist;
 
@@ -100,28 +104,57 @@ typedef struct etp_conn {
     size_t drained;
     int io_dead;        /* a write failed: close without answering */
     int rcvtimeo;       /* SO_RCVTIMEO set for ETP_KEEP_WAIT_MS */
+
+    /* Non-blocking routes, run on the poller (docs/ENGINES.md). */
+    srv_request *inl;      /* dispatched by the poller, its answer not yet
+                            * written (set by the poller under c->mu) */
+    int inl_answered;      /* poller: the answer came (inline or queued) */
+    int awaiting;          /* poller: the handler returned unanswered */
+    int lost_input;        /* pipelined bytes could not be kept: close after */
+    struct etp_conn *mq_next; /* p->mq (p->mqlock) */
+    srv_request *wreq;     /* an inline answer a worker finishes writing, */
+    size_t wsent;          /* from this many bytes in */
 } etp_conn;
+
+/* One poller thread: its epoll set, the connections it owns, its queue of
+ * late inline answers. io_threads of them share the listening socket. */
+typedef struct etp_poller {
+    struct etp_state *st;
+    int epfd;
+    int wake_fd;  /* eventfd: quiesce and stop wake the poller */
+    int msg_fd;   /* eventfd: a late inline answer is in mq */
+    int spare_fd; /* /dev/null, given up to accept-and-refuse on EMFILE */
+    pthread_t thread;
+    int started;
+    int listening; /* poller only: the listening socket is in its epoll */
+    char rbuf[ETP_READ_BUF]; /* the poller's */
+
+    pthread_mutex_t plock; /* plist, gone */
+    etp_conn *plist;
+    int gone; /* workers close instead of handing back */
+
+    /* Connections whose inline request another thread answered (the
+     * application, srv_after, the core's timeout): the poller writes them
+     * (h2o's multithread messages, with an eventfd). */
+    pthread_mutex_t mqlock;
+    etp_conn *mq_head, *mq_tail;
+} etp_poller;
 
 typedef struct etp_state {
     srv_server *srv;
     const srv_config *cfg;
-    int listen_fd;
-    int epfd;
-    int wake_fd;  /* eventfd: quiesce and stop wake the poller */
-    int spare_fd; /* /dev/null, given up to accept-and-refuse on EMFILE */
-    pthread_t poller;
-    int poller_started;
+    int listen_fd; /* shared by the pollers (EPOLLEXCLUSIVE in each) */
+    unsigned npollers; /* io_threads */
+    etp_poller *pollers;
+    atomic_uint next_poller; /* round robin for accepted connections */
+    atomic_uint refusing;    /* connections read to be refused */
     int quiesced; /* controlling thread only */
     atomic_int quiescing;
     atomic_int stopping;
-    char rbuf[ETP_READ_BUF]; /* the poller's */
 
-    pthread_mutex_t plock; /* the poller list, poller_gone, listen_closed */
-    pthread_cond_t pcond;
-    etp_conn *plist;
-    int poller_gone;   /* workers close instead of handing back */
-    int listen_closed; /* quiesce waits for the poller to close it */
-    unsigned refusing; /* poller only */
+    pthread_mutex_t lk; /* listeners, listen_fd's close */
+    pthread_cond_t lcond;
+    unsigned listeners; /* pollers that still have the listening socket */
 
     pthread_mutex_t mu; /* conns, open, detached; then a conn's mu */
     pthread_cond_t drained;

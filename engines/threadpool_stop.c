@@ -1,5 +1,5 @@
 /*
- * The threadpool engine's stop, once its poller is gone: every connection a
+ * The threadpool engine's stop, once its pollers are gone: every connection a
  * worker still has is shut (nothing left to send), given up to 2 s (an
  * answer being written), or detached (a handler still runs, or a complete
  * request still queued): its answer written here through a duplicate of the
@@ -146,6 +146,17 @@ static size_t etp_shutdown_conns(etp_state *st, etp_detached *out, size_t cap)
         if (ph == ETP_PH_HANDLER) {
             if (n < cap && etp_detach(st, c, &out[n]))
                 n++;
+            continue;
+        }
+        if (ph == ETP_PH_WQUEUED) {
+            /* Part of an inline answer is out and the rest waits for a
+             * worker that blocking handlers may hold: past the write grace,
+             * cut it short and stop counting it; its job only closes. */
+            if (now - atomic_load(&c->write_since) < ETP_STOP_WRITE_GRACE_MS)
+                continue;
+            shutdown(c->fd, SHUT_RDWR);
+            c->detached = 1;
+            etp_count_detached(st, c);
             continue;
         }
         if (ph == ETP_PH_WRITE && now - atomic_load(&c->write_since) < ETP_STOP_WRITE_GRACE_MS)
