@@ -1147,7 +1147,11 @@ const srv_engine srv_engine_mhd = {
     /* 505: MHD answers HTTP/0.x and 2+ itself, the core 1.2-1.9.
      * GARBAGE_400: MHD answers most garbage itself, and emhd_closing the
      * request line without a space that MHD drops silently. */
-    .caps = SRV_ENGINE_CAP_VERSION_505 | SRV_ENGINE_CAP_GARBAGE_400 | SRV_ENGINE_CAP_LIB_CHUNKED,
+    /* LIB_ERRORS: 0.9.75 answers a bad version, a header line without a
+     * colon, bad chunk framing (and more: docs/ENGINES.md) before any
+     * callback, with a response that has no hook for headers or body. */
+    .caps = SRV_ENGINE_CAP_VERSION_505 | SRV_ENGINE_CAP_GARBAGE_400 | SRV_ENGINE_CAP_LIB_CHUNKED |
+            SRV_ENGINE_CAP_LIB_ERRORS,
     .start = emhd_start,
     .respond = emhd_respond,
     .quiesce = emhd_quiesce,
