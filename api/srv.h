@@ -137,7 +137,12 @@ enum {
     SRV_CAP_LIB_CHUNKED = 1u << 3,
     /* Answers an HTTP/2 connection preface it does not serve, or refuses,
      * in HTTP/2 (a GOAWAY frame) rather than with HTTP/1 text. */
-    SRV_CAP_H2_PREFACE_GOAWAY = 1u << 4
+    SRV_CAP_H2_PREFACE_GOAWAY = 1u << 4,
+    /* Its library answers some bad input itself, before the core sees it:
+     * same status and close as the core's answer, but the library's own
+     * headers and body (no Server, its HTML text). docs/ENGINES.md lists
+     * the inputs. Without it every error answer is the core's. */
+    SRV_CAP_LIB_ERRORS = 1u << 5
 };
 
 /* srv_engine_caps: the engine's SRV_CAP_* bits (0 for NULL). Any thread. */

@@ -35,7 +35,8 @@ enum {
     EMHD_IDLE,  /* no request yet, or between requests */
     EMHD_HEAD,  /* request line received, head not complete */
     EMHD_BODY,  /* head complete, body arriving (deadline: EMHD_BODY_RATE) */
-    EMHD_ACTIVE, /* request complete: handler, response */
+    EMHD_ACTIVE, /* request complete: handler (request_timeout_ms) */
+    EMHD_SEND,   /* response queued, MHD writing it (deadline: no progress) */
     EMHD_REFUSED /* stop answered 503 while it arrived: MHD closes it */
 };
 
@@ -71,8 +72,12 @@ struct emhd_conn {
     bool reused;             /* MHD thread only: a request completed on it */
     bool expect_close;       /* MHD thread only: the last request ends it */
     unsigned long long sent; /* MHD thread only: emhd_sent when it went idle */
-    atomic_int phase;        /* EMHD_IDLE, EMHD_HEAD, EMHD_ACTIVE */
-    atomic_llong deadline;   /* ms (CLOCK_MONOTONIC) for IDLE/HEAD; 0: none */
+    atomic_int phase;        /* EMHD_IDLE, EMHD_HEAD, ... */
+    atomic_llong deadline;   /* ms (CLOCK_MONOTONIC) for IDLE/HEAD/BODY/SEND; 0: none */
+    /* In SEND: the client's acknowledged bytes when last seen to move (the
+     * MHD thread sets it when SEND begins, then the watchdog). */
+    _Atomic unsigned long long acked;
+    atomic_bool stalled;     /* ended while writing: reset, no linger */
 };
 
 typedef struct emhd_server {
@@ -197,8 +202,38 @@ static void emhd_linger_drain(emhd_server *es, long long now)
     }
 }
 
+/* Bytes of ours the client's TCP has acknowledged; ULLONG_MAX when unknown. */
+static unsigned long long emhd_acked(int fd)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+        len < offsetof(struct tcp_info, tcpi_bytes_acked) + sizeof ti.tcpi_bytes_acked)
+        return ULLONG_MAX;
+    return (unsigned long long)ti.tcpi_bytes_acked;
+}
+
+/* A response being written (EMHD_SEND) at its deadline (lock held): true,
+ * with the deadline moved header_ms on, when the client acknowledged bytes
+ * since the last look. MHD's own timeout cannot be used: it is
+ * max(header, keep-alive) + 1 s and counts bytes put in the socket buffer
+ * (megabytes), not bytes the client took. */
+static bool emhd_send_progressed(emhd_conn *ec, long long now, long long header_ms)
+{
+    unsigned long long acked = emhd_acked(ec->fd);
+    if (acked == ULLONG_MAX || acked == atomic_load(&ec->acked))
+        return false;
+    atomic_store(&ec->acked, acked);
+    long long d = atomic_load(&ec->deadline);
+    /* only if still SEND with that deadline: the MHD thread may have moved on */
+    if (atomic_load(&ec->phase) == EMHD_SEND)
+        atomic_compare_exchange_strong(&ec->deadline, &d, now + header_ms);
+    return true;
+}
+
 /* Every 100 ms (10 ms while sockets linger): shut down connections past
- * their header, body or keep-alive deadline. MHD then reads EOF and closes
+ * their header, body or keep-alive deadline, or whose response made no
+ * progress for header_timeout_ms. MHD then reads EOF and closes
  * them on its own thread. */
 static void *emhd_watchdog(void *arg)
 {
@@ -209,11 +244,17 @@ static void *emhd_watchdog(void *arg)
         emhd_linger_drain(es, now);
         for (emhd_conn *ec = es->conns; ec != NULL; ec = ec->next) {
             long long d = atomic_load(&ec->deadline);
-            if (d != 0 && now >= d && atomic_load(&ec->phase) != EMHD_ACTIVE) {
-                atomic_store(&ec->deadline, 0);
-                if (ec->fd >= 0)
-                    shutdown(ec->fd, SHUT_RDWR);
-            }
+            int phase = atomic_load(&ec->phase);
+            if (d == 0 || now < d || phase == EMHD_ACTIVE)
+                continue;
+            if (phase == EMHD_SEND && emhd_send_progressed(ec, now, es->header_ms))
+                continue;
+            atomic_store(&ec->deadline, 0);
+            if (ec->fd < 0)
+                continue;
+            if (phase == EMHD_SEND) /* not reading (nginx's send_timeout): reset */
+                atomic_store(&ec->stalled, true);
+            shutdown(ec->fd, SHUT_RDWR);
         }
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -360,6 +401,14 @@ static void emhd_closing(emhd_server *es, struct MHD_Connection *conn, emhd_conn
 {
     if (ec->fd < 0)
         return;
+    if (atomic_load(&ec->stalled)) {
+        /* Ended while its answer was being written (the client does not
+         * read it): a FIN would wait behind what is queued, so MHD's close
+         * must reset the connection; nothing to linger for. */
+        struct linger lg = {1, 0};
+        (void)setsockopt(ec->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+        return;
+    }
     bool stopping = atomic_load(&es->stopping) || srv__server_stopping(es->srv);
     struct pollfd p = {.fd = ec->fd, .events = POLLRDHUP};
     bool peer_gone = poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
@@ -499,6 +548,12 @@ static void emhd_notify_completed(void *cls, struct MHD_Connection *conn, void *
             emhd_answer_raw(es, conn, -1, (int)code, er->target, er->target_len);
     }
     if (er->ec != NULL) {
+        /* MHD's own send timeout ended it mid-response: the client is not
+         * reading, so close with a reset (emhd_closing). Not at stop: what
+         * MHD already wrote to the socket must still reach the client. */
+        if (toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED &&
+            atomic_load(&er->ec->phase) == EMHD_SEND)
+            atomic_store(&er->ec->stalled, true);
         er->ec->reused = true;
         er->ec->expect_close = !(toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && er->answered &&
                                  ready && er->req != NULL && srv__response_keep_alive(er->req));
@@ -561,6 +616,12 @@ static enum MHD_Result emhd_send(emhd_req *er, struct MHD_Connection *conn, bool
         (void)MHD_set_response_options(r, MHD_RF_HTTP_1_0_SERVER, MHD_RO_END);
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)srv__response_status(req), r);
     MHD_destroy_response(r);
+    /* Being written: the watchdog cuts it once the client acknowledges
+     * nothing for header_timeout_ms (emhd_send_progressed). */
+    if (ret == MHD_YES && er->ec != NULL) {
+        atomic_store(&er->ec->acked, emhd_acked(er->ec->fd));
+        (void)emhd_phase_from(er->ec, EMHD_ACTIVE, EMHD_SEND, emhd_now_ms() + er->es->header_ms);
+    }
     return ret;
 }
 
@@ -570,7 +631,7 @@ static enum MHD_Result emhd_fail(emhd_req *er, struct MHD_Connection *conn, int 
 {
     if (status < 100 || status > 599)
         status = 500; /* SRV_ENOMEM from a request helper */
-    /* its answer is being written: no deadline but MHD's send timeout */
+    /* its answer is queued next (emhd_send: the SEND deadline) */
     if (!emhd_phase_from(er->ec, EMHD_BODY, EMHD_ACTIVE, 0))
         return MHD_NO;
     er->answered = true;
@@ -999,7 +1060,8 @@ static bool emhd_input_waiting(emhd_server *es)
     pthread_mutex_lock(&es->lock);
     for (emhd_conn *ec = es->conns; ec != NULL && !any; ec = ec->next) {
         char b;
-        any = atomic_load(&ec->phase) != EMHD_ACTIVE && ec->fd >= 0 &&
+        int p = atomic_load(&ec->phase);
+        any = p != EMHD_ACTIVE && p != EMHD_SEND && ec->fd >= 0 &&
               recv(ec->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
     }
     pthread_mutex_unlock(&es->lock);
@@ -1085,7 +1147,11 @@ const srv_engine srv_engine_mhd = {
     /* 505: MHD answers HTTP/0.x and 2+ itself, the core 1.2-1.9.
      * GARBAGE_400: MHD answers most garbage itself, and emhd_closing the
      * request line without a space that MHD drops silently. */
-    .caps = SRV_ENGINE_CAP_VERSION_505 | SRV_ENGINE_CAP_GARBAGE_400 | SRV_ENGINE_CAP_LIB_CHUNKED,
+    /* LIB_ERRORS: 0.9.75 answers a bad version, a header line without a
+     * colon, bad chunk framing (and more: docs/ENGINES.md) before any
+     * callback, with a response that has no hook for headers or body. */
+    .caps = SRV_ENGINE_CAP_VERSION_505 | SRV_ENGINE_CAP_GARBAGE_400 | SRV_ENGINE_CAP_LIB_CHUNKED |
+            SRV_ENGINE_CAP_LIB_ERRORS,
     .start = emhd_start,
     .respond = emhd_respond,
     .quiesce = emhd_quiesce,
