@@ -202,6 +202,11 @@ static void emhd_linger_drain(emhd_server *es, long long now)
     }
 }
 
+/* emhd_conn.acked of a response not looked at yet: the watchdog samples it
+ * on its next pass (a response usually completes before that, so most
+ * cost no getsockopt at all). */
+#define EMHD_ACKED_UNSAMPLED (ULLONG_MAX - 1)
+
 /* Bytes of ours the client's TCP has acknowledged; ULLONG_MAX when unknown. */
 static unsigned long long emhd_acked(int fd)
 {
@@ -221,7 +226,8 @@ static unsigned long long emhd_acked(int fd)
 static bool emhd_send_progressed(emhd_conn *ec, long long now, long long header_ms)
 {
     unsigned long long acked = emhd_acked(ec->fd);
-    if (acked == ULLONG_MAX || acked == atomic_load(&ec->acked))
+    unsigned long long before = atomic_load(&ec->acked);
+    if (acked == ULLONG_MAX || (acked == before && before != EMHD_ACKED_UNSAMPLED))
         return false;
     atomic_store(&ec->acked, acked);
     long long d = atomic_load(&ec->deadline);
@@ -245,6 +251,12 @@ static void *emhd_watchdog(void *arg)
         for (emhd_conn *ec = es->conns; ec != NULL; ec = ec->next) {
             long long d = atomic_load(&ec->deadline);
             int phase = atomic_load(&ec->phase);
+            /* A response being written for a pass already: take the count
+             * its deadline is measured from (the deadline restarts then). */
+            if (phase == EMHD_SEND && atomic_load(&ec->acked) == EMHD_ACKED_UNSAMPLED) {
+                (void)emhd_send_progressed(ec, now, es->header_ms);
+                continue;
+            }
             if (d == 0 || now < d || phase == EMHD_ACTIVE)
                 continue;
             if (phase == EMHD_SEND && emhd_send_progressed(ec, now, es->header_ms))
@@ -619,7 +631,7 @@ static enum MHD_Result emhd_send(emhd_req *er, struct MHD_Connection *conn, bool
     /* Being written: the watchdog cuts it once the client acknowledges
      * nothing for header_timeout_ms (emhd_send_progressed). */
     if (ret == MHD_YES && er->ec != NULL) {
-        atomic_store(&er->ec->acked, emhd_acked(er->ec->fd));
+        atomic_store(&er->ec->acked, EMHD_ACKED_UNSAMPLED);
         (void)emhd_phase_from(er->ec, EMHD_ACTIVE, EMHD_SEND, emhd_now_ms() + er->es->header_ms);
     }
     return ret;
