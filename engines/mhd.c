@@ -70,6 +70,7 @@ struct emhd_conn {
     bool over_limit;         /* accepted past max_connections */
     bool gone;               /* lock: its client hung up (emhd_over_limit) */
     bool reused;             /* MHD thread only: a request completed on it */
+    struct emhd_req *req; /* MHD thread only: the request MHD has not completed */
     bool expect_close;       /* MHD thread only: the last request ends it */
     unsigned long long sent; /* MHD thread only: emhd_sent when it went idle */
     atomic_int phase;        /* EMHD_IDLE, EMHD_HEAD, ... */
@@ -398,6 +399,26 @@ static void emhd_answer_raw(emhd_server *es, struct MHD_Connection *conn, int fd
     srv__request_release(req);
 }
 
+
+/* A request MHD closed without MHD_OPTION_NOTIFY_COMPLETED (it happens in
+ * 0.9.75 on some paths after the URI callback, e.g. a NUL in a header
+ * line): let go of it as notify_completed would, so neither its memory nor
+ * its "arriving" count (which srv_server_stop's grace waits for) leaks.
+ * Never for a suspended one (MHD does not close those). */
+static void emhd_abandon(emhd_server *es, emhd_req *er)
+{
+    if (er->ec != NULL)
+        er->ec->req = NULL;
+    emhd_arrived(er);
+    if (atomic_load(&er->hand) == EMHD_HAND_SUSPENDED)
+        return;
+    if (er->req != NULL) {
+        srv__request_release(er->req);
+        atomic_fetch_sub(&es->held, 1);
+    }
+    free(er);
+}
+
 /*
  * MHD is about to close the connection (NOTIFY_CLOSED; MHD_USE_TURBO, so
  * it has not shut the socket down yet).
@@ -481,6 +502,8 @@ static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void 
     }
     emhd_conn *ec = *socket_context;
     if (ec != NULL) {
+        if (ec->req != NULL)
+            emhd_abandon(es, ec->req);
         emhd_closing(es, conn, ec);
         /* Under the lock, before MHD closes the fd: quiesce never shuts
          * down a reused descriptor. */
@@ -523,6 +546,9 @@ static void *emhd_uri_log(void *cls, const char *uri, struct MHD_Connection *con
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     er->ec = ci != NULL ? ci->socket_context : NULL;
     if (er->ec != NULL) {
+        if (er->ec->req != NULL) /* never completed: not ours to keep */
+            emhd_abandon(es, er->ec->req);
+        er->ec->req = er;
         /* The first head keeps the deadline set at the accept; a later one
          * gets header_timeout from its request line. */
         long long d = er->ec->reused ? emhd_now_ms() + es->header_ms
@@ -548,6 +574,8 @@ static void emhd_notify_completed(void *cls, struct MHD_Connection *conn, void *
     if (er == NULL)
         return;
     *con_cls = NULL;
+    if (er->ec != NULL && er->ec->req == er)
+        er->ec->req = NULL;
     emhd_arrived(er);
     bool ready = atomic_load(&er->hand) == EMHD_HAND_READY;
     if (!er->answered) {

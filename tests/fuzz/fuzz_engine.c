@@ -5,7 +5,8 @@
  * Each input is written as raw bytes to a new connection, which is then
  * half-closed; the answer is read with a short deadline. Invariants:
  *   - whatever comes back starts with "HTTP/1." (unless the input opens
- *     with the HTTP/2 preface on an HTTP/2 engine);
+ *     with the HTTP/2 preface on an engine that answers it in HTTP/2:
+ *     SRV_CAP_HTTP2 or SRV_CAP_H2_PREFACE_GOAWAY);
  *   - the server still answers GET /health with 200 afterwards;
  *   - and, as for every target, ASan/UBSan stay silent.
  * Chunked framing, pipelining, upgrades and bad heads are reached through
@@ -232,7 +233,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t n = read_until_close(fd, buf, sizeof buf, read_ms, &how);
     close(fd);
 
-    bool h2 = (engine_caps & SRV_ENGINE_CAP_HTTP2) &&
+    bool h2 = (engine_caps & (SRV_CAP_HTTP2 | SRV_CAP_H2_PREFACE_GOAWAY)) &&
               memcmp(data, preface, size < sizeof preface - 1 ? size : sizeof preface - 1) == 0;
     if (n > 0 && !h2) {
         size_t k = n < 7 ? n : 7;
