@@ -370,6 +370,8 @@ void eh2o_on_conn_close(void *data)
     h2o_timeout_unlink(&c->h1.send);
     if (c->h1.closed != NULL)
         *c->h1.closed = 1;
+    if (c->h1.arriving) /* abandoned: no longer arriving */
+        srv__request_arriving(t->server->srv, -1);
     free(c->h1.head);
     free(c->h1.out);
     if (c->h1.req != NULL)
@@ -599,6 +601,30 @@ static void eh2o_on_accept(h2o_socket_t *listener, const char *err)
 /* I/O threads                                                         */
 /* ------------------------------------------------------------------ */
 
+/*
+ * While quiescing, after each loop turn: HTTP/1 connections waiting for a next request close
+ * (h2o's own path). One whose request is arriving keeps being read: it is served (with
+ * Connection: close) if it completes before the stop, answered 503 at the stop otherwise.
+ */
+static void eh2o_thread_close_idle(eh2o_thread *t)
+{
+    for (h2o_linklist_t *n = t->conns.next, *next; n != &t->conns; n = next) {
+        next = n->next; /* closing frees c */
+        eh2o_conn *c = H2O_STRUCT_FROM_MEMBER(eh2o_conn, link, n);
+        if (eh2o_h1_idle(c))
+            eh2o_h1_close(c);
+    }
+}
+
+/* The stop slot, on the loop: requests still arriving get 503 (eh2o_h1_stop_arriving). */
+static void eh2o_thread_stop_arriving(eh2o_thread *t)
+{
+    for (h2o_linklist_t *n = t->conns.next, *next; n != &t->conns; n = next) {
+        next = n->next;
+        eh2o_h1_stop_arriving(H2O_STRUCT_FROM_MEMBER(eh2o_conn, link, n));
+    }
+}
+
 /* On the loop: stop accepting, turn keep-alive off, close idle connections. */
 static void eh2o_thread_quiesce(eh2o_thread *t)
 {
@@ -611,10 +637,13 @@ static void eh2o_thread_quiesce(eh2o_thread *t)
     }
     /* GOAWAY on HTTP/2; HTTP/1 requests parsed from now on are not persistent. */
     h2o_context_request_shutdown(&t->ctx);
-    /* Idle connections are only in these timeouts' lists; with 0 they expire on this very
-     * iteration (the lists read .timeout on every run; ENGINE-NOTES 1.8 step 4). */
-    t->ctx.http1.req_timeout.timeout = 0;
+    /* Idle HTTP/2 connections are only in this timeout's list; with 0 they expire on this very
+     * iteration (the list reads .timeout on every run; ENGINE-NOTES 1.8 step 4). h2o 2.2.5
+     * keeps a connection there until a stream is handed over, so one whose streams are all
+     * still being received closes too (docs/ENGINES.md). HTTP/1 is not cut that way (its
+     * req_timeout list also holds heads still arriving): eh2o_thread_close_idle picks. */
     t->ctx.http2.idle_timeout.timeout = 0;
+    eh2o_thread_close_idle(t);
 }
 
 /* Connections still open after the responses went out: make their next I/O fail so h2o
@@ -639,11 +668,15 @@ static void eh2o_thread_run(eh2o_thread *t)
         h2o_evloop_run(t->loop, stopping ? EH2O_STOP_POLL_MS : INT32_MAX);
         if (!t->quiesced && (atomic_load(&s->quiesce_req) || atomic_load(&s->stop_req)))
             eh2o_thread_quiesce(t);
+        else if (t->quiesced)
+            eh2o_thread_close_idle(t); /* e.g. a response written before the quiesce */
         if (!atomic_load(&s->stop_req))
             continue;
         uint64_t now = h2o_now(t->loop);
-        if (stop_at == 0)
+        if (stop_at == 0) {
             stop_at = now;
+            eh2o_thread_stop_arriving(t);
+        }
         if (t->nconns == 0 && t->live == 0)
             return;
         if (!forced && now - stop_at >= EH2O_STOP_FORCE_MS) {

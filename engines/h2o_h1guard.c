@@ -3,6 +3,7 @@
  * byte of an HTTP/1 connection is checked here before h2o's parser sees it.
  */
 #include "h2o_internal.h"
+#include "srv_http1.h"
 
 /* ------------------------------------------------------------------ */
 /* HTTP/1 framing guard: every byte read is checked before h2o sees it */
@@ -45,8 +46,41 @@ eh2o_conn *eh2o_sock_conn(h2o_socket_t *sock)
     return sock->on_close.cb == eh2o_on_conn_close ? sock->on_close.data : NULL;
 }
 
+/* Some bytes of a request are in: the guard is inside a head or a body. */
+static int eh2o_h1_partial(const eh2o_conn *c)
+{
+    return c->h1.phase != EH2O_H1_DEAD && (c->h1.phase != EH2O_H1_HEAD || c->h1.head_len != 0);
+}
+
+/*
+ * srv_server_stop's grace period waits for requests still arriving (srv__request_arriving):
+ * an HTTP/1 connection counts from the first byte of a request line (empty lines before it do
+ * not count) until h2o handed the request to on_req (served catches up with seq), the guard
+ * answered it, or the connection closed. Called after every h2o call (eh2o_h1_after), so the
+ * -1 comes after on_req's dispatch or fail has counted the request in flight.
+ */
+void eh2o_h1_note(eh2o_conn *c)
+{
+    int on = !c->h1.off && !c->h1.answering && c->sock != NULL &&
+             (c->h1.bad != 0 || eh2o_h1_partial(c) ||
+              (c->h1.phase != EH2O_H1_DEAD && c->h1.seq != c->h1.served));
+    if (on == c->h1.arriving)
+        return;
+    c->h1.arriving = on;
+    srv__request_arriving(c->thread->server->srv, on ? 1 : -1);
+}
+
+/* h2o waits for the first byte of a next request, nothing of one is in, nothing is written. */
+int eh2o_h1_idle(eh2o_conn *c)
+{
+    h2o_socket_t *sock = c->sock;
+    return c->h1.reqread != NULL && !c->h1.off && !c->h1.answering && !c->h1.arriving &&
+           c->h1.phase == EH2O_H1_HEAD && c->h1.head_len == 0 && c->h1.bad == 0 &&
+           sock->_cb.read == eh2o_h1_on_read && sock->_cb.write == NULL && sock->input->size == 0;
+}
+
 /* Close through h2o's HTTP/1 read-error path (it disposes its request and the socket). */
-static void eh2o_h1_close(eh2o_conn *c)
+void eh2o_h1_close(eh2o_conn *c)
 {
     c->h1.phase = EH2O_H1_DEAD;
     c->h1.reqread(c->sock, h2o_socket_error_closed); /* c is freed */
@@ -153,17 +187,39 @@ static void eh2o_h1_answer(eh2o_conn *c, srv_request *sreq, int status)
     t->live++;
     srv__request_set_engine_data(sreq, tk);
     srv__request_fail(sreq, status); /* respond -> eh2o_complete -> eh2o_h1_write_answer */
+    eh2o_h1_note(c);                 /* counted by the core now: no longer arriving */
+}
+
+/*
+ * The engine's stop slot, after the grace period: a request whose head or body is still
+ * arriving gets the core's 503, then the connection closes (as threadpool and mhd do).
+ * Only while h2o waits for it (it reads, writes nothing): otherwise the connection is closed
+ * with the others. Returns 1 when answered.
+ */
+int eh2o_h1_stop_arriving(eh2o_conn *c)
+{
+    h2o_socket_t *sock = c->sock;
+    if (c->h1.reqread == NULL || c->h1.off || c->h1.answering || !eh2o_h1_partial(c) ||
+        sock->_cb.read != eh2o_h1_on_read || sock->_cb.write != NULL)
+        return 0;
+    srv_request *sreq = c->h1.req; /* a body being read: its head names it in the log */
+    c->h1.req = NULL;
+    eh2o_h1_answer(c, sreq, 503);
+    return 1;
 }
 
 /* After any h2o call on an HTTP/1 connection that is still open: our callbacks back in. */
 void eh2o_h1_after(eh2o_conn *c)
 {
     h2o_socket_t *sock = c->sock;
-    if (c->h1.off || c->h1.answering)
+    if (c->h1.off || c->h1.answering) {
+        eh2o_h1_note(c);
         return;
+    }
     if (sock->_cb.read != NULL && sock->_cb.read != eh2o_h1_on_read &&
         sock->_cb.read != c->h1.reqread) {
         c->h1.off = 1; /* h2c upgrade done: HTTP/2 now */
+        eh2o_h1_note(c);
         return;
     }
     if (sock->_cb.read == c->h1.reqread)
@@ -182,7 +238,9 @@ void eh2o_h1_after(eh2o_conn *c)
         c->h1.bad = 0;
         c->h1.bad_req = NULL;
         eh2o_h1_answer(c, sreq, status);
+        return;
     }
+    eh2o_h1_note(c);
 }
 
 /* Run an h2o callback; returns 0 when the connection closed meanwhile (c is freed). */
@@ -341,13 +399,16 @@ static void eh2o_h1_request_done(eh2o_conn *c)
 }
 
 /*
- * Scan the n new bytes at the end of the input. Returns 0, or the status of the first violation
- * with *bad_at = its request's first byte among the new ones (SIZE_MAX when it began earlier)
- * and *sreq_out its request (or NULL).
+ * Scan the *np new bytes at the end of the input. Returns 0, or the status of the first
+ * violation with *bad_at = its request's first byte among the new ones (SIZE_MAX when it began
+ * earlier) and *sreq_out its request (or NULL). Empty lines before a request line are taken
+ * out of the input (*np and the input shrink): picohttpparser skips one, the core up to
+ * SRV__HTTP1_MAX_EMPTY_LINES (RFC 9112 2.2), so h2o must not see them.
  */
-static int eh2o_h1_scan(eh2o_conn *c, const char *p, size_t n, size_t *bad_at,
+static int eh2o_h1_scan(eh2o_conn *c, char *p, size_t *np, size_t *bad_at,
                         srv_request **sreq_out)
 {
+    size_t n = *np;
     const srv_config *cfg = c->thread->server->cfg;
     size_t head_max = cfg->max_header_bytes + 4; /* CRLFs the core does not count */
     size_t i = 0, req_at = c->h1.phase == EH2O_H1_HEAD && c->h1.head_len == 0 ? 0 : SIZE_MAX;
@@ -365,6 +426,25 @@ static int eh2o_h1_scan(eh2o_conn *c, const char *p, size_t n, size_t *bad_at,
         case EH2O_H1_HEAD: {
             if (c->h1.head_len == 0)
                 req_at = i;
+            if (c->h1.head_len == 0 && (ch == '\r' || ch == '\n' || c->h1.cr)) {
+                /* CRLF before the request line: as the core's parser, a bare LF or a CR
+                 * without its LF is 400, and so is a ninth empty line. */
+                if (ch == '\r' && !c->h1.cr) {
+                    c->h1.cr = 1;
+                } else if (ch == '\n' && c->h1.cr) {
+                    c->h1.cr = 0;
+                    if (++c->h1.empty_lines > SRV__HTTP1_MAX_EMPTY_LINES)
+                        EH2O_BAD(400);
+                } else {
+                    EH2O_BAD(400);
+                }
+                memmove(p + i, p + i + 1, n - i - 1);
+                *np = --n;
+                c->sock->input->size--;
+                continue;
+            }
+            if (c->h1.head_len == 0)
+                c->h1.empty_lines = 0;
             if (c->h1.head == NULL && (c->h1.head = malloc(head_max)) == NULL)
                 EH2O_BAD(500);
             size_t old = c->h1.head_len, take = n - i;
@@ -526,7 +606,7 @@ void eh2o_h1_on_read(h2o_socket_t *sock, const char *err)
         size_t n = sock->bytes_read, bad_at;
         srv_request *sreq;
         c->h1.completed = 0;
-        int st = eh2o_h1_scan(c, sock->input->bytes + sock->input->size - n, n, &bad_at, &sreq);
+        int st = eh2o_h1_scan(c, sock->input->bytes + sock->input->size - n, &n, &bad_at, &sreq);
         if (st != 0 && c->h1.completed > 0 && bad_at != SIZE_MAX) {
             /* Good requests came first in this read: h2o serves them, the bad one waits. */
             sock->input->size -= n - bad_at;

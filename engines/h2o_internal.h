@@ -133,6 +133,9 @@ typedef struct eh2o_conn {
         uint64_t left;          /* Content-Length or chunk bytes still to come */
         uint64_t body;          /* chunk data so far */
         int digits;
+        int cr;                 /* a CR before the request line, its LF not yet read */
+        unsigned empty_lines;   /* empty lines before this request line (taken out) */
+        int arriving;           /* counted in srv__request_arriving (eh2o_h1_note) */
         unsigned completed;     /* requests completed in the current read */
         unsigned seq, served;   /* heads scanned, and reached on_req */
         unsigned mask_seq;      /* the HTTP/1.0 head whose Upgrade/Expect is hidden from h2o */
@@ -252,6 +255,10 @@ eh2o_conn *eh2o_sock_conn(h2o_socket_t *sock); /* NULL when not a tracked connec
 void eh2o_h1_on_read(h2o_socket_t *sock, const char *err);
 void eh2o_h1_after(eh2o_conn *c);
 void eh2o_h1_write_answer(eh2o_conn *c, srv_request *sreq);
+void eh2o_h1_note(eh2o_conn *c);
+void eh2o_h1_close(eh2o_conn *c); /* through h2o's read-error path: c is freed */
+int eh2o_h1_idle(eh2o_conn *c);
+int eh2o_h1_stop_arriving(eh2o_conn *c);
 
 /* engines/h2o_http2.c */
 eh2o_conn *eh2o_h2_conn(h2o_req_t *req);
