@@ -3902,9 +3902,13 @@ static void test_raw_pipeline_never_read(void **state)
     int rc = rc_wait_close(c, 5000, NULL); /* now read everything that was sent */
     size_t got = c->len - c->off;
     size_t all = (size_t)sent * (BODY + 100);
-    CHECK(sent < MAXREQ, "[%s] the server read %d requests of 60 KB without the "
-          "client reading a byte: raise MAXREQ", what, sent);
-    CHECK(rc == RC_CLOSED || rc == RC_RESET, "[%s] the connection was not closed", what);
+    /* No bound on `sent` itself: once the server has shut the socket the
+     * kernel may still take the client's bytes until the descriptor is
+     * closed (quick normally, slower under TSan), so a cut server can see
+     * all MAXREQ sent. A server that buffered without bound fails below:
+     * it never closes. */
+    CHECK(rc == RC_CLOSED || rc == RC_RESET, "[%s] the connection was not closed (%d "
+          "requests of 60 KB sent, none read)", what, sent);
     CHECK(got < all, "[%s] all %d answers (%zu bytes) were delivered: the "
           "server waited for the client to read instead of cutting it", what, sent, got);
     rc_close(c);
