@@ -2514,6 +2514,15 @@ static void test_raw_client_disconnect(void **state)
           "got %s status %d", what, rc_strerror(rc), st);
 }
 
+/* An event-loop engine learns of a client's close only when the loop
+ * owning that connection reads the FIN, which may come after another loop
+ * accepts a new connection: wait (bounded, 1 s) until a slot is free. */
+static void wait_for_free_slot(const fx *f)
+{
+    for (int i = 0; i < 100 && stats(f).connections_open >= f->cfg.max_connections; i++)
+        usleep(10 * 1000);
+}
+
 /* max_connections 4: extra connections get a quick 503, are refused or
  * wait, never hang, and are served once the first ones close. */
 static void test_raw_max_connections(void **state)
@@ -2596,17 +2605,13 @@ static void test_raw_max_connections(void **state)
     for (int i = 0; i < EXTRA; i++)
         if (extra[i])
             rc_close(extra[i]);
-    /* An event-loop engine learns of a client's close only when the loop
-     * owning that connection reads the FIN, which may come after another
-     * loop accepts a new connection: wait (bounded) for a free slot. */
-    for (int i = 0; i < 100 && stats(f).connections_open >= f->cfg.max_connections; i++)
-        usleep(10 * 1000);
+    wait_for_free_slot(f);
     still_serving(f, "max_connections reached and released");
 }
 
 /* ------------------------------------------------------------------ */
-/* Header rules and request framing, decided once in the core (issue  */
-/* 11 items 3, 8, 12, 14, 15, 18): the same answer on every engine.    */
+/* Header rules and request framing, decided once in the core: the     */
+/* same answer on every engine.                                        */
 /* docs/ENGINES.md "Header rules" lists each decision.                 */
 /* ------------------------------------------------------------------ */
 
@@ -3022,8 +3027,7 @@ static void test_hr_over_limit_answer(void **state)
     rc_close(c);
     for (int i = 0; i < 4; i++)
         rc_close(held[i]);
-    for (int i = 0; i < 100 && stats(f).connections_open >= f->cfg.max_connections; i++)
-        usleep(10 * 1000);
+    wait_for_free_slot(f);
     still_serving(f, "past max_connections");
 }
 
@@ -3787,8 +3791,7 @@ static void test_raw_max_connections_readable(void **state)
     }
     for (int i = 0; i < HELD; i++)
         rc_close(held[i]);
-    for (int i = 0; i < 100 && stats(f).connections_open >= f->cfg.max_connections; i++)
-        usleep(10 * 1000);
+    wait_for_free_slot(f);
     still_serving(f, "max_connections reached and released");
 }
 
