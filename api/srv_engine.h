@@ -37,7 +37,7 @@ enum {
 
 struct srv_engine {
     /* SRV_ENGINE_VERSION the table was written for; checked once by
-     * srv_server_start (api/engine_slots.c), before any slot is called. */
+     * srv_server_start (core/engine_slots.c), before any slot is called. */
     int version;
     /* Static, unique, lower case: "threadpool", "mhd", "h2o". */
     const char *name;

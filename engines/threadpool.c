@@ -2,7 +2,7 @@
  * The "threadpool" engine (Tomcat NIO connector style): io_threads poller
  * threads run epoll over the shared listening socket and every connection
  * that is not being served, reading request heads and bodies non-blocking
- * through the core's sans-I/O HTTP/1 parser (api/http1.c). A complete
+ * through the core's sans-I/O HTTP/1 parser (core/http1.c). A complete
  * request of a non-blocking route runs on the poller that read it, which
  * writes the answer without blocking; any other gets a worker of the core's
  * pool, which runs the handler, writes the answer, serves pipelined

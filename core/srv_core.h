@@ -1,5 +1,5 @@
 /*
- * Core-internal declarations shared by the core sources in api/: the server and
+ * Core-internal declarations shared by the core sources in core/: the server and
  * request structs, the router, the worker pool and the timer service.
  * Engines never include this; they see srv_engine.h only.
  */
