@@ -371,13 +371,7 @@ bool srv__inflight_drain(srv_server *srv, uint64_t deadline_ms, unsigned poll_ms
         if (wait > poll_ms) /* re-check: in_flight also drops off-lock */
             wait = poll_ms;
         struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += (time_t)(wait / 1000);
-        ts.tv_nsec += (long)(wait % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        srv__timespec_in(&ts, CLOCK_REALTIME, wait);
         pthread_cond_timedwait(&f->cv, &f->mu, &ts);
     }
     pthread_mutex_unlock(&f->mu);

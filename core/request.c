@@ -112,7 +112,7 @@ int srv__request_set_method(srv_request *req, const char *method, size_t len)
         return 400;
     req->method = srv__arena_strndup(&req->arena, method, len);
     if (req->method == NULL)
-        return SRV_ENOMEM;
+        return 500; /* out of memory */
     req->is_head = strcmp(req->method, "HEAD") == 0;
     return srv__head_grow(req, len + 1);
 }
@@ -188,7 +188,7 @@ int srv__request_add_header(srv_request *req, const char *name, size_t name_len,
         size_t cap = req->header_cap ? req->header_cap * 2 : 16;
         srv__kv *n = srv__arena_alloc(&req->arena, cap * sizeof *n);
         if (n == NULL)
-            return SRV_ENOMEM;
+            return 500; /* out of memory */
         if (req->header_count)
             memcpy(n, req->headers, req->header_count * sizeof *n);
         req->headers = n;
@@ -198,7 +198,7 @@ int srv__request_add_header(srv_request *req, const char *name, size_t name_len,
     kv->name = srv__arena_strndup(&req->arena, name, name_len);
     kv->value = srv__arena_strndup(&req->arena, value, value_len);
     if (kv->name == NULL || kv->value == NULL)
-        return SRV_ENOMEM;
+        return 500; /* out of memory */
     req->header_count++;
     return 0;
 }
@@ -284,7 +284,7 @@ int srv__request_append_body(srv_request *req, const void *data, size_t len)
             cap *= 2;
         char *n = realloc(req->body, cap);
         if (n == NULL)
-            return SRV_ENOMEM;
+            return 500; /* out of memory */
         req->body = n;
         req->body_cap = cap;
     }

@@ -36,6 +36,7 @@ srv_server *srv_server_new(const srv_engine *engine, const srv_config *cfg)
     srv->cfg.server_name = srv->server_name;
     atomic_init(&srv->state, SRV__NEW);
     atomic_init(&srv->port, srv->cfg.port);
+    atomic_init(&srv->admitted, 0);
     if (srv__inflight_init(&srv->inflight) != 0)
         goto fail;
     if (srv__pool_init(&srv->pool) != 0) {
@@ -292,15 +293,4 @@ int srv__server_stopping(const srv_server *srv)
 void srv__server_set_port(srv_server *srv, int port)
 {
     atomic_store(&srv->port, port);
-}
-
-void srv__stats_connection_opened(srv_server *srv)
-{
-    atomic_fetch_add(&srv->connections_total, 1);
-    atomic_fetch_add(&srv->connections_open, 1);
-}
-
-void srv__stats_connection_closed(srv_server *srv)
-{
-    atomic_fetch_sub(&srv->connections_open, 1);
 }

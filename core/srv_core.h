@@ -16,8 +16,7 @@
 
 /* ---- leaves: clock.c, http.c (they call no other core file) ------- */
 
-/* Monotonic clock in milliseconds. */
-uint64_t srv__now_ms(void);
+/* srv__now_ms, srv__ms_left, srv__timespec_in: srv_engine.h's toolkit. */
 /* CLOCK_MONOTONIC_COARSE in milliseconds: cheap, a few ms of resolution. */
 uint64_t srv__coarse_ms(void);
 
@@ -165,6 +164,7 @@ struct srv_server {
     atomic_uint_fast64_t dropped;
     atomic_uint_fast64_t connections_total;
     atomic_uint connections_open;
+    atomic_uint admitted; /* max_connections slots taken (connections.c) */
 };
 
 /* The server's state, read by every layer (written by server.c only). */
