@@ -213,12 +213,15 @@ void eh2o_h1_after(eh2o_conn *c)
 {
     h2o_socket_t *sock = c->sock;
     if (c->h1.off || c->h1.answering) {
+        if (c->h1.off)
+            eh2o_h2_begin(c); /* prior knowledge: counted there before uncounted here */
         eh2o_h1_note(c);
         return;
     }
     if (sock->_cb.read != NULL && sock->_cb.read != eh2o_h1_on_read &&
         sock->_cb.read != c->h1.reqread) {
         c->h1.off = 1; /* h2c upgrade done: HTTP/2 now */
+        eh2o_h2_begin(c);
         eh2o_h1_note(c);
         return;
     }
