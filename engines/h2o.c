@@ -310,6 +310,8 @@ static int eh2o_on_req(h2o_handler_t *self, h2o_req_t *req)
         srv__request_set_close(sreq);
 
     int st = eh2o_fill(sreq, req);
+    if (http2)
+        eh2o_h2_drop_body(tk->conn, req); /* the core has its copy now */
     if (st != 0) {
         srv__request_fail(sreq, st > 0 ? st : 500); /* calls respond: the ticket is posted */
     } else if (http2) {

@@ -96,6 +96,24 @@ void eh2o_h2_begin(eh2o_conn *c)
     eh2o_h2_note(c);
 }
 
+/*
+ * h2o buffers a request body in the stream (_req_body) and on_req copied it into the core's
+ * request: let h2o's copy go now rather than when the stream closes after the response, so
+ * the body is held once while the handler runs. Only for a stream of the connection's own
+ * table whose buffer is the entity's.
+ */
+void eh2o_h2_drop_body(eh2o_conn *c, h2o_req_t *req)
+{
+    if (c == NULL || c->h2 == NULL || req->entity.base == NULL)
+        return;
+    eh2o_h2stream *st = H2O_STRUCT_FROM_MEMBER(eh2o_h2stream, req, req);
+    if (eh2o_h2_stream(c->h2, st->stream_id) != st || st->_req_body == NULL ||
+        st->_req_body->bytes != req->entity.base)
+        return;
+    h2o_buffer_dispose(&st->_req_body); /* sets it NULL: the stream's close skips it */
+    req->entity = h2o_iovec_init(NULL, 0);
+}
+
 /* The connection record of an HTTP/2 request (NULL if the socket is not one we track). */
 eh2o_conn *eh2o_h2_conn(h2o_req_t *req)
 {

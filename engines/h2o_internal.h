@@ -332,6 +332,7 @@ int eh2o_h2_idle(eh2o_conn *c);
 void eh2o_h2_close_idle(eh2o_conn *c);
 void eh2o_h2_stop_arriving(eh2o_conn *c);
 void eh2o_h2_write_answer(eh2o_conn *c, uint32_t stream_id, srv_request *sreq);
+void eh2o_h2_drop_body(eh2o_conn *c, h2o_req_t *req);
 void eh2o_count_reset(eh2o_conn *c);
 void eh2o_on_dispatch(h2o_timeout_entry_t *entry);
 void eh2o_on_calm(h2o_timeout_entry_t *entry);
