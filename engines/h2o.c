@@ -892,17 +892,15 @@ static int eh2o_start(srv_server *srv, void **state)
         eh2o_on_setup_ostream;
 
     int rc = srv__listen(srv, SRV__LISTEN_NONBLOCK);
-    if (rc < 0) {
-        eh2o_free(s);
-        return rc;
-    }
+    if (rc < 0)
+        goto fail;
     s->listen_fd = rc;
 
     s->threads = calloc(s->nthreads, sizeof *s->threads);
     if (s->threads == NULL) {
         srv__server_set_error(srv, "h2o engine: out of memory");
-        eh2o_free(s);
-        return SRV_ENOMEM;
+        rc = SRV_ENOMEM;
+        goto fail;
     }
     for (unsigned i = 0; i < s->nthreads; i++) { /* first: eh2o_free closes what is >= 0 */
         s->threads[i].listen_fd = -1;
@@ -925,8 +923,8 @@ static int eh2o_start(srv_server *srv, void **state)
             srv__server_set_error(srv, "h2o engine: %u I/O threads need %u descriptors: %s",
                                   s->nthreads, s->nthreads * (1 + EH2O_LOOP_FDS),
                                   strerror(errno));
-            eh2o_free(s);
-            return SRV_ESYS;
+            rc = SRV_ESYS;
+            goto fail;
         }
     }
 
@@ -956,12 +954,18 @@ static int eh2o_start(srv_server *srv, void **state)
 
     if (started < s->nthreads) {
         srv__server_set_error(srv, "h2o engine: cannot create I/O thread: %s", strerror(rc));
-        eh2o_stop_threads(s, started);
-        eh2o_free(s);
-        *state = NULL;
-        return SRV_ETHREAD;
+        rc = SRV_ETHREAD;
+        goto fail_threads;
     }
     return 0;
+
+    /* Undo in the reverse order of acquisition. */
+fail_threads:
+    eh2o_stop_threads(s, started);
+    *state = NULL;
+fail:
+    eh2o_free(s); /* the descriptors taken so far, the config, the lock */
+    return rc;
 }
 
 static void eh2o_quiesce(void *state)

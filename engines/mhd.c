@@ -121,6 +121,18 @@ enum {
     EMHD_HAND_SUSPENDED /* suspended without a response: respond resumes */
 };
 
+/* Where one request is, for emhd_access (MHD thread only). MHD calls the
+ * access handler once the head is complete, once per piece of body, then
+ * once with no data; a suspended request is called again after its resume. */
+enum {
+    EMHD_REQ_HEAD,    /* request line received: the next call has the whole head */
+    EMHD_REQ_BODY,    /* head accepted: body pieces, then the call that dispatches */
+    EMHD_REQ_SWALLOW, /* a status found in the body (413): the rest is discarded
+                       * (bounded), the last call answers it */
+    EMHD_REQ_ANSWERED /* handed to the core (dispatched or failed): the call after
+                       * its answer queues it */
+};
+
 /* One per request, from the request line until MHD_OPTION_NOTIFY_COMPLETED
  * (MHD's con_cls). Only the MHD thread of the connection touches it, except
  * `hand`, and `conn` which respond reads. */
@@ -129,12 +141,12 @@ typedef struct emhd_req {
     emhd_conn *ec;
     struct MHD_Connection *conn;
     srv_request *req; /* NULL until the head is complete */
+    int phase;        /* EMHD_REQ_* (MHD thread only) */
     int body_status;  /* a status found while reading the body (413) */
     size_t swallowed; /* body bytes discarded after body_status */
     /* Who hands the response over (EMHD_HAND_*): respond and the MHD
      * thread agree through it whether the connection must be resumed. */
     atomic_int hand;
-    bool answered;    /* the core answers it (dispatched or emhd_fail) */
     bool arriving;    /* counted by srv__request_arriving */
     long long body_from; /* ms: head complete (the body deadline's start) */
     size_t body_bytes;   /* body bytes received so far */
@@ -578,7 +590,7 @@ static void emhd_notify_completed(void *cls, struct MHD_Connection *conn, void *
         er->ec->req = NULL;
     emhd_arrived(er);
     bool ready = atomic_load(&er->hand) == EMHD_HAND_READY;
-    if (!er->answered) {
+    if (er->phase != EMHD_REQ_ANSWERED) {
         /* MHD answered itself (431, a bad Content-Length or chunk, ...):
          * count and log it as the core's answers are. Its bytes are MHD's. */
         const union MHD_ConnectionInfo *ci =
@@ -595,7 +607,8 @@ static void emhd_notify_completed(void *cls, struct MHD_Connection *conn, void *
             atomic_load(&er->ec->phase) == EMHD_SEND)
             atomic_store(&er->ec->stalled, true);
         er->ec->reused = true;
-        er->ec->expect_close = !(toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && er->answered &&
+        er->ec->expect_close = !(toe == MHD_REQUEST_TERMINATED_COMPLETED_OK &&
+                                 er->phase == EMHD_REQ_ANSWERED &&
                                  ready && er->req != NULL && srv__response_keep_alive(er->req));
         er->ec->sent = emhd_sent(er->ec->fd); /* MHD wrote the whole answer */
         emhd_phase(er->ec, EMHD_IDLE, emhd_now_ms() + es->keepalive_ms);
@@ -674,7 +687,7 @@ static enum MHD_Result emhd_fail(emhd_req *er, struct MHD_Connection *conn, int 
     /* its answer is queued next (emhd_send: the SEND deadline) */
     if (!emhd_phase_from(er->ec, EMHD_BODY, EMHD_ACTIVE, 0))
         return MHD_NO;
-    er->answered = true;
+    er->phase = EMHD_REQ_ANSWERED;
     srv__request_fail(er->req, status); /* calls respond: not suspended */
     emhd_arrived(er);
     return emhd_send(er, conn, http10);
@@ -685,7 +698,7 @@ static enum MHD_Result emhd_fail(emhd_req *er, struct MHD_Connection *conn, int 
  * while it reads a body), best effort, then let MHD close. */
 static enum MHD_Result emhd_cut(emhd_req *er, struct MHD_Connection *conn)
 {
-    er->answered = true;
+    er->phase = EMHD_REQ_ANSWERED;
     srv__request_fail(er->req, er->body_status); /* calls respond: not suspended */
     emhd_arrived(er);
     const union MHD_ConnectionInfo *ci =
@@ -854,64 +867,47 @@ static enum MHD_Result emhd_begin(emhd_server *es, emhd_req *er, struct MHD_Conn
         st = srv__request_headers_done(er->req);
     if (st != 0)
         return emhd_fail(er, conn, st, http10);
+    er->phase = EMHD_REQ_BODY;
     /* Expect: 100-continue is answered by MHD once this call returns
      * without a response. */
     return MHD_YES;
 }
 
-static enum MHD_Result emhd_access(void *cls, struct MHD_Connection *conn, const char *url,
-                                   const char *method, const char *version,
-                                   const char *upload_data, size_t *upload_data_size,
-                                   void **con_cls)
+/* A piece of body: into the request, or discarded after a status. */
+static enum MHD_Result emhd_body(emhd_server *es, emhd_req *er, struct MHD_Connection *conn,
+                                 const char *data, size_t *size)
 {
-    emhd_server *es = cls;
-    emhd_req *er = *con_cls;
-    (void)url; /* decoded by MHD; the raw target came through emhd_uri_log */
-    if (er == NULL)
-        return MHD_NO;
-    bool http10 = version != NULL && strcmp(version, MHD_HTTP_VERSION_1_0) == 0;
-
-    if (er->req == NULL) {
-        /* Head complete: the body (if any) has its own deadline. */
-        er->body_from = emhd_now_ms();
-        if (!emhd_phase_from(er->ec, EMHD_HEAD, EMHD_BODY, er->body_from + es->header_ms))
+    size_t n = *size;
+    *size = 0;
+    if (er->phase != EMHD_REQ_ANSWERED) {
+        er->body_bytes += n;
+        if (!emhd_phase_from(er->ec, EMHD_BODY, EMHD_BODY,
+                             er->body_from + es->header_ms +
+                                 (long long)(er->body_bytes / EMHD_BODY_RATE) * 1000))
             return MHD_NO;
-        return emhd_begin(es, er, conn, method, version, http10);
     }
-
-    if (*upload_data_size != 0) {
-        size_t n = *upload_data_size;
-        *upload_data_size = 0;
-        if (!er->answered) {
-            er->body_bytes += n;
-            if (!emhd_phase_from(er->ec, EMHD_BODY, EMHD_BODY,
-                                 er->body_from + es->header_ms +
-                                     (long long)(er->body_bytes / EMHD_BODY_RATE) * 1000))
-                return MHD_NO;
+    if (er->body_status == 0) {
+        int st = srv__request_append_body(er->req, data, n);
+        if (st != 0) {
+            er->body_status = st < 0 ? 500 : st;
+            if (er->phase == EMHD_REQ_BODY)
+                er->phase = EMHD_REQ_SWALLOW;
         }
-        if (er->body_status == 0) {
-            int st = srv__request_append_body(er->req, upload_data, n);
-            if (st != 0)
-                er->body_status = st < 0 ? 500 : st;
-            return MHD_YES;
-        }
-        /* MHD 0.9.75 refuses a response while the body is being read, so
-         * swallow the rest (bounded) and answer at the end. */
-        er->swallowed += n;
-        return er->swallowed <= es->swallow_limit ? MHD_YES : emhd_cut(er, conn);
+        return MHD_YES;
     }
+    /* MHD 0.9.75 refuses a response while the body is being read, so
+     * swallow the rest (bounded) and answer at the end. */
+    er->swallowed += n;
+    return er->swallowed <= es->swallow_limit ? MHD_YES : emhd_cut(er, conn);
+}
 
-    int hand = atomic_load(&er->hand);
-    if (hand == EMHD_HAND_READY)
-        return emhd_send(er, conn, http10); /* resumed after respond */
-    if (hand == EMHD_HAND_SUSPENDED)
-        return MHD_YES; /* not reached: MHD does not call suspended ones */
-    if (er->body_status != 0)
-        return emhd_fail(er, conn, er->body_status, http10);
-
+/* The request is complete: hand it to the core. */
+static enum MHD_Result emhd_dispatch(emhd_server *es, emhd_req *er, struct MHD_Connection *conn,
+                                     bool http10)
+{
     if (!emhd_phase_from(er->ec, EMHD_BODY, EMHD_ACTIVE, 0)) /* request_timeout_ms from now */
         return MHD_NO;
-    er->answered = true;
+    er->phase = EMHD_REQ_ANSWERED;
     srv__request_dispatch(er->req);
     emhd_arrived(er); /* after dispatch counted it in flight */
     /* Answered already (404/405, a non-blocking handler, a fast worker):
@@ -928,6 +924,41 @@ static enum MHD_Result emhd_access(void *cls, struct MHD_Connection *conn, const
         atomic_fetch_sub(&es->outstanding, 1);
     }
     return MHD_YES;
+}
+
+static enum MHD_Result emhd_access(void *cls, struct MHD_Connection *conn, const char *url,
+                                   const char *method, const char *version,
+                                   const char *upload_data, size_t *upload_data_size,
+                                   void **con_cls)
+{
+    emhd_server *es = cls;
+    emhd_req *er = *con_cls;
+    (void)url; /* decoded by MHD; the raw target came through emhd_uri_log */
+    if (er == NULL)
+        return MHD_NO;
+    bool http10 = version != NULL && strcmp(version, MHD_HTTP_VERSION_1_0) == 0;
+
+    switch (er->phase) {
+    case EMHD_REQ_HEAD:
+        /* Head complete: the body (if any) has its own deadline. */
+        er->body_from = emhd_now_ms();
+        if (!emhd_phase_from(er->ec, EMHD_HEAD, EMHD_BODY, er->body_from + es->header_ms))
+            return MHD_NO;
+        return emhd_begin(es, er, conn, method, version, http10); /* -> BODY or ANSWERED */
+    case EMHD_REQ_BODY:
+        if (*upload_data_size != 0)
+            return emhd_body(es, er, conn, upload_data, upload_data_size); /* may -> SWALLOW */
+        return emhd_dispatch(es, er, conn, http10);                     /* -> ANSWERED */
+    case EMHD_REQ_SWALLOW:
+        if (*upload_data_size != 0)
+            return emhd_body(es, er, conn, upload_data, upload_data_size);
+        return emhd_fail(er, conn, er->body_status, http10); /* -> ANSWERED */
+    default: /* EMHD_REQ_ANSWERED */
+        if (*upload_data_size != 0)
+            return emhd_body(es, er, conn, upload_data, upload_data_size);
+        /* Resumed after respond (MHD does not call a suspended one). */
+        return atomic_load(&er->hand) == EMHD_HAND_READY ? emhd_send(er, conn, http10) : MHD_YES;
+    }
 }
 
 /* ------------------------------------------------------------------ */
@@ -959,12 +990,11 @@ static int emhd_start(srv_server *srv, void **state)
 
     /* Our own socket: host, IPv6, port 0, backlog and "cannot bind"
      * messages are the same as on every engine. */
+    int rc = 0;
     int lfd = srv__listen(srv, SRV__LISTEN_NONBLOCK);
     if (lfd < 0) {
-        pthread_cond_destroy(&es->wd_cond);
-        pthread_mutex_destroy(&es->lock);
-        free(es);
-        return lfd;
+        rc = lfd;
+        goto fail_sync;
     }
     es->lfd = lfd;
 
@@ -1003,11 +1033,8 @@ static int emhd_start(srv_server *srv, void **state)
      * undone safely (MHD_stop_daemon panics on suspended connections). */
     if (pthread_create(&es->watchdog, NULL, emhd_watchdog, es) != 0) {
         srv__server_set_error(srv, "mhd: cannot create the watchdog thread");
-        close(lfd);
-        pthread_cond_destroy(&es->wd_cond);
-        pthread_mutex_destroy(&es->lock);
-        free(es);
-        return SRV_ETHREAD;
+        rc = SRV_ETHREAD;
+        goto fail_listen;
     }
     es->watchdog_started = true;
 
@@ -1032,16 +1059,23 @@ static int emhd_start(srv_server *srv, void **state)
     if (es->daemon == NULL) {
         srv__server_set_error(srv, "mhd: cannot start the daemon: %s",
                               es->start_msg[0] != '\0' ? es->start_msg : "unknown reason");
-        emhd_watchdog_join(es);
-        close(lfd);
-        pthread_cond_destroy(&es->wd_cond);
-        pthread_mutex_destroy(&es->lock);
-        free(es);
-        *state = NULL;
-        return SRV_EENGINE;
+        rc = SRV_EENGINE;
+        goto fail_watchdog;
     }
     atomic_store(&es->running, true);
     return 0;
+
+    /* Undo in the reverse order of acquisition. */
+fail_watchdog:
+    emhd_watchdog_join(es);
+    *state = NULL;
+fail_listen:
+    close(lfd);
+fail_sync:
+    pthread_cond_destroy(&es->wd_cond);
+    pthread_mutex_destroy(&es->lock);
+    free(es);
+    return rc;
 }
 
 /* Any thread: the response is final. Hand it to the MHD thread. */
