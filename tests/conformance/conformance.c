@@ -3308,7 +3308,7 @@ static void test_slow_refusal_after_request(void **state)
 }
 
 /* ------------------------------------------------------------------ */
-/* Issue 11 (h2o items): rapid reset, h2c upgrade heads, chunk sizes   */
+/* Rapid reset, h2c upgrade heads, chunk sizes, deadlines, refusals    */
 /* ------------------------------------------------------------------ */
 
 /* HTTP/2 by hand: a frame header and payload at p, returns its size. */
@@ -3562,7 +3562,7 @@ static int fd_snapshot(unsigned char open_fds[1024])
 }
 
 /*
- * Issue 11 item 13: a start that runs out of descriptors fails with an
+ * A start that runs out of descriptors fails with an
  * SRV_E* code and closes nothing it does not own (h2o closed fd 0) and
  * leaks nothing; a start that fits serves. RLIMIT_NOFILE is lowered step
  * by step so every allocation in start meets the limit once.
@@ -3679,7 +3679,7 @@ static void core_answer(fx *f, const char *what, const char *req, int status,
     still_serving(f, what);
 }
 
-/* Item 7: "0x2" is no chunk size (RFC 9112 7.1: 1*HEXDIG); a lenient
+/* "0x2" is no chunk size (RFC 9112 7.1: 1*HEXDIG); a lenient
  * parser reads size 0 and the rest as trailers and a next request. */
 static void test_raw_chunk_size_0x(void **state)
 {
@@ -3693,7 +3693,7 @@ static void test_raw_chunk_size_0x(void **state)
                   "2\r\nABXY0\r\n\r\n", 400, BAD_STATUS);
 }
 
-/* Item 9: the core's head rules apply to an h2c upgrade request too. */
+/* The core's head rules apply to an h2c upgrade request too. */
 static void test_raw_upgrade_head_rules(void **state)
 {
     fx *f = *state;
@@ -3704,7 +3704,7 @@ static void test_raw_upgrade_head_rules(void **state)
                   400, BAD_STATUS);
 }
 
-/* Item 16: RFC 9110 7.8, a server must ignore Upgrade in HTTP/1.0. */
+/* RFC 9110 7.8: a server must ignore Upgrade in HTTP/1.0. */
 static void test_raw_http10_upgrade(void **state)
 {
     fx *f = *state;
@@ -3717,7 +3717,7 @@ static void test_raw_http10_upgrade(void **state)
     rc_close(c);
 }
 
-/* Item 18: answers to bad input come from the core on every engine. */
+/* Answers to bad input come from the core on every engine. */
 static void test_raw_error_answers_are_the_cores(void **state)
 {
     fx *f = *state;
@@ -3741,7 +3741,7 @@ static void test_raw_error_answers_are_the_cores(void **state)
 }
 
 
-/* Item 17: past max_connections the refusal is readable: nothing before
+/* Past max_connections the refusal is readable: nothing before
  * the client's request, then the core's 503 (Date, Server, Content-Type)
  * and a close; an HTTP/2 preface gets a GOAWAY frame instead. */
 static void test_raw_max_connections_readable(void **state)
@@ -3818,7 +3818,7 @@ static long long trickle(rc_conn *c, const void *first, size_t flen,
     return -1;
 }
 
-/* Item 3: a chunked body at one byte every 300 ms is cut at the request's
+/* A chunked body at one byte every 300 ms is cut at the request's
  * header_timeout_ms deadline (a total deadline, not reset by each byte). */
 static void test_raw_slow_chunked_body(void **state)
 {
@@ -3844,7 +3844,7 @@ static void test_raw_slow_chunked_body(void **state)
     still_serving(f, what);
 }
 
-/* Item 3 over h2c: empty CONTINUATION frames, or 1-byte DATA frames, every
+/* Over h2c: empty CONTINUATION frames, or 1-byte DATA frames, every
  * 300 ms do not keep a request open past header_timeout_ms. */
 static void test_h2_slow_request(void **state)
 {
@@ -3887,7 +3887,7 @@ static void test_h2_slow_request(void **state)
     still_serving(f, "slow HTTP/2 requests");
 }
 
-/* Item 2: a client that pipelines requests and never reads the answers is
+/* A client that pipelines requests and never reads the answers is
  * cut once a write makes no progress for header_timeout_ms (threadpool's
  * write timeout, nginx's send_timeout). */
 static void test_raw_pipeline_never_read(void **state)
@@ -3927,7 +3927,7 @@ static void test_raw_pipeline_never_read(void **state)
 }
 
 
-/* Item 2 over h2c: a client that grants no flow-control window (SETTINGS
+/* Over h2c: a client that grants no flow-control window (SETTINGS
  * INITIAL_WINDOW_SIZE 0) never lets the answer out; the connection is cut
  * once no write was possible for header_timeout_ms. */
 static void test_h2_no_window(void **state)
