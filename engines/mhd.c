@@ -73,6 +73,11 @@ struct emhd_conn {
     struct emhd_req *req; /* MHD thread only: the request MHD has not completed */
     bool expect_close;       /* MHD thread only: the last request ends it */
     unsigned long long sent; /* MHD thread only: emhd_sent when it went idle */
+    /* Bytes received when it went idle (emhd_sent): quiesce tells a next
+     * request begun (part of its request line in MHD's buffer, which MHD
+     * reports only once the line is whole) from an idle connection. */
+    _Atomic unsigned long long rcvd;
+    atomic_bool pre_arriving; /* quiesce counted that request as arriving */
     atomic_int phase;        /* EMHD_IDLE, EMHD_HEAD, ... */
     atomic_llong deadline;   /* ms (CLOCK_MONOTONIC) for IDLE/HEAD/BODY/SEND; 0: none */
     /* In SEND: the client's acknowledged bytes when last seen to move (the
@@ -358,15 +363,17 @@ static void emhd_log(void *cls, const char *fmt, va_list ap)
 
 /* Bytes the application side has written to a TCP socket so far: acked
  * plus still queued. ULLONG_MAX when unknown. */
-static unsigned long long emhd_sent(int fd)
+static unsigned long long emhd_sent(int fd, _Atomic unsigned long long *received)
 {
     struct tcp_info ti;
     socklen_t len = sizeof ti;
     int queued = 0;
     if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
-        len < offsetof(struct tcp_info, tcpi_bytes_acked) + sizeof ti.tcpi_bytes_acked ||
+        len < offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received ||
         ioctl(fd, SIOCOUTQ, &queued) != 0)
         return ULLONG_MAX;
+    if (received != NULL)
+        atomic_store(received, (unsigned long long)ti.tcpi_bytes_received);
     return (unsigned long long)ti.tcpi_bytes_acked + (unsigned long long)queued;
 }
 
@@ -464,7 +471,7 @@ static void emhd_closing(emhd_server *es, struct MHD_Connection *conn, emhd_conn
      * hook before its request callbacks, and no status once closing). */
     long long d = atomic_load(&ec->deadline);
     if (!ec->expect_close && !stopping && !peer_gone && atomic_load(&ec->phase) == EMHD_IDLE &&
-        d != 0 && emhd_now_ms() < d && emhd_sent(ec->fd) == ec->sent)
+        d != 0 && emhd_now_ms() < d && emhd_sent(ec->fd, NULL) == ec->sent)
         emhd_answer_raw(es, conn, ec->fd, 400, NULL, 0);
     if (peer_gone || stopping)
         return; /* nothing to wait for, or MHD_stop_daemon closes it all */
@@ -516,6 +523,8 @@ static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void 
     if (ec != NULL) {
         if (ec->req != NULL)
             emhd_abandon(es, ec->req);
+        if (atomic_exchange(&ec->pre_arriving, false))
+            srv__request_arriving(es->srv, -1);
         emhd_closing(es, conn, ec);
         /* Under the lock, before MHD closes the fd: quiesce never shuts
          * down a reused descriptor. */
@@ -557,6 +566,8 @@ static void *emhd_uri_log(void *cls, const char *uri, struct MHD_Connection *con
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     er->ec = ci != NULL ? ci->socket_context : NULL;
+    if (er->ec != NULL && atomic_exchange(&er->ec->pre_arriving, false))
+        srv__request_arriving(es->srv, -1); /* counted above now */
     if (er->ec != NULL) {
         if (er->ec->req != NULL) /* never completed: not ours to keep */
             emhd_abandon(es, er->ec->req);
@@ -610,7 +621,7 @@ static void emhd_notify_completed(void *cls, struct MHD_Connection *conn, void *
         er->ec->expect_close = !(toe == MHD_REQUEST_TERMINATED_COMPLETED_OK &&
                                  er->phase == EMHD_REQ_ANSWERED &&
                                  ready && er->req != NULL && srv__response_keep_alive(er->req));
-        er->ec->sent = emhd_sent(er->ec->fd); /* MHD wrote the whole answer */
+        er->ec->sent = emhd_sent(er->ec->fd, &er->ec->rcvd); /* MHD wrote the whole answer */
         emhd_phase(er->ec, EMHD_IDLE, emhd_now_ms() + es->keepalive_ms);
     }
     if (atomic_load(&er->hand) == EMHD_HAND_SUSPENDED) {
@@ -1118,11 +1129,34 @@ static void emhd_quiesce(void *state)
         close(silent);
     /* Idle kept-alive connections: MHD would keep them until the stop, so
      * shut them down; MHD sees the EOF and closes them. Busy ones get
-     * "Connection: close" with their response (srv__response_keep_alive). */
+     * "Connection: close" with their response (srv__response_keep_alive).
+     * One that received bytes since it went idle has a next request begun
+     * (MHD calls us only once its request line is whole): it counts as
+     * arriving, so the grace waits for it; it is served if it completes,
+     * answered 503 at the stop if not (emhd_refuse_arriving). */
+    long long now = emhd_now_ms();
     pthread_mutex_lock(&es->lock);
-    for (emhd_conn *ec = es->conns; ec != NULL; ec = ec->next)
-        if (atomic_load(&ec->phase) == EMHD_IDLE && ec->fd >= 0)
+    for (emhd_conn *ec = es->conns; ec != NULL; ec = ec->next) {
+        if (atomic_load(&ec->phase) != EMHD_IDLE || ec->fd < 0)
+            continue;
+        struct tcp_info ti;
+        socklen_t len = sizeof ti;
+        bool begun = getsockopt(ec->fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 &&
+                     len >= offsetof(struct tcp_info, tcpi_bytes_received) +
+                                sizeof ti.tcpi_bytes_received &&
+                     ti.tcpi_bytes_received > atomic_load(&ec->rcvd);
+        if (!begun) {
             shutdown(ec->fd, SHUT_RDWR);
+            continue;
+        }
+        /* Counted before the phase moves: emhd_uri_log, on the MHD
+         * thread, may take the count back at once. */
+        atomic_store(&ec->pre_arriving, true);
+        srv__request_arriving(es->srv, 1);
+        if (!emhd_phase_from(ec, EMHD_IDLE, EMHD_HEAD, now + es->header_ms) &&
+            atomic_exchange(&ec->pre_arriving, false))
+            srv__request_arriving(es->srv, -1); /* MHD got there first */
+    }
     pthread_mutex_unlock(&es->lock);
 }
 

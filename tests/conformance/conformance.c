@@ -4257,6 +4257,73 @@ static void test_h2_stop_body_overruns(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* Graceful stop while a next request line arrives on a kept-alive     */
+/* connection                                                          */
+/* ------------------------------------------------------------------ */
+
+/* A kept-alive connection that was answered once, then the first bytes of
+ * a next request line (no line end yet: a library may hold them unparsed
+ * in its buffer, so the connection still looks idle), then the stop. */
+static rc_conn *stop_with_request_line_arriving(fx *f, const char *what, partial_stop *ps,
+                                                pthread_t *t)
+{
+    rc_conn *c = conn_open(f, what);
+    conn_send_str(c, what, "GET /hello HTTP/1.1\r\n" HOST "\r\n");
+    conn_expect(c, what, 0, 200, "hello", NULL);
+    sleep_ms(50);
+    conn_send_str(c, what, "GET /hel");
+    sleep_ms(200);
+    CHECK(pthread_create(t, NULL, partial_stop_run, ps) == 0, "pthread_create");
+    return c;
+}
+
+/* The request line and head complete within the grace: served. */
+static void test_stop_request_line_completes(void **state)
+{
+    fx *f = *state;
+    const char *what = "stop while a next request line arrives, completed within the grace";
+    partial_stop ps = {.f = f, .grace_ms = 3000};
+    pthread_t t;
+    rc_conn *c = stop_with_request_line_arriving(f, what, &ps, &t);
+    sleep_ms(300);
+    rc_send_str(c, "lo HTTP/1.1\r\n" HOST "\r\n", 1000);
+    rc_response r;
+    int rc = rc_read_response(c, &r, 0, 4000);
+    int st = rc == RC_OK ? r.status : 0;
+    rc_response_free(&r);
+    pthread_join(t, NULL);
+    f->stopped = 1;
+    CHECK(rc == RC_OK && st == 200, "[%s] expected 200, got %s status %d", what,
+          rc_strerror(rc), st);
+    CHECK(ps.rc == 0 && ps.took < 3000, "[%s] srv_server_stop: %d after %lld ms", what,
+          ps.rc, ps.took);
+    rc_close(c);
+}
+
+/* It never completes: the grace waits for it, then 503. */
+static void test_stop_request_line_overruns(void **state)
+{
+    fx *f = *state;
+    const char *what = "stop while a next request line arrives, never completed";
+    partial_stop ps = {.f = f, .grace_ms = 500};
+    pthread_t t;
+    rc_conn *c = stop_with_request_line_arriving(f, what, &ps, &t);
+    rc_response r;
+    int rc = rc_read_response(c, &r, 0, 4000);
+    int st = rc == RC_OK ? r.status : 0;
+    rc_response_free(&r);
+    pthread_join(t, NULL);
+    f->stopped = 1;
+    CHECK(rc == RC_OK && st == 503, "[%s] expected 503 at the end of the grace, got %s "
+          "status %d", what, rc_strerror(rc), st);
+    CHECK(ps.rc == 0 && ps.took < 3000, "[%s] srv_server_stop: %d after %lld ms", what,
+          ps.rc, ps.took);
+    CHECK(ps.took >= 400, "[%s] srv_server_stop took %lld ms: the grace period did not wait "
+          "for the request arriving", what, ps.took);
+    rc_close(c);
+}
+
+/* ------------------------------------------------------------------ */
 /* main                                                                */
 /* ------------------------------------------------------------------ */
 
@@ -4425,6 +4492,14 @@ int main(int argc, char **argv)
     snprintf(name, sizeof name, "conformance %s%s: HTTP/2 stop while a body arrives",
              g_engine_name, run);
     failed += cmocka_run_group_tests_name(name, h2_stop, group_h1, NULL);
+
+    const struct CMUnitTest line_stop[] = {
+        cmocka_unit_test_setup_teardown(test_stop_request_line_completes, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_stop_request_line_overruns, setup_default, fx_teardown),
+    };
+    snprintf(name, sizeof name, "conformance %s%s: stop while a request line arrives",
+             g_engine_name, run);
+    failed += cmocka_run_group_tests_name(name, line_stop, group_h1, NULL);
 
     if (engine_caps() & SRV_CAP_HTTP2) {
         snprintf(name, sizeof name, "conformance %s%s: HTTP/2 prior knowledge "
