@@ -73,9 +73,11 @@ struct emhd_conn {
     struct emhd_req *req; /* MHD thread only: the request MHD has not completed */
     bool expect_close;       /* MHD thread only: the last request ends it */
     unsigned long long sent; /* MHD thread only: emhd_sent when it went idle */
-    /* Bytes received when it went idle (emhd_sent): quiesce tells a next
-     * request begun (part of its request line in MHD's buffer, which MHD
-     * reports only once the line is whole) from an idle connection. */
+    /* Bytes received when its last request was complete (emhd_handed):
+     * quiesce tells a next request begun (part of its request line in MHD's
+     * buffer, which MHD reports only once the line is whole) from an idle
+     * connection. Taken before the answer goes out, so a client's next
+     * request cannot be in it (unless pipelined, then MHD parses it at once). */
     _Atomic unsigned long long rcvd;
     atomic_bool pre_arriving; /* quiesce counted that request as arriving */
     atomic_int phase;        /* EMHD_IDLE, EMHD_HEAD, ... */
@@ -110,6 +112,7 @@ typedef struct emhd_server {
     emhd_linger linger[EMHD_LINGER_MAX];
     unsigned lingering;
     atomic_bool stopping;    /* emhd_stop began: MHD closes everything */
+    atomic_bool quiescing;   /* emhd_quiesce began: idle connections close */
     /* emhd_over_limit: listed connections whose client already left
      * (ec->gone), and when it last looked (lock). */
     unsigned hung_up;
@@ -259,6 +262,48 @@ static bool emhd_send_progressed(emhd_conn *ec, long long now, long long header_
  * their header, body or keep-alive deadline, or whose response made no
  * progress for header_timeout_ms. MHD then reads EOF and closes
  * them on its own thread. */
+/*
+ * While quiescing (es->lock held): an idle kept-alive connection closes,
+ * unless a next request has begun on it: bytes received since its last
+ * answer was written (TCP_INFO, against ec->rcvd), which MHD keeps in its
+ * buffer and reports only once the request line is whole. That one counts
+ * as arriving, so the grace waits for it, and gets a head deadline: it is
+ * served if it completes, answered 503 at the stop if not. A connection
+ * idle for less than EMHD_STOP_IDLE_MS (its answer was queued before the
+ * quiesce, with keep-alive) is left for a later look: its client may be
+ * sending its next request right now.
+ */
+#define EMHD_STOP_IDLE_MS 100
+
+static unsigned long long emhd_received(int fd);
+
+static void emhd_quiesce_idle(emhd_server *es, emhd_conn *ec, long long now)
+{
+    long long d = atomic_load(&ec->deadline);
+    if (atomic_load(&ec->phase) != EMHD_IDLE || ec->fd < 0 || d == 0)
+        return;
+    /* A FIN counts one byte in tcpi_bytes_received: a client that closed
+     * its side has begun nothing. */
+    struct pollfd pf = {.fd = ec->fd, .events = POLLRDHUP};
+    unsigned long long fin = poll(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP));
+    unsigned long long got = emhd_received(ec->fd);
+    bool begun = got != ULLONG_MAX && got - fin > atomic_load(&ec->rcvd); /* MAX: unknown */
+    if (begun) {
+        /* Counted before the phase moves: emhd_uri_log, on the MHD thread,
+         * may take the count back at once. */
+        atomic_store(&ec->pre_arriving, true);
+        srv__request_arriving(es->srv, 1);
+        if (!emhd_phase_from(ec, EMHD_IDLE, EMHD_HEAD, now + es->header_ms) &&
+            atomic_exchange(&ec->pre_arriving, false))
+            srv__request_arriving(es->srv, -1); /* MHD got there first */
+        return;
+    }
+    if (now < d - es->keepalive_ms + EMHD_STOP_IDLE_MS) /* idle since d - keepalive */
+        return;
+    atomic_store(&ec->deadline, 0); /* looked at once */
+    shutdown(ec->fd, SHUT_RDWR);
+}
+
 static void *emhd_watchdog(void *arg)
 {
     emhd_server *es = arg;
@@ -269,6 +314,10 @@ static void *emhd_watchdog(void *arg)
         for (emhd_conn *ec = es->conns; ec != NULL; ec = ec->next) {
             long long d = atomic_load(&ec->deadline);
             int phase = atomic_load(&ec->phase);
+            if (phase == EMHD_IDLE && atomic_load(&es->quiescing)) {
+                emhd_quiesce_idle(es, ec, now);
+                continue;
+            }
             /* A response being written for a pass already: take the count
              * its deadline is measured from (the deadline restarts then). */
             if (phase == EMHD_SEND && atomic_load(&ec->acked) == EMHD_ACKED_UNSAMPLED) {
@@ -288,7 +337,8 @@ static void *emhd_watchdog(void *arg)
         }
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += (es->lingering > 0 ? 10 : 100) * 1000000L;
+        bool quick = es->lingering > 0 || atomic_load(&es->quiescing);
+        ts.tv_nsec += (quick ? 10 : 100) * 1000000L;
         if (ts.tv_nsec >= 1000000000L) {
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000L;
@@ -363,18 +413,27 @@ static void emhd_log(void *cls, const char *fmt, va_list ap)
 
 /* Bytes the application side has written to a TCP socket so far: acked
  * plus still queued. ULLONG_MAX when unknown. */
-static unsigned long long emhd_sent(int fd, _Atomic unsigned long long *received)
+static unsigned long long emhd_sent(int fd)
 {
     struct tcp_info ti;
     socklen_t len = sizeof ti;
     int queued = 0;
     if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
-        len < offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received ||
+        len < offsetof(struct tcp_info, tcpi_bytes_acked) + sizeof ti.tcpi_bytes_acked ||
         ioctl(fd, SIOCOUTQ, &queued) != 0)
         return ULLONG_MAX;
-    if (received != NULL)
-        atomic_store(received, (unsigned long long)ti.tcpi_bytes_received);
     return (unsigned long long)ti.tcpi_bytes_acked + (unsigned long long)queued;
+}
+
+/* The bytes received on the connection (TCP_INFO), or ULLONG_MAX. */
+static unsigned long long emhd_received(int fd)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+        len < offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received)
+        return ULLONG_MAX;
+    return (unsigned long long)ti.tcpi_bytes_received;
 }
 
 /* A new core request for a connection of MHD's, with the client's address. */
@@ -471,7 +530,7 @@ static void emhd_closing(emhd_server *es, struct MHD_Connection *conn, emhd_conn
      * hook before its request callbacks, and no status once closing). */
     long long d = atomic_load(&ec->deadline);
     if (!ec->expect_close && !stopping && !peer_gone && atomic_load(&ec->phase) == EMHD_IDLE &&
-        d != 0 && emhd_now_ms() < d && emhd_sent(ec->fd, NULL) == ec->sent)
+        d != 0 && emhd_now_ms() < d && emhd_sent(ec->fd) == ec->sent)
         emhd_answer_raw(es, conn, ec->fd, 400, NULL, 0);
     if (peer_gone || stopping)
         return; /* nothing to wait for, or MHD_stop_daemon closes it all */
@@ -621,7 +680,7 @@ static void emhd_notify_completed(void *cls, struct MHD_Connection *conn, void *
         er->ec->expect_close = !(toe == MHD_REQUEST_TERMINATED_COMPLETED_OK &&
                                  er->phase == EMHD_REQ_ANSWERED &&
                                  ready && er->req != NULL && srv__response_keep_alive(er->req));
-        er->ec->sent = emhd_sent(er->ec->fd, &er->ec->rcvd); /* MHD wrote the whole answer */
+        er->ec->sent = emhd_sent(er->ec->fd); /* MHD wrote the whole answer */
         emhd_phase(er->ec, EMHD_IDLE, emhd_now_ms() + es->keepalive_ms);
     }
     if (atomic_load(&er->hand) == EMHD_HAND_SUSPENDED) {
@@ -689,6 +748,15 @@ static enum MHD_Result emhd_send(emhd_req *er, struct MHD_Connection *conn, bool
     return ret;
 }
 
+/* The request is complete and about to be handed to the core: what its
+ * connection received so far (emhd_quiesce_idle's baseline). */
+static void emhd_handed(emhd_req *er)
+{
+    er->phase = EMHD_REQ_ANSWERED;
+    if (er->ec != NULL)
+        atomic_store(&er->ec->rcvd, emhd_received(er->ec->fd));
+}
+
 /* Answer with an error status found while reading (the core closes). */
 static enum MHD_Result emhd_fail(emhd_req *er, struct MHD_Connection *conn, int status,
                                  bool http10)
@@ -698,7 +766,7 @@ static enum MHD_Result emhd_fail(emhd_req *er, struct MHD_Connection *conn, int 
     /* its answer is queued next (emhd_send: the SEND deadline) */
     if (!emhd_phase_from(er->ec, EMHD_BODY, EMHD_ACTIVE, 0))
         return MHD_NO;
-    er->phase = EMHD_REQ_ANSWERED;
+    emhd_handed(er);
     srv__request_fail(er->req, status); /* calls respond: not suspended */
     emhd_arrived(er);
     return emhd_send(er, conn, http10);
@@ -918,7 +986,7 @@ static enum MHD_Result emhd_dispatch(emhd_server *es, emhd_req *er, struct MHD_C
 {
     if (!emhd_phase_from(er->ec, EMHD_BODY, EMHD_ACTIVE, 0)) /* request_timeout_ms from now */
         return MHD_NO;
-    er->phase = EMHD_REQ_ANSWERED;
+    emhd_handed(er);
     srv__request_dispatch(er->req);
     emhd_arrived(er); /* after dispatch counted it in flight */
     /* Answered already (404/405, a non-blocking handler, a fast worker):
@@ -1128,35 +1196,15 @@ static void emhd_quiesce(void *state)
     if (silent >= 0)
         close(silent);
     /* Idle kept-alive connections: MHD would keep them until the stop, so
-     * shut them down; MHD sees the EOF and closes them. Busy ones get
-     * "Connection: close" with their response (srv__response_keep_alive).
-     * One that received bytes since it went idle has a next request begun
-     * (MHD calls us only once its request line is whole): it counts as
-     * arriving, so the grace waits for it; it is served if it completes,
-     * answered 503 at the stop if not (emhd_refuse_arriving). */
+     * shut them down (emhd_quiesce_idle; the watchdog does the same to
+     * those that go idle later). Busy ones get "Connection: close" with
+     * their response (srv__response_keep_alive). */
+    atomic_store(&es->quiescing, true);
     long long now = emhd_now_ms();
     pthread_mutex_lock(&es->lock);
-    for (emhd_conn *ec = es->conns; ec != NULL; ec = ec->next) {
-        if (atomic_load(&ec->phase) != EMHD_IDLE || ec->fd < 0)
-            continue;
-        struct tcp_info ti;
-        socklen_t len = sizeof ti;
-        bool begun = getsockopt(ec->fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 &&
-                     len >= offsetof(struct tcp_info, tcpi_bytes_received) +
-                                sizeof ti.tcpi_bytes_received &&
-                     ti.tcpi_bytes_received > atomic_load(&ec->rcvd);
-        if (!begun) {
-            shutdown(ec->fd, SHUT_RDWR);
-            continue;
-        }
-        /* Counted before the phase moves: emhd_uri_log, on the MHD
-         * thread, may take the count back at once. */
-        atomic_store(&ec->pre_arriving, true);
-        srv__request_arriving(es->srv, 1);
-        if (!emhd_phase_from(ec, EMHD_IDLE, EMHD_HEAD, now + es->header_ms) &&
-            atomic_exchange(&ec->pre_arriving, false))
-            srv__request_arriving(es->srv, -1); /* MHD got there first */
-    }
+    for (emhd_conn *ec = es->conns; ec != NULL; ec = ec->next)
+        emhd_quiesce_idle(es, ec, now);
+    pthread_cond_signal(&es->wd_cond); /* its quicker pace while quiescing */
     pthread_mutex_unlock(&es->lock);
 }
 

@@ -4270,7 +4270,6 @@ static rc_conn *stop_with_request_line_arriving(fx *f, const char *what, partial
     rc_conn *c = conn_open(f, what);
     conn_send_str(c, what, "GET /hello HTTP/1.1\r\n" HOST "\r\n");
     conn_expect(c, what, 0, 200, "hello", NULL);
-    sleep_ms(50);
     conn_send_str(c, what, "GET /hel");
     sleep_ms(200);
     CHECK(pthread_create(t, NULL, partial_stop_run, ps) == 0, "pthread_create");
