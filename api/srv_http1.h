@@ -9,8 +9,10 @@
  * Decisions (docs/ARCHITECTURE.md, "HTTP/1 parsing"):
  * - Lines end in CRLF. A bare LF anywhere in the head, a chunk line or the
  *   trailers is 400; so is a CR not followed by LF.
- * - Up to SRV__HTTP1_MAX_EMPTY_LINES empty lines (CRLF) before a request
- *   line are ignored (RFC 9112 2.2); more are 400.
+ * - Empty lines (CRLF) before a request line are ignored, any number of
+ *   them (RFC 9112 2.2; nginx and libmicrohttpd skip them too), as long as
+ *   their bytes stay within max_header_bytes: past it 431, as for a head.
+ *   Nothing of them is kept, and the header deadline bounds them in time.
  * - Request line: method token, one SP, a target of visible bytes, one SP,
  *   "HTTP/" DIGIT "." DIGIT. Anything else (two spaces, no version: HTTP/0.9)
  *   is 400; a well-formed version other than 1.0/1.1 is the core's 505. A
@@ -39,7 +41,6 @@
 extern "C" {
 #endif
 
-#define SRV__HTTP1_MAX_EMPTY_LINES 8
 /* Longest method token accepted (a longer one is 400). */
 #define SRV__HTTP1_MAX_METHOD 64
 

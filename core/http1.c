@@ -363,9 +363,9 @@ enum srv_http1_event srv__http1_feed(srv_http1 *p, srv_request *req, const char 
                 ev = h1_fail(p, rc == -1 ? h1_long_reqline(p) : rc == -2 ? 400 : 500);
                 break;
             }
-            if (p->line_len == 0) { /* an empty line before a request */
-                if (++p->empty_lines > SRV__HTTP1_MAX_EMPTY_LINES)
-                    ev = h1_fail(p, 400);
+            if (p->line_len == 0) { /* an empty line before a request: skipped */
+                if (++p->empty_lines > p->max_head / 2) /* CRLFs past the head limit */
+                    ev = h1_fail(p, 431);
                 break;
             }
             rc = h1_request_line(p, req);

@@ -40,6 +40,8 @@ static void eh2o_on_guard_dispose(void *p)
         }
         if (h2o_linklist_is_linked(&tk->pending)) {
             h2o_linklist_unlink(&tk->pending);
+            if (tk->conn != NULL) /* counted as arriving: its read's eh2o_h2_note takes it back */
+                tk->conn->h2_to_dispatch--;
             srv__request_release(tk->sreq); /* never given to the core: no respond */
             tk->thread->live--;
             drop = 2; /* and the core's */
@@ -148,6 +150,8 @@ static void eh2o_complete(eh2o_thread *t, eh2o_ticket *tk)
         eh2o_h1_write_answer(tk->raw, sreq);
     else if (tk->refusal != NULL)
         eh2o_refusal_write_answer(tk->refusal, sreq);
+    else if (tk->h2_stop != NULL)
+        eh2o_h2_write_answer(tk->h2_stop, tk->h2_stream, sreq);
     else if (tk->req != NULL)
         eh2o_send_response(t, tk->req, sreq);
     srv__request_release(sreq);
@@ -306,10 +310,14 @@ static int eh2o_on_req(h2o_handler_t *self, h2o_req_t *req)
         srv__request_set_close(sreq);
 
     int st = eh2o_fill(sreq, req);
+    if (http2)
+        eh2o_h2_drop_body(tk->conn, req); /* the core has its copy now */
     if (st != 0) {
         srv__request_fail(sreq, st); /* calls respond: the ticket is posted */
     } else if (http2) {
         h2o_linklist_insert(&t->to_dispatch, &tk->pending);
+        if (tk->conn != NULL)
+            tk->conn->h2_to_dispatch++; /* arriving until dispatched (eh2o_h2_note) */
         if (!h2o_timeout_is_linked(&t->dispatch_entry))
             h2o_timeout_link(t->loop, &t->zero, &t->dispatch_entry);
     } else {
@@ -372,6 +380,8 @@ void eh2o_on_conn_close(void *data)
         *c->h1.closed = 1;
     if (c->h1.arriving) /* abandoned: no longer arriving */
         srv__request_arriving(t->server->srv, -1);
+    if (c->h2_arriving != 0) /* HTTP/2 streams and requests counted by eh2o_h2_note */
+        srv__request_arriving(t->server->srv, -(int)c->h2_arriving);
     free(c->h1.head);
     free(c->h1.out);
     if (c->h1.req != NULL)
@@ -602,8 +612,9 @@ static void eh2o_on_accept(h2o_socket_t *listener, const char *err)
 
 /*
  * While quiescing, after each loop turn: HTTP/1 connections waiting for a next request close
- * (h2o's own path). One whose request is arriving keeps being read: it is served (with
- * Connection: close) if it completes before the stop, answered 503 at the stop otherwise.
+ * (h2o's own path), and HTTP/2 connections with no stream open get their last GOAWAY and
+ * close. One whose request is arriving keeps being read: it is served (with Connection: close
+ * on HTTP/1) if it completes before the stop, answered 503 at the stop otherwise.
  */
 static void eh2o_thread_close_idle(eh2o_thread *t)
 {
@@ -612,15 +623,19 @@ static void eh2o_thread_close_idle(eh2o_thread *t)
         eh2o_conn *c = H2O_STRUCT_FROM_MEMBER(eh2o_conn, link, n);
         if (eh2o_h1_idle(c))
             eh2o_h1_close(c);
+        else if (eh2o_h2_idle(c))
+            eh2o_h2_close_idle(c);
     }
 }
 
-/* The stop slot, on the loop: requests still arriving get 503 (eh2o_h1_stop_arriving). */
+/* The stop slot, on the loop: requests still arriving get 503 (HTTP/1 and HTTP/2). */
 static void eh2o_thread_stop_arriving(eh2o_thread *t)
 {
     for (h2o_linklist_t *n = t->conns.next, *next; n != &t->conns; n = next) {
         next = n->next;
-        eh2o_h1_stop_arriving(H2O_STRUCT_FROM_MEMBER(eh2o_conn, link, n));
+        eh2o_conn *c = H2O_STRUCT_FROM_MEMBER(eh2o_conn, link, n);
+        if (!eh2o_h1_stop_arriving(c))
+            eh2o_h2_stop_arriving(c); /* queues frames only: c stays */
     }
 }
 
@@ -634,14 +649,15 @@ static void eh2o_thread_quiesce(eh2o_thread *t)
         h2o_socket_close(t->listener); /* closes this loop's dup */
         t->listener = NULL;
     }
-    /* GOAWAY on HTTP/2; HTTP/1 requests parsed from now on are not persistent. */
+    /* GOAWAY (last stream 2^31-1) on HTTP/2; HTTP/1 requests parsed from now on are not
+     * persistent. */
     h2o_context_request_shutdown(&t->ctx);
-    /* Idle HTTP/2 connections are only in this timeout's list; with 0 they expire on this very
-     * iteration (the list reads .timeout on every run). h2o 2.2.5
-     * keeps a connection there until a stream is handed over, so one whose streams are all
-     * still being received closes too (docs/ENGINES.md). HTTP/1 is not cut that way (its
-     * req_timeout list also holds heads still arriving): eh2o_thread_close_idle picks. */
-    t->ctx.http2.idle_timeout.timeout = 0;
+    /* One second later h2o would send its second GOAWAY and mark every connection
+     * HALF_CLOSED, after which it ignores DATA and closes a connection with no request being
+     * answered: a stream whose body is still arriving could not complete within the grace.
+     * Instead eh2o_thread_close_idle sends that GOAWAY to each connection once no stream of
+     * it is open (h2o's idle timeout is no help: it also runs while streams are arriving). */
+    h2o_timeout_unlink(&t->ctx.http2._graceful_shutdown_timeout);
     eh2o_thread_close_idle(t);
 }
 
@@ -874,17 +890,15 @@ static int eh2o_start(srv_server *srv, void **state)
         eh2o_on_setup_ostream;
 
     int rc = srv__listen(srv, SRV__LISTEN_NONBLOCK);
-    if (rc < 0) {
-        eh2o_free(s);
-        return rc;
-    }
+    if (rc < 0)
+        goto fail;
     s->listen_fd = rc;
 
     s->threads = calloc(s->nthreads, sizeof *s->threads);
     if (s->threads == NULL) {
         srv__server_set_error(srv, "h2o engine: out of memory");
-        eh2o_free(s);
-        return SRV_ENOMEM;
+        rc = SRV_ENOMEM;
+        goto fail;
     }
     for (unsigned i = 0; i < s->nthreads; i++) { /* first: eh2o_free closes what is >= 0 */
         s->threads[i].listen_fd = -1;
@@ -907,8 +921,8 @@ static int eh2o_start(srv_server *srv, void **state)
             srv__server_set_error(srv, "h2o engine: %u I/O threads need %u descriptors: %s",
                                   s->nthreads, s->nthreads * (1 + EH2O_LOOP_FDS),
                                   strerror(errno));
-            eh2o_free(s);
-            return SRV_ESYS;
+            rc = SRV_ESYS;
+            goto fail;
         }
     }
 
@@ -938,12 +952,18 @@ static int eh2o_start(srv_server *srv, void **state)
 
     if (started < s->nthreads) {
         srv__server_set_error(srv, "h2o engine: cannot create I/O thread: %s", strerror(rc));
-        eh2o_stop_threads(s, started);
-        eh2o_free(s);
-        *state = NULL;
-        return SRV_ETHREAD;
+        rc = SRV_ETHREAD;
+        goto fail_threads;
     }
     return 0;
+
+    /* Undo in the reverse order of acquisition. */
+fail_threads:
+    eh2o_stop_threads(s, started);
+    *state = NULL;
+fail:
+    eh2o_free(s); /* the descriptors taken so far, the config, the lock */
+    return rc;
 }
 
 static void eh2o_quiesce(void *state)

@@ -213,12 +213,15 @@ void eh2o_h1_after(eh2o_conn *c)
 {
     h2o_socket_t *sock = c->sock;
     if (c->h1.off || c->h1.answering) {
+        if (c->h1.off)
+            eh2o_h2_begin(c); /* prior knowledge: counted there before uncounted here */
         eh2o_h1_note(c);
         return;
     }
     if (sock->_cb.read != NULL && sock->_cb.read != eh2o_h1_on_read &&
         sock->_cb.read != c->h1.reqread) {
         c->h1.off = 1; /* h2c upgrade done: HTTP/2 now */
+        eh2o_h2_begin(c);
         eh2o_h1_note(c);
         return;
     }
@@ -402,8 +405,8 @@ static void eh2o_h1_request_done(eh2o_conn *c)
  * Scan the *np new bytes at the end of the input. Returns 0, or the status of the first
  * violation with *bad_at = its request's first byte among the new ones (SIZE_MAX when it began
  * earlier) and *sreq_out its request (or NULL). Empty lines before a request line are taken
- * out of the input (*np and the input shrink): picohttpparser skips one, the core up to
- * SRV__HTTP1_MAX_EMPTY_LINES (RFC 9112 2.2), so h2o must not see them.
+ * out of the input (*np and the input shrink): picohttpparser skips one, the core any number
+ * within max_header_bytes (RFC 9112 2.2), so h2o must not see them.
  */
 static int eh2o_h1_scan(eh2o_conn *c, char *p, size_t *np, size_t *bad_at,
                         srv_request **sreq_out)
@@ -427,20 +430,24 @@ static int eh2o_h1_scan(eh2o_conn *c, char *p, size_t *np, size_t *bad_at,
             if (c->h1.head_len == 0)
                 req_at = i;
             if (c->h1.head_len == 0 && (ch == '\r' || ch == '\n' || c->h1.cr)) {
-                /* CRLF before the request line: as the core's parser, a bare LF or a CR
-                 * without its LF is 400, and so is a ninth empty line. */
-                if (ch == '\r' && !c->h1.cr) {
-                    c->h1.cr = 1;
-                } else if (ch == '\n' && c->h1.cr) {
-                    c->h1.cr = 0;
-                    if (++c->h1.empty_lines > SRV__HTTP1_MAX_EMPTY_LINES)
+                /* CRLFs before the request line, as the core's parser: skipped, any number
+                 * within max_header_bytes (431 past it); a bare LF or a CR without its LF
+                 * is 400. The whole run is taken out at once (a flood costs O(n)). */
+                size_t j = i;
+                for (; j < n && (p[j] == '\r' || p[j] == '\n' || c->h1.cr); j++) {
+                    if (p[j] == '\r' && !c->h1.cr) {
+                        c->h1.cr = 1;
+                    } else if (p[j] == '\n' && c->h1.cr) {
+                        c->h1.cr = 0;
+                        if (++c->h1.empty_lines > cfg->max_header_bytes / 2)
+                            EH2O_BAD(431);
+                    } else {
                         EH2O_BAD(400);
-                } else {
-                    EH2O_BAD(400);
+                    }
                 }
-                memmove(p + i, p + i + 1, n - i - 1);
-                *np = --n;
-                c->sock->input->size--;
+                memmove(p + i, p + j, n - j);
+                *np = n -= j - i;
+                c->sock->input->size -= j - i;
                 continue;
             }
             if (c->h1.head_len == 0)

@@ -20,9 +20,98 @@ static void eh2o_h2_adopt(eh2o_conn *c, h2o_conn_t *conn)
     if (found && h2->sock == c->sock && h2->state <= EH2O_H2_IS_CLOSING &&
         h2->_pending_reqs.next->prev == &h2->_pending_reqs &&
         h2->_write.streams_to_proceed.next->prev == &h2->_write.streams_to_proceed &&
-        h2->_write.buf != NULL)
+        h2->_write.buf != NULL && h2->streams != NULL)
         c->h2 = h2;
-    c->h2_on_read = c->sock->_cb.read; /* reading now: h2o's HTTP/2 on_read */
+    if (c->h2_on_read == NULL) /* not wrapped (eh2o_h2_begin): h2o's HTTP/2 on_read */
+        c->h2_on_read = c->sock->_cb.read;
+}
+
+/* The stream `id` of the connection's own table, if it is one of its streams (NULL if not). */
+static eh2o_h2stream *eh2o_h2_stream(eh2o_h2conn *h2, uint32_t id)
+{
+    const struct eh2o_khash_streams *h = h2->streams;
+    for (uint32_t i = 0; i < h->n_buckets; i++)
+        if (EH2O_KH_LIVE(h, i) && h->keys[i] == id)
+            return h->vals[i]->stream_id == id && h->vals[i]->req.conn == &h2->super ? h->vals[i]
+                                                                                        : NULL;
+    return NULL;
+}
+
+/*
+ * srv_server_stop's grace period waits for requests still arriving (srv__request_arriving):
+ * on HTTP/2, the streams whose header block or body is still being received (h2o 2.2.5 counts
+ * a stream in .open from its HEADERS, in .half_closed once it hands the request over, and
+ * keeps those waiting for a processing slot on _pending_reqs), and the requests parsed but not
+ * yet handed to the core (eh2o_on_dispatch runs after the read). Called after every read and
+ * dispatch; the close takes back what is counted. Nothing counts once the connection is
+ * closing (h2o ignores DATA from then on).
+ */
+void eh2o_h2_note(eh2o_conn *c)
+{
+    unsigned n = c->h2_to_dispatch;
+    eh2o_h2conn *h2 = c->h2;
+    if (h2 != NULL && h2->state == EH2O_H2_OPEN && !h2o_timeout_is_linked(&c->calm)) {
+        uint32_t open = h2->num_streams[1].open, processing = h2->num_streams[1].half_closed;
+        uint32_t queued = 0;
+        for (h2o_linklist_t *l = h2->_pending_reqs.next; l != &h2->_pending_reqs; l = l->next)
+            queued++;
+        if (open > processing + queued)
+            n += open - processing - queued;
+    }
+    if (n != c->h2_arriving) {
+        srv__request_arriving(c->thread->server->srv, (int)n - (int)c->h2_arriving);
+        c->h2_arriving = n;
+    }
+}
+
+/* The connection's read callback once it speaks HTTP/2: h2o's, then the count of requests
+ * arriving (c may be freed inside h2o's). */
+static void eh2o_h2_on_read(h2o_socket_t *sock, const char *err)
+{
+    eh2o_conn *c = eh2o_sock_conn(sock);
+    int closed = 0, *outer = c->h1.closed;
+    c->h1.closed = &closed;
+    c->h2_on_read(sock, err);
+    if (closed) {
+        if (outer != NULL)
+            *outer = 1;
+        return;
+    }
+    c->h1.closed = outer;
+    eh2o_h2_note(c);
+}
+
+/* h2o switched the connection to HTTP/2 (prior knowledge or h2c upgrade) and reads with its
+ * HTTP/2 on_read now (h2o 2.2.5 never re-arms it): read through eh2o_h2_on_read. */
+void eh2o_h2_begin(eh2o_conn *c)
+{
+    h2o_socket_t *sock = c->sock;
+    h2o_socket_cb cb = sock->_cb.read;
+    if (cb == NULL || cb == eh2o_h1_on_read || cb == c->h1.reqread || cb == eh2o_h2_on_read)
+        return; /* not (yet) h2o's HTTP/2 reader */
+    c->h2_on_read = cb;
+    sock->_cb.read = eh2o_h2_on_read;
+    if (c->h2 == NULL && !c->h2_checked && sock->data != NULL)
+        eh2o_h2_adopt(c, sock->data); /* HTTP/2 sets sock->data to its connection */
+    eh2o_h2_note(c);
+}
+
+/*
+ * h2o buffers a request body in the stream (_req_body) and on_req copied it into the core's
+ * request: let h2o's copy go now rather than when the stream closes after the response, so
+ * the body is held once while the handler runs. Only for a stream of the connection's own
+ * table whose buffer is the entity's.
+ */
+void eh2o_h2_drop_body(eh2o_conn *c, h2o_req_t *req)
+{
+    if (c == NULL || c->h2 == NULL || req->entity.base == NULL)
+        return;
+    eh2o_h2stream *st = H2O_STRUCT_FROM_MEMBER(eh2o_h2stream, req, req);
+    if (eh2o_h2_stream(c->h2, st->stream_id) != st || st->_req_body == NULL ||
+        st->_req_body->bytes != req->entity.base)
+        return;
+    h2o_buffer_dispose(&st->_req_body); /* sets it NULL: the stream's close skips it */
+    req->entity = h2o_iovec_init(NULL, 0);
 }
 
 /* The connection record of an HTTP/2 request (NULL if the socket is not one we track). */
@@ -50,8 +139,8 @@ static void eh2o_h2_goaway(eh2o_conn *c, int errnum, const char *why);
  */
 static void eh2o_h2_check(eh2o_conn *c, uint64_t now, uint64_t limit)
 {
-    if (c->h2 == NULL && c->h1.off && c->sock->data != NULL) /* no request completed yet */
-        eh2o_h2_adopt(c, c->sock->data);                      /* HTTP/2 sets sock->data */
+    if (c->h2 == NULL && c->h2_on_read != NULL && c->sock->data != NULL) /* no request yet */
+        eh2o_h2_adopt(c, c->sock->data); /* HTTP/2 sets sock->data */
     eh2o_h2conn *h2 = c->h2;
     if (h2 == NULL || h2->state != EH2O_H2_OPEN)
         return;
@@ -91,14 +180,28 @@ void eh2o_on_sweep(h2o_timeout_entry_t *entry)
     h2o_timeout_link(t->loop, &t->sweep, &t->sweep_entry);
 }
 
-/* Zero timeout, after the reads of this loop iteration: hand the surviving requests over. */
+/* Zero timeout, after the reads of this loop iteration: hand the surviving requests over
+ * (counted as arriving until the core counts them in flight). */
 void eh2o_on_dispatch(h2o_timeout_entry_t *entry)
 {
     eh2o_thread *t = H2O_STRUCT_FROM_MEMBER(eh2o_thread, dispatch_entry, entry);
     while (!h2o_linklist_is_empty(&t->to_dispatch)) {
         eh2o_ticket *tk = H2O_STRUCT_FROM_MEMBER(eh2o_ticket, pending, t->to_dispatch.next);
         h2o_linklist_unlink(&tk->pending);
+        eh2o_conn *c = tk->conn; /* alive while tk->req is: the guard unlinks first */
+        int closed = 0, *outer = NULL;
+        if (c != NULL) {
+            c->h2_to_dispatch--;
+            outer = c->h1.closed;
+            c->h1.closed = &closed;
+        }
         srv__request_dispatch(tk->sreq); /* may respond (and dispose other state) at once */
+        if (c != NULL && closed && outer != NULL)
+            *outer = 1;
+        if (c != NULL && !closed) {
+            c->h1.closed = outer;
+            eh2o_h2_note(c);
+        }
     }
 }
 
@@ -143,3 +246,185 @@ void eh2o_count_reset(eh2o_conn *c)
         eh2o_h2_goaway(c, H2O_HTTP2_ERROR_ENHANCE_YOUR_CALM, "too many stream resets");
 }
 
+
+/* ------------------------------------------------------------------ */
+/* Stop: idle connections, streams still arriving                      */
+/* ------------------------------------------------------------------ */
+
+/* While quiescing: an HTTP/2 connection with no stream open (none arriving, none being
+ * answered) and nothing queued for the core. */
+int eh2o_h2_idle(eh2o_conn *c)
+{
+    if (!c->h1.off || c->h2_on_read == NULL || h2o_timeout_is_linked(&c->calm))
+        return 0;
+    if (c->h2 == NULL && !c->h2_checked && c->sock->data != NULL)
+        eh2o_h2_adopt(c, c->sock->data);
+    eh2o_h2conn *h2 = c->h2;
+    return h2 != NULL && h2->state == EH2O_H2_OPEN && h2->num_streams[1].open == 0 &&
+           h2->num_streams[2].open == 0 && h2->_headers_unparsed == NULL &&
+           c->h2_to_dispatch == 0;
+}
+
+/* Its last GOAWAY (the highest stream opened, as h2o's second shutdown GOAWAY), then close. */
+void eh2o_h2_close_idle(eh2o_conn *c)
+{
+    eh2o_h2_goaway(c, H2O_HTTP2_ERROR_NONE, "graceful shutdown");
+}
+
+/* An HPACK integer with an n-bit prefix whose other bits are `first` (RFC 7541 5.1). */
+static size_t eh2o_hpack_int(uint8_t *p, uint8_t first, unsigned bits, size_t v)
+{
+    size_t max = ((size_t)1 << bits) - 1, n = 0;
+    if (v < max) {
+        p[n++] = (uint8_t)(first | v);
+        return n;
+    }
+    p[n++] = (uint8_t)(first | max);
+    for (v -= max; v >= 128; v >>= 7)
+        p[n++] = (uint8_t)(0x80 | (v & 0x7f));
+    p[n++] = (uint8_t)v;
+    return n;
+}
+
+/* "Literal header field without indexing", new name (RFC 7541 6.2.2): the dynamic tables of
+ * h2o's encoder and of the client stay as they are. */
+static size_t eh2o_hpack_field(uint8_t *p, const char *name, size_t nlen, const char *value,
+                               size_t vlen)
+{
+    size_t n = 0;
+    p[n++] = 0;
+    n += eh2o_hpack_int(p + n, 0, 7, nlen);
+    for (size_t i = 0; i < nlen; i++)
+        p[n++] = (uint8_t)(name[i] >= 'A' && name[i] <= 'Z' ? name[i] - 'A' + 'a' : name[i]);
+    n += eh2o_hpack_int(p + n, 0, 7, vlen);
+    memcpy(p + n, value, vlen);
+    return n + vlen;
+}
+
+/*
+ * respond slot for the stop's 503 to a stream still arriving (eh2o_complete, on the loop): h2o
+ * 2.2.5 cannot answer a stream before its request is complete, so the frames are queued here
+ * into the connection's write buffer, as h2o's own do: HEADERS (:status and the core's
+ * headers) and DATA (within both flow-control windows, which are consumed), then RST_STREAM
+ * NO_ERROR so the client stops sending the body (RFC 9113 8.1); h2o then forgets the stream.
+ * Where the answer does not fit (a window too small), RST_STREAM REFUSED_STREAM instead: the
+ * client may retry, nothing was processed.
+ */
+void eh2o_h2_write_answer(eh2o_conn *c, uint32_t id, srv_request *sreq)
+{
+    eh2o_h2conn *h2 = c->h2;
+    eh2o_h2stream *st = h2 != NULL && h2->state == EH2O_H2_OPEN ? eh2o_h2_stream(h2, id) : NULL;
+    if (st == NULL || st->state > EH2O_H2S_RECV_BODY)
+        return;
+    size_t blen, nh = srv__response_header_count(sreq), cap = 64;
+    const void *body = srv__response_body(sreq, &blen);
+    for (size_t i = 0; i < nh; i++) {
+        const char *value, *name = srv__response_header_at(sreq, i, &value);
+        if (name != NULL)
+            cap += strlen(name) + strlen(value) + 12;
+    }
+    uint8_t *block = malloc(cap);
+    size_t n = 0;
+    if (block != NULL) {
+        char num[24];
+        int len = snprintf(num, sizeof num, "%d", srv__response_status(sreq));
+        block[n++] = 0x08; /* literal without indexing, name ":status" (static index 8) */
+        n += eh2o_hpack_int(block + n, 0, 7, (size_t)len);
+        memcpy(block + n, num, (size_t)len);
+        n += (size_t)len;
+        for (size_t i = 0; i < nh; i++) {
+            const char *value, *name = srv__response_header_at(sreq, i, &value);
+            if (name == NULL)
+                break;
+            size_t nlen = strlen(name);
+            char lc[64];
+            for (size_t k = 0; k < nlen && k < sizeof lc; k++)
+                lc[k] = name[k] >= 'A' && name[k] <= 'Z' ? (char)(name[k] - 'A' + 'a') : name[k];
+            const h2o_token_t *tok = nlen <= sizeof lc ? h2o_lookup_token(lc, nlen) : NULL;
+            if (tok != NULL && tok->http2_should_reject)
+                continue; /* connection-specific: a protocol error in HTTP/2 */
+            n += eh2o_hpack_field(block + n, name, nlen, value, strlen(value));
+        }
+        len = snprintf(num, sizeof num, "%zu", srv__response_content_length(sreq));
+        n += eh2o_hpack_field(block + n, "content-length", 14, num, (size_t)len);
+    }
+    int fits = block != NULL && n <= h2->peer_settings.max_frame_size &&
+               (blen == 0 || ((ssize_t)blen <= st->output_window._avail &&
+                              (ssize_t)blen <= h2->_write.window._avail &&
+                              blen <= h2->peer_settings.max_frame_size));
+    if (fits) {
+        h2o_iovec_t out = h2o_buffer_reserve(&h2->_write.buf, 2 * 9 + n + blen);
+        uint8_t *p = (uint8_t *)out.base;
+        p = h2o_http2_encode_frame_header(p, n, EH2O_FRAME_HEADERS,
+                                          EH2O_FLAG_END_HEADERS |
+                                              (blen == 0 ? EH2O_FLAG_END_STREAM : 0),
+                                          (int32_t)id);
+        memcpy(p, block, n);
+        p += n;
+        if (blen != 0) {
+            p = h2o_http2_encode_frame_header(p, blen, EH2O_FRAME_DATA,
+                                              EH2O_FLAG_END_STREAM, (int32_t)id);
+            memcpy(p, body, blen);
+            p += blen;
+            st->output_window._avail -= (ssize_t)blen;
+            h2->_write.window._avail -= (ssize_t)blen;
+        }
+        h2->_write.buf->size += (size_t)(p - (uint8_t *)out.base);
+        h2o_http2__encode_rst_stream_frame(&h2->_write.buf, id, 0 /* NO_ERROR */);
+    } else {
+        h2o_http2__encode_rst_stream_frame(&h2->_write.buf, id, -H2O_HTTP2_ERROR_REFUSED_STREAM);
+    }
+    free(block);
+    h2o_http2_stream_reset(h2, st); /* closes it in h2o: later DATA gets STREAM_CLOSED */
+    h2o_http2_conn_request_write(h2);
+}
+
+/* The stop slot, on the loop, after the grace: the core's 503 (its headers, its access-log
+ * line) to every stream whose header block or body is still arriving. */
+void eh2o_h2_stop_arriving(eh2o_conn *c)
+{
+    eh2o_h2conn *h2 = c->h2;
+    eh2o_thread *t = c->thread;
+    if (!c->h1.off || h2 == NULL || h2->state != EH2O_H2_OPEN || h2o_timeout_is_linked(&c->calm))
+        return;
+    const struct eh2o_khash_streams *h = h2->streams;
+    uint32_t *ids = malloc(((size_t)h->size + 1) * sizeof *ids), nids = 0;
+    if (ids == NULL)
+        return;
+    for (uint32_t i = 0; i < h->n_buckets && nids < h->size; i++) {
+        eh2o_h2stream *st = EH2O_KH_LIVE(h, i) ? h->vals[i] : NULL;
+        if (st != NULL && st->stream_id % 2 == 1 && (st->state == EH2O_H2S_RECV_HEADERS ||
+                                                     st->state == EH2O_H2S_RECV_BODY))
+            ids[nids++] = st->stream_id; /* answering changes the table: ids first */
+    }
+    for (uint32_t k = 0; k < nids; k++) {
+        eh2o_h2stream *st = eh2o_h2_stream(h2, ids[k]);
+        if (st == NULL)
+            continue;
+        struct sockaddr_storage peer;
+        socklen_t plen = h2o_socket_getpeername(c->sock, (struct sockaddr *)&peer);
+        srv_request *sreq =
+            srv__request_new(t->server->srv, plen != 0 ? (struct sockaddr *)&peer : NULL, plen);
+        eh2o_ticket *tk = sreq != NULL ? calloc(1, sizeof *tk) : NULL;
+        if (tk == NULL) {
+            if (sreq != NULL)
+                srv__request_release(sreq);
+            break;
+        }
+        if (st->state == EH2O_H2S_RECV_BODY) { /* its head is parsed: it names it in the log */
+            srv__request_set_method(sreq, st->req.input.method.base, st->req.input.method.len);
+            srv__request_set_target(sreq, st->req.input.path.base, st->req.input.path.len);
+        }
+        srv__request_set_version(sreq, 2, 0);
+        tk->thread = t;
+        tk->sreq = sreq;
+        tk->h2_stop = c;
+        tk->h2_stream = ids[k];
+        tk->refs = 1; /* no h2o_req_t handed over, no guard */
+        t->live++;
+        srv__request_set_engine_data(sreq, tk);
+        srv__request_fail(sreq, 503); /* respond -> eh2o_complete -> eh2o_h2_write_answer */
+    }
+    free(ids);
+    eh2o_h2_note(c);
+}

@@ -80,13 +80,73 @@ struct st_h2o_http2_conn_t {
         h2o_buffer_t *buf;
         h2o_buffer_t *buf_in_flight;
         h2o_linklist_t streams_to_proceed;
+        h2o_timeout_entry_t timeout_entry;
+        struct { ssize_t _avail; } window; /* the connection's output window */
     } _write;
 };
 typedef struct st_h2o_http2_conn_t eh2o_h2conn;
+
+/* klib's khash map of h2o_http2_stream_t (KHASH_MAP_INIT_INT64), as 2.2.5 lays it out: the
+ * streams of a connection are found through it. A bucket is live when its two flag bits are 0. */
+typedef struct eh2o_h2stream eh2o_h2stream;
+struct eh2o_khash_streams {
+    uint32_t n_buckets, size, n_occupied, upper_bound;
+    uint32_t *flags;
+    uint64_t *keys;
+    eh2o_h2stream **vals;
+};
+#define EH2O_KH_LIVE(h, i) ((((h)->flags[(i) >> 4] >> (((i)&0xfU) << 1)) & 3) == 0)
+
+/* h2o 2.2.5's struct st_h2o_http2_stream_t (same header): the request is its last member, so
+ * the stream of an h2o_req_t is found from it; used only for a stream the connection's own
+ * table returns for that id (eh2o_h2_stream). */
+enum {
+    EH2O_H2S_IDLE,
+    EH2O_H2S_RECV_HEADERS,
+    EH2O_H2S_RECV_BODY,
+    EH2O_H2S_REQ_PENDING,
+    EH2O_H2S_SEND_HEADERS /* and later: being answered */
+};
+struct eh2o_h2stream {
+    uint32_t stream_id;
+    h2o_ostream_t _ostr_final;
+    int state; /* EH2O_H2S_* (h2o_http2_stream_state_t) */
+    struct { ssize_t _avail; } output_window, input_window;
+    h2o_http2_priority_t received_priority;
+    h2o_buffer_t *_req_body; /* NULL unless a body is expected */
+    size_t _expected_content_length;
+    H2O_VECTOR(h2o_iovec_t) _data;
+    h2o_ostream_pull_cb _pull_cb;
+    void *_num_streams_slot;
+    void *cache_digests;
+    union {
+        struct {
+            uint32_t parent_stream_id;
+            unsigned promise_sent : 1;
+        } push;
+        struct {
+            unsigned casper_is_ready : 1;
+        } pull;
+    };
+    struct {
+        h2o_linklist_t link;
+        h2o_http2_scheduler_openref_t scheduler;
+    } _refs;
+    h2o_send_state_t send_state;
+    h2o_req_t req;
+};
 /* Exported by libh2o-evloop 2.2.5, declared in the same uninstallable header. */
 void h2o_http2_encode_goaway_frame(h2o_buffer_t **buf, uint32_t last_stream_id, int errnum,
                                    h2o_iovec_t additional_data);
 void h2o_http2_conn_request_write(eh2o_h2conn *conn);
+void h2o_http2_stream_reset(eh2o_h2conn *conn, eh2o_h2stream *stream);
+uint8_t *h2o_http2_encode_frame_header(uint8_t *dst, size_t length, uint8_t type, uint8_t flags,
+                                       int32_t stream_id);
+void h2o_http2__encode_rst_stream_frame(h2o_buffer_t **buf, uint32_t stream_id, int errnum);
+#define EH2O_FRAME_DATA    0 /* frame types and flags (RFC 9113 6) */
+#define EH2O_FRAME_HEADERS 1
+#define EH2O_FLAG_END_STREAM  0x1
+#define EH2O_FLAG_END_HEADERS 0x4
 
 #define EH2O_LOOP_FDS         3    /* a loop's own descriptors: epoll + the queue's pipe */
 #define EH2O_MAX_HEADERS      100  /* H2O_MAX_HEADERS: h2o refuses more itself */
@@ -118,6 +178,8 @@ typedef struct eh2o_conn {
     unsigned resets;           /* streams withdrawn in that window */
     h2o_timeout_entry_t calm;  /* linked once the flood GOAWAY is queued: then close */
     unsigned h2_with_us;       /* requests given to the core, answer not yet written */
+    unsigned h2_to_dispatch;   /* requests on eh2o_thread.to_dispatch */
+    unsigned h2_arriving;      /* counted in srv__request_arriving (eh2o_h2_note) */
     uint64_t recv_since;       /* since when some request has been arriving (0: none) */
     uint64_t sent_since;       /* last time h2o issued a write (or had none due) */
     size_t sent_mark;          /* sock->bytes_written then */
@@ -174,6 +236,8 @@ typedef struct eh2o_ticket {
     eh2o_conn *conn; /* HTTP/2: the connection, to count resets (valid while req is) */
     eh2o_conn *raw;  /* an answer of the HTTP/1 guard: no h2o_req_t, we write it */
     struct eh2o_refusal *refusal; /* the 503 of a connection past max_connections */
+    eh2o_conn *h2_stop;           /* the stop's 503 to a stream still arriving, */
+    uint32_t h2_stream;           /* written by us on this stream */
     h2o_linklist_t pending; /* eh2o_thread.to_dispatch until handed to the core */
     int done; /* the response reached the loop: a later dispose is no reset */
     int refs;
@@ -261,6 +325,13 @@ int eh2o_h1_stop_arriving(eh2o_conn *c);
 
 /* engines/h2o_http2.c */
 eh2o_conn *eh2o_h2_conn(h2o_req_t *req);
+void eh2o_h2_begin(eh2o_conn *c); /* the connection speaks HTTP/2 now: wrap its reads */
+void eh2o_h2_note(eh2o_conn *c);
+int eh2o_h2_idle(eh2o_conn *c);
+void eh2o_h2_close_idle(eh2o_conn *c);
+void eh2o_h2_stop_arriving(eh2o_conn *c);
+void eh2o_h2_write_answer(eh2o_conn *c, uint32_t stream_id, srv_request *sreq);
+void eh2o_h2_drop_body(eh2o_conn *c, h2o_req_t *req);
 void eh2o_count_reset(eh2o_conn *c);
 void eh2o_on_dispatch(h2o_timeout_entry_t *entry);
 void eh2o_on_calm(h2o_timeout_entry_t *entry);

@@ -73,6 +73,13 @@ struct emhd_conn {
     struct emhd_req *req; /* MHD thread only: the request MHD has not completed */
     bool expect_close;       /* MHD thread only: the last request ends it */
     unsigned long long sent; /* MHD thread only: emhd_sent when it went idle */
+    /* Bytes received when its last request was complete (emhd_handed):
+     * quiesce tells a next request begun (part of its request line in MHD's
+     * buffer, which MHD reports only once the line is whole) from an idle
+     * connection. Taken before the answer goes out, so a client's next
+     * request cannot be in it (unless pipelined, then MHD parses it at once). */
+    _Atomic unsigned long long rcvd;
+    atomic_bool pre_arriving; /* quiesce counted that request as arriving */
     atomic_int phase;        /* EMHD_IDLE, EMHD_HEAD, ... */
     atomic_llong deadline;   /* ms (CLOCK_MONOTONIC) for IDLE/HEAD/BODY/SEND; 0: none */
     /* In SEND: the client's acknowledged bytes when last seen to move (the
@@ -105,6 +112,7 @@ typedef struct emhd_server {
     emhd_linger linger[EMHD_LINGER_MAX];
     unsigned lingering;
     atomic_bool stopping;    /* emhd_stop began: MHD closes everything */
+    atomic_bool quiescing;   /* emhd_quiesce began: idle connections close */
     /* emhd_over_limit: listed connections whose client already left
      * (ec->gone), and when it last looked (lock). */
     unsigned hung_up;
@@ -121,6 +129,18 @@ enum {
     EMHD_HAND_SUSPENDED /* suspended without a response: respond resumes */
 };
 
+/* Where one request is, for emhd_access (MHD thread only). MHD calls the
+ * access handler once the head is complete, once per piece of body, then
+ * once with no data; a suspended request is called again after its resume. */
+enum {
+    EMHD_REQ_HEAD,    /* request line received: the next call has the whole head */
+    EMHD_REQ_BODY,    /* head accepted: body pieces, then the call that dispatches */
+    EMHD_REQ_SWALLOW, /* a status found in the body (413): the rest is discarded
+                       * (bounded), the last call answers it */
+    EMHD_REQ_ANSWERED /* handed to the core (dispatched or failed): the call after
+                       * its answer queues it */
+};
+
 /* One per request, from the request line until MHD_OPTION_NOTIFY_COMPLETED
  * (MHD's con_cls). Only the MHD thread of the connection touches it, except
  * `hand`, and `conn` which respond reads. */
@@ -129,12 +149,12 @@ typedef struct emhd_req {
     emhd_conn *ec;
     struct MHD_Connection *conn;
     srv_request *req; /* NULL until the head is complete */
+    int phase;        /* EMHD_REQ_* (MHD thread only) */
     int body_status;  /* a status found while reading the body (413) */
     size_t swallowed; /* body bytes discarded after body_status */
     /* Who hands the response over (EMHD_HAND_*): respond and the MHD
      * thread agree through it whether the connection must be resumed. */
     atomic_int hand;
-    bool answered;    /* the core answers it (dispatched or emhd_fail) */
     bool arriving;    /* counted by srv__request_arriving */
     long long body_from; /* ms: head complete (the body deadline's start) */
     size_t body_bytes;   /* body bytes received so far */
@@ -241,6 +261,48 @@ static bool emhd_send_progressed(emhd_conn *ec, long long now, long long header_
  * their header, body or keep-alive deadline, or whose response made no
  * progress for header_timeout_ms. MHD then reads EOF and closes
  * them on its own thread. */
+/*
+ * While quiescing (es->lock held): an idle kept-alive connection closes,
+ * unless a next request has begun on it: bytes received since its last
+ * answer was written (TCP_INFO, against ec->rcvd), which MHD keeps in its
+ * buffer and reports only once the request line is whole. That one counts
+ * as arriving, so the grace waits for it, and gets a head deadline: it is
+ * served if it completes, answered 503 at the stop if not. A connection
+ * idle for less than EMHD_STOP_IDLE_MS (its answer was queued before the
+ * quiesce, with keep-alive) is left for a later look: its client may be
+ * sending its next request right now.
+ */
+#define EMHD_STOP_IDLE_MS 100
+
+static unsigned long long emhd_received(int fd);
+
+static void emhd_quiesce_idle(emhd_server *es, emhd_conn *ec, long long now)
+{
+    long long d = atomic_load(&ec->deadline);
+    if (atomic_load(&ec->phase) != EMHD_IDLE || ec->fd < 0 || d == 0)
+        return;
+    /* A FIN counts one byte in tcpi_bytes_received: a client that closed
+     * its side has begun nothing. */
+    struct pollfd pf = {.fd = ec->fd, .events = POLLRDHUP};
+    unsigned long long fin = poll(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP));
+    unsigned long long got = emhd_received(ec->fd);
+    bool begun = got != ULLONG_MAX && got - fin > atomic_load(&ec->rcvd); /* MAX: unknown */
+    if (begun) {
+        /* Counted before the phase moves: emhd_uri_log, on the MHD thread,
+         * may take the count back at once. */
+        atomic_store(&ec->pre_arriving, true);
+        srv__request_arriving(es->srv, 1);
+        if (!emhd_phase_from(ec, EMHD_IDLE, EMHD_HEAD, now + es->header_ms) &&
+            atomic_exchange(&ec->pre_arriving, false))
+            srv__request_arriving(es->srv, -1); /* MHD got there first */
+        return;
+    }
+    if (now < d - es->keepalive_ms + EMHD_STOP_IDLE_MS) /* idle since d - keepalive */
+        return;
+    atomic_store(&ec->deadline, 0); /* looked at once */
+    shutdown(ec->fd, SHUT_RDWR);
+}
+
 static void *emhd_watchdog(void *arg)
 {
     emhd_server *es = arg;
@@ -251,6 +313,10 @@ static void *emhd_watchdog(void *arg)
         for (emhd_conn *ec = es->conns; ec != NULL; ec = ec->next) {
             long long d = atomic_load(&ec->deadline);
             int phase = atomic_load(&ec->phase);
+            if (phase == EMHD_IDLE && atomic_load(&es->quiescing)) {
+                emhd_quiesce_idle(es, ec, now);
+                continue;
+            }
             /* A response being written for a pass already: take the count
              * its deadline is measured from (the deadline restarts then). */
             if (phase == EMHD_SEND && atomic_load(&ec->acked) == EMHD_ACKED_UNSAMPLED) {
@@ -269,7 +335,8 @@ static void *emhd_watchdog(void *arg)
             shutdown(ec->fd, SHUT_RDWR);
         }
         struct timespec ts;
-        srv__timespec_in(&ts, CLOCK_MONOTONIC, es->lingering > 0 ? 10 : 100);
+        bool quick = es->lingering > 0 || atomic_load(&es->quiescing);
+        srv__timespec_in(&ts, CLOCK_MONOTONIC, quick ? 10 : 100);
         pthread_cond_timedwait(&es->wd_cond, &es->lock, &ts);
     }
     pthread_mutex_unlock(&es->lock);
@@ -350,6 +417,17 @@ static unsigned long long emhd_sent(int fd)
         ioctl(fd, SIOCOUTQ, &queued) != 0)
         return ULLONG_MAX;
     return (unsigned long long)ti.tcpi_bytes_acked + (unsigned long long)queued;
+}
+
+/* The bytes received on the connection (TCP_INFO), or ULLONG_MAX. */
+static unsigned long long emhd_received(int fd)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+        len < offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received)
+        return ULLONG_MAX;
+    return (unsigned long long)ti.tcpi_bytes_received;
 }
 
 /* A new core request for a connection of MHD's, with the client's address. */
@@ -498,6 +576,8 @@ static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void 
     if (ec != NULL) {
         if (ec->req != NULL)
             emhd_abandon(es, ec->req);
+        if (atomic_exchange(&ec->pre_arriving, false))
+            srv__request_arriving(es->srv, -1);
         emhd_closing(es, conn, ec);
         /* Under the lock, before MHD closes the fd: quiesce never shuts
          * down a reused descriptor. */
@@ -539,6 +619,8 @@ static void *emhd_uri_log(void *cls, const char *uri, struct MHD_Connection *con
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     er->ec = ci != NULL ? ci->socket_context : NULL;
+    if (er->ec != NULL && atomic_exchange(&er->ec->pre_arriving, false))
+        srv__request_arriving(es->srv, -1); /* counted above now */
     if (er->ec != NULL) {
         if (er->ec->req != NULL) /* never completed: not ours to keep */
             emhd_abandon(es, er->ec->req);
@@ -572,7 +654,7 @@ static void emhd_notify_completed(void *cls, struct MHD_Connection *conn, void *
         er->ec->req = NULL;
     emhd_arrived(er);
     bool ready = atomic_load(&er->hand) == EMHD_HAND_READY;
-    if (!er->answered) {
+    if (er->phase != EMHD_REQ_ANSWERED) {
         /* MHD answered itself (431, a bad Content-Length or chunk, ...):
          * count and log it as the core's answers are. Its bytes are MHD's. */
         const union MHD_ConnectionInfo *ci =
@@ -589,7 +671,8 @@ static void emhd_notify_completed(void *cls, struct MHD_Connection *conn, void *
             atomic_load(&er->ec->phase) == EMHD_SEND)
             atomic_store(&er->ec->stalled, true);
         er->ec->reused = true;
-        er->ec->expect_close = !(toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && er->answered &&
+        er->ec->expect_close = !(toe == MHD_REQUEST_TERMINATED_COMPLETED_OK &&
+                                 er->phase == EMHD_REQ_ANSWERED &&
                                  ready && er->req != NULL && srv__response_keep_alive(er->req));
         er->ec->sent = emhd_sent(er->ec->fd); /* MHD wrote the whole answer */
         emhd_phase(er->ec, EMHD_IDLE, emhd_now_ms() + es->keepalive_ms);
@@ -659,6 +742,15 @@ static enum MHD_Result emhd_send(emhd_req *er, struct MHD_Connection *conn, bool
     return ret;
 }
 
+/* The request is complete and about to be handed to the core: what its
+ * connection received so far (emhd_quiesce_idle's baseline). */
+static void emhd_handed(emhd_req *er)
+{
+    er->phase = EMHD_REQ_ANSWERED;
+    if (er->ec != NULL)
+        atomic_store(&er->ec->rcvd, emhd_received(er->ec->fd));
+}
+
 /* Answer with an error status found while reading (the core closes). */
 static enum MHD_Result emhd_fail(emhd_req *er, struct MHD_Connection *conn, int status,
                                  bool http10)
@@ -666,7 +758,7 @@ static enum MHD_Result emhd_fail(emhd_req *er, struct MHD_Connection *conn, int 
     /* its answer is queued next (emhd_send: the SEND deadline) */
     if (!emhd_phase_from(er->ec, EMHD_BODY, EMHD_ACTIVE, 0))
         return MHD_NO;
-    er->answered = true;
+    emhd_handed(er);
     srv__request_fail(er->req, status); /* calls respond: not suspended */
     emhd_arrived(er);
     return emhd_send(er, conn, http10);
@@ -677,7 +769,7 @@ static enum MHD_Result emhd_fail(emhd_req *er, struct MHD_Connection *conn, int 
  * while it reads a body), best effort, then let MHD close. */
 static enum MHD_Result emhd_cut(emhd_req *er, struct MHD_Connection *conn)
 {
-    er->answered = true;
+    er->phase = EMHD_REQ_ANSWERED;
     srv__request_fail(er->req, er->body_status); /* calls respond: not suspended */
     emhd_arrived(er);
     const union MHD_ConnectionInfo *ci =
@@ -846,64 +938,47 @@ static enum MHD_Result emhd_begin(emhd_server *es, emhd_req *er, struct MHD_Conn
         st = srv__request_headers_done(er->req);
     if (st != 0)
         return emhd_fail(er, conn, st, http10);
+    er->phase = EMHD_REQ_BODY;
     /* Expect: 100-continue is answered by MHD once this call returns
      * without a response. */
     return MHD_YES;
 }
 
-static enum MHD_Result emhd_access(void *cls, struct MHD_Connection *conn, const char *url,
-                                   const char *method, const char *version,
-                                   const char *upload_data, size_t *upload_data_size,
-                                   void **con_cls)
+/* A piece of body: into the request, or discarded after a status. */
+static enum MHD_Result emhd_body(emhd_server *es, emhd_req *er, struct MHD_Connection *conn,
+                                 const char *data, size_t *size)
 {
-    emhd_server *es = cls;
-    emhd_req *er = *con_cls;
-    (void)url; /* decoded by MHD; the raw target came through emhd_uri_log */
-    if (er == NULL)
-        return MHD_NO;
-    bool http10 = version != NULL && strcmp(version, MHD_HTTP_VERSION_1_0) == 0;
-
-    if (er->req == NULL) {
-        /* Head complete: the body (if any) has its own deadline. */
-        er->body_from = emhd_now_ms();
-        if (!emhd_phase_from(er->ec, EMHD_HEAD, EMHD_BODY, er->body_from + es->header_ms))
+    size_t n = *size;
+    *size = 0;
+    if (er->phase != EMHD_REQ_ANSWERED) {
+        er->body_bytes += n;
+        if (!emhd_phase_from(er->ec, EMHD_BODY, EMHD_BODY,
+                             er->body_from + es->header_ms +
+                                 (long long)(er->body_bytes / EMHD_BODY_RATE) * 1000))
             return MHD_NO;
-        return emhd_begin(es, er, conn, method, version, http10);
     }
-
-    if (*upload_data_size != 0) {
-        size_t n = *upload_data_size;
-        *upload_data_size = 0;
-        if (!er->answered) {
-            er->body_bytes += n;
-            if (!emhd_phase_from(er->ec, EMHD_BODY, EMHD_BODY,
-                                 er->body_from + es->header_ms +
-                                     (long long)(er->body_bytes / EMHD_BODY_RATE) * 1000))
-                return MHD_NO;
+    if (er->body_status == 0) {
+        int st = srv__request_append_body(er->req, data, n);
+        if (st != 0) {
+            er->body_status = st;
+            if (er->phase == EMHD_REQ_BODY)
+                er->phase = EMHD_REQ_SWALLOW;
         }
-        if (er->body_status == 0) {
-            int st = srv__request_append_body(er->req, upload_data, n);
-            if (st != 0)
-                er->body_status = st;
-            return MHD_YES;
-        }
-        /* MHD 0.9.75 refuses a response while the body is being read, so
-         * swallow the rest (bounded) and answer at the end. */
-        er->swallowed += n;
-        return er->swallowed <= es->swallow_limit ? MHD_YES : emhd_cut(er, conn);
+        return MHD_YES;
     }
+    /* MHD 0.9.75 refuses a response while the body is being read, so
+     * swallow the rest (bounded) and answer at the end. */
+    er->swallowed += n;
+    return er->swallowed <= es->swallow_limit ? MHD_YES : emhd_cut(er, conn);
+}
 
-    int hand = atomic_load(&er->hand);
-    if (hand == EMHD_HAND_READY)
-        return emhd_send(er, conn, http10); /* resumed after respond */
-    if (hand == EMHD_HAND_SUSPENDED)
-        return MHD_YES; /* not reached: MHD does not call suspended ones */
-    if (er->body_status != 0)
-        return emhd_fail(er, conn, er->body_status, http10);
-
+/* The request is complete: hand it to the core. */
+static enum MHD_Result emhd_dispatch(emhd_server *es, emhd_req *er, struct MHD_Connection *conn,
+                                     bool http10)
+{
     if (!emhd_phase_from(er->ec, EMHD_BODY, EMHD_ACTIVE, 0)) /* request_timeout_ms from now */
         return MHD_NO;
-    er->answered = true;
+    emhd_handed(er);
     srv__request_dispatch(er->req);
     emhd_arrived(er); /* after dispatch counted it in flight */
     /* Answered already (404/405, a non-blocking handler, a fast worker):
@@ -920,6 +995,41 @@ static enum MHD_Result emhd_access(void *cls, struct MHD_Connection *conn, const
         atomic_fetch_sub(&es->outstanding, 1);
     }
     return MHD_YES;
+}
+
+static enum MHD_Result emhd_access(void *cls, struct MHD_Connection *conn, const char *url,
+                                   const char *method, const char *version,
+                                   const char *upload_data, size_t *upload_data_size,
+                                   void **con_cls)
+{
+    emhd_server *es = cls;
+    emhd_req *er = *con_cls;
+    (void)url; /* decoded by MHD; the raw target came through emhd_uri_log */
+    if (er == NULL)
+        return MHD_NO;
+    bool http10 = version != NULL && strcmp(version, MHD_HTTP_VERSION_1_0) == 0;
+
+    switch (er->phase) {
+    case EMHD_REQ_HEAD:
+        /* Head complete: the body (if any) has its own deadline. */
+        er->body_from = emhd_now_ms();
+        if (!emhd_phase_from(er->ec, EMHD_HEAD, EMHD_BODY, er->body_from + es->header_ms))
+            return MHD_NO;
+        return emhd_begin(es, er, conn, method, version, http10); /* -> BODY or ANSWERED */
+    case EMHD_REQ_BODY:
+        if (*upload_data_size != 0)
+            return emhd_body(es, er, conn, upload_data, upload_data_size); /* may -> SWALLOW */
+        return emhd_dispatch(es, er, conn, http10);                     /* -> ANSWERED */
+    case EMHD_REQ_SWALLOW:
+        if (*upload_data_size != 0)
+            return emhd_body(es, er, conn, upload_data, upload_data_size);
+        return emhd_fail(er, conn, er->body_status, http10); /* -> ANSWERED */
+    default: /* EMHD_REQ_ANSWERED */
+        if (*upload_data_size != 0)
+            return emhd_body(es, er, conn, upload_data, upload_data_size);
+        /* Resumed after respond (MHD does not call a suspended one). */
+        return atomic_load(&er->hand) == EMHD_HAND_READY ? emhd_send(er, conn, http10) : MHD_YES;
+    }
 }
 
 /* ------------------------------------------------------------------ */
@@ -951,12 +1061,11 @@ static int emhd_start(srv_server *srv, void **state)
 
     /* Our own socket: host, IPv6, port 0, backlog and "cannot bind"
      * messages are the same as on every engine. */
+    int rc = 0;
     int lfd = srv__listen(srv, SRV__LISTEN_NONBLOCK);
     if (lfd < 0) {
-        pthread_cond_destroy(&es->wd_cond);
-        pthread_mutex_destroy(&es->lock);
-        free(es);
-        return lfd;
+        rc = lfd;
+        goto fail_sync;
     }
     es->lfd = lfd;
 
@@ -995,11 +1104,8 @@ static int emhd_start(srv_server *srv, void **state)
      * undone safely (MHD_stop_daemon panics on suspended connections). */
     if (pthread_create(&es->watchdog, NULL, emhd_watchdog, es) != 0) {
         srv__server_set_error(srv, "mhd: cannot create the watchdog thread");
-        close(lfd);
-        pthread_cond_destroy(&es->wd_cond);
-        pthread_mutex_destroy(&es->lock);
-        free(es);
-        return SRV_ETHREAD;
+        rc = SRV_ETHREAD;
+        goto fail_listen;
     }
     es->watchdog_started = true;
 
@@ -1024,16 +1130,23 @@ static int emhd_start(srv_server *srv, void **state)
     if (es->daemon == NULL) {
         srv__server_set_error(srv, "mhd: cannot start the daemon: %s",
                               es->start_msg[0] != '\0' ? es->start_msg : "unknown reason");
-        emhd_watchdog_join(es);
-        close(lfd);
-        pthread_cond_destroy(&es->wd_cond);
-        pthread_mutex_destroy(&es->lock);
-        free(es);
-        *state = NULL;
-        return SRV_EENGINE;
+        rc = SRV_EENGINE;
+        goto fail_watchdog;
     }
     atomic_store(&es->running, true);
     return 0;
+
+    /* Undo in the reverse order of acquisition. */
+fail_watchdog:
+    emhd_watchdog_join(es);
+    *state = NULL;
+fail_listen:
+    close(lfd);
+fail_sync:
+    pthread_cond_destroy(&es->wd_cond);
+    pthread_mutex_destroy(&es->lock);
+    free(es);
+    return rc;
 }
 
 /* Any thread: the response is final. Hand it to the MHD thread. */
@@ -1075,12 +1188,15 @@ static void emhd_quiesce(void *state)
     if (silent >= 0)
         close(silent);
     /* Idle kept-alive connections: MHD would keep them until the stop, so
-     * shut them down; MHD sees the EOF and closes them. Busy ones get
-     * "Connection: close" with their response (srv__response_keep_alive). */
+     * shut them down (emhd_quiesce_idle; the watchdog does the same to
+     * those that go idle later). Busy ones get "Connection: close" with
+     * their response (srv__response_keep_alive). */
+    atomic_store(&es->quiescing, true);
+    long long now = emhd_now_ms();
     pthread_mutex_lock(&es->lock);
     for (emhd_conn *ec = es->conns; ec != NULL; ec = ec->next)
-        if (atomic_load(&ec->phase) == EMHD_IDLE && ec->fd >= 0)
-            shutdown(ec->fd, SHUT_RDWR);
+        emhd_quiesce_idle(es, ec, now);
+    pthread_cond_signal(&es->wd_cond); /* its quicker pace while quiescing */
     pthread_mutex_unlock(&es->lock);
 }
 

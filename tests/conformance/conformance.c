@@ -972,6 +972,28 @@ void wait_for_free_slot(const fx *f)
         usleep(10 * 1000);
 }
 
+/* HPACK "literal header field without indexing" with a static-table name
+ * index (< 15) and a short plain value (RFC 7541 6.2.2). */
+size_t hpack_literal(unsigned char *p, unsigned name_index, const char *v)
+{
+    size_t n = strlen(v);
+    p[0] = (unsigned char)name_index;
+    p[1] = (unsigned char)n;
+    memcpy(p + 2, v, n);
+    return 2 + n;
+}
+
+
+/* Stops the server with ps->grace_ms from another thread (ps->rc, ps->took). */
+void *partial_stop_run(void *arg)
+{
+    partial_stop *ps = arg;
+    long long t0 = rc_now_ms();
+    ps->rc = srv_server_stop(ps->f->srv, ps->grace_ms);
+    ps->took = rc_now_ms() - t0;
+    return NULL;
+}
+
 /* HTTP/2 by hand: a frame header and payload at p, returns its size. */
 size_t h2_frame(unsigned char *p, unsigned type, unsigned flags,
                 unsigned sid, const void *payload, size_t len)
@@ -1199,6 +1221,22 @@ int main(int argc, char **argv)
     snprintf(name, sizeof name, "conformance %s%s: empty lines, stop while arriving",
              g_engine_name, run);
     failed += cmocka_run_group_tests_name(name, arriving, group_h1, NULL);
+
+    const struct CMUnitTest h2_stop[] = {
+        cmocka_unit_test_setup_teardown(test_h2_stop_body_completes, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_h2_stop_body_overruns, setup_default, fx_teardown),
+    };
+    snprintf(name, sizeof name, "conformance %s%s: HTTP/2 stop while a body arrives",
+             g_engine_name, run);
+    failed += cmocka_run_group_tests_name(name, h2_stop, group_h1, NULL);
+
+    const struct CMUnitTest line_stop[] = {
+        cmocka_unit_test_setup_teardown(test_stop_request_line_completes, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_stop_request_line_overruns, setup_default, fx_teardown),
+    };
+    snprintf(name, sizeof name, "conformance %s%s: stop while a request line arrives",
+             g_engine_name, run);
+    failed += cmocka_run_group_tests_name(name, line_stop, group_h1, NULL);
 
     if (engine_caps() & SRV_CAP_HTTP2) {
         snprintf(name, sizeof name, "conformance %s%s: HTTP/2 prior knowledge "

@@ -197,6 +197,19 @@ char *pattern(size_t n);
 void wait_for_free_slot(const fx *f);
 size_t h2_frame(unsigned char *p, unsigned type, unsigned flags,
                 unsigned sid, const void *payload, size_t len);
+
+/* Graceful stop run from another thread while a case keeps sending. */
+typedef struct partial_stop {
+    fx *f;
+    unsigned grace_ms;
+    int rc;
+    long long took;
+} partial_stop;
+void *partial_stop_run(void *arg); /* a pthread start: srv_server_stop(f->srv, grace_ms) */
+
+/* HPACK "literal header field without indexing", static-table name index < 15. */
+size_t hpack_literal(unsigned char *p, unsigned name_index, const char *v);
+
 long h2_scan(const rc_conn *c, unsigned sid, int *got200);
 long long trickle(rc_conn *c, const void *first, size_t flen,
                   const void *step, size_t slen, long long limit_ms);
@@ -281,6 +294,15 @@ void test_hr_stop_partial_head_overruns(void **state);
 void test_hr_over_limit_answer(void **state);
 void test_hr_empty_lines(void **state);
 void test_hr_stop_partial_body_overruns(void **state);
+
+/* ------------------------------------------------------------------ */
+/* Cases: conformance_stop.c                                          */
+/* ------------------------------------------------------------------ */
+
+void test_h2_stop_body_completes(void **state);
+void test_h2_stop_body_overruns(void **state);
+void test_stop_request_line_completes(void **state);
+void test_stop_request_line_overruns(void **state);
 
 /* ------------------------------------------------------------------ */
 /* Cases: conformance_slow.c                                          */

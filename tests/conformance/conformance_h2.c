@@ -8,17 +8,6 @@
 /* HTTP/2 by hand: rapid reset, resets while queued, slow requests   */
 /* ------------------------------------------------------------------ */
 
-/* HPACK "literal header field without indexing" with a static-table name
- * index (< 15) and a short plain value (RFC 7541 6.2.2). */
-static size_t hpack_literal(unsigned char *p, unsigned name_index, const char *v)
-{
-    size_t n = strlen(v);
-    p[0] = (unsigned char)name_index;
-    p[1] = (unsigned char)n;
-    memcpy(p + 2, v, n);
-    return 2 + n;
-}
-
 /* A GET request block: :method, :scheme, :path, :authority. */
 static size_t hpack_get(unsigned char *p, const char *path)
 {

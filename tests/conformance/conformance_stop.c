@@ -1,0 +1,202 @@
+/*
+ * libsrv conformance suite, conformance_stop.c: graceful stop while a request is
+ * still arriving in pieces the engine's library keeps to itself (an HTTP/2
+ * stream's body, a partly received request line).
+ */
+#include "conformance.h"
+
+/* ------------------------------------------------------------------ */
+/* HTTP/2: graceful stop while a stream's body is still arriving       */
+/* ------------------------------------------------------------------ */
+
+/* What stream `sid` got among the frames received on c: its :status (0
+ * when no HEADERS came; decoded when indexed, 0x88 = 200, or a plain
+ * literal), its DATA bytes (up to cap), and whether a RST_STREAM came. */
+static int h2_stream_answer(const rc_conn *c, unsigned sid, char *body, size_t cap,
+                            size_t *blen, int *reset)
+{
+    const unsigned char *p = (const unsigned char *)c->buf + c->off;
+    size_t n = c->len - c->off, i = 0;
+    int status = 0;
+    *blen = 0;
+    *reset = 0;
+    while (n - i >= 9) {
+        size_t flen = ((size_t)p[i] << 16) | ((size_t)p[i + 1] << 8) | p[i + 2];
+        unsigned type = p[i + 3];
+        unsigned fsid = ((unsigned)(p[i + 5] & 0x7f) << 24) | ((unsigned)p[i + 6] << 16) |
+                        ((unsigned)p[i + 7] << 8) | p[i + 8];
+        if (n - i - 9 < flen)
+            break;
+        const unsigned char *pl = p + i + 9;
+        if (fsid == sid && type == 1 && status == 0 && flen >= 1) {
+            if (pl[0] == 0x88)
+                status = 200;
+            else if ((pl[0] & 0x0f) == 8 && (pl[0] & 0xe0) == 0 && flen >= 5 && pl[1] == 3)
+                status = (pl[2] - '0') * 100 + (pl[3] - '0') * 10 + (pl[4] - '0');
+            else
+                status = -1; /* an encoding this scanner does not read */
+        }
+        if (fsid == sid && type == 0) {
+            size_t k = flen < cap - *blen ? flen : cap - *blen;
+            memcpy(body + *blen, pl, k);
+            *blen += k;
+        }
+        if (fsid == sid && type == 3)
+            *reset = 1;
+        i += 9 + flen;
+    }
+    return status;
+}
+
+/* An h2c connection with POST /echo (content-length 10) open on stream 1
+ * and the first 5 bytes of its body sent; then srv_server_stop starts. */
+static rc_conn *h2_stop_with_body_arriving(fx *f, const char *what, partial_stop *ps,
+                                           pthread_t *t)
+{
+    unsigned char buf[512], *p = buf, block[256];
+    memcpy(p, H2_PREFACE, sizeof H2_PREFACE - 1);
+    p += sizeof H2_PREFACE - 1;
+    p += h2_frame(p, 4, 0, 0, NULL, 0);
+    size_t n = hpack_literal(block, 2, "POST");
+    n += hpack_literal(block + n, 6, "http");
+    n += hpack_literal(block + n, 4, "/echo");
+    n += hpack_literal(block + n, 1, "conformance");
+    block[n++] = 0x0f; /* literal without indexing, name index 28 = 15 + 13 */
+    block[n++] = 13;
+    block[n++] = 2; /* value "10" */
+    memcpy(block + n, "10", 2);
+    n += 2;
+    p += h2_frame(p, 1, 0x4, 1, block, n); /* END_HEADERS, no END_STREAM */
+    p += h2_frame(p, 0, 0, 1, "abcde", 5);
+    rc_conn *c = conn_open(f, what);
+    conn_send(c, what, buf, (size_t)(p - buf));
+    sleep_ms(100);
+    CHECK(pthread_create(t, NULL, partial_stop_run, ps) == 0, "pthread_create");
+    return c;
+}
+
+/* The rest of the body comes within the grace: the stream is served. HTTP/2
+ * only (SRV_CAP_HTTP2): streams do not exist on the other engines, whose
+ * HTTP/1 cases are test_hr_stop_partial_head_completes and _overruns. */
+void test_h2_stop_body_completes(void **state)
+{
+    fx *f = *state;
+    if (!(engine_caps() & SRV_CAP_HTTP2))
+        skip(); /* streams exist only in HTTP/2 */
+    const char *what = "HTTP/2: stop while a body arrives, completed within the grace";
+    partial_stop ps = {.f = f, .grace_ms = 3000};
+    pthread_t t;
+    rc_conn *c = h2_stop_with_body_arriving(f, what, &ps, &t);
+    sleep_ms(300);
+    unsigned char rest[32];
+    size_t rl = h2_frame(rest, 0, 0x1, 1, "fghij", 5); /* END_STREAM */
+    rc_send(c, rest, rl, 1000);
+    int rc = rc_wait_close(c, 4000, NULL);
+    pthread_join(t, NULL);
+    f->stopped = 1;
+    char body[64];
+    size_t blen;
+    int reset, st = h2_stream_answer(c, 1, body, sizeof body, &blen, &reset);
+    CHECK(rc == RC_CLOSED || rc == RC_RESET, "[%s] the connection was not closed after the "
+          "stop: %s", what, rc_strerror(rc));
+    CHECK(st == 200, "[%s] expected 200 on stream 1, got %d", what, st);
+    CHECK(blen == 10 && memcmp(body, "abcdefghij", 10) == 0, "[%s] echo \"%.*s\"", what,
+          (int)blen, body);
+    CHECK(ps.rc == 0 && ps.took < 3000, "[%s] srv_server_stop: %d after %lld ms", what,
+          ps.rc, ps.took);
+    rc_close(c);
+}
+
+/* The body never completes: the grace waits for it, then 503 on the stream. */
+void test_h2_stop_body_overruns(void **state)
+{
+    fx *f = *state;
+    if (!(engine_caps() & SRV_CAP_HTTP2))
+        skip(); /* streams exist only in HTTP/2 (see test_h2_stop_body_completes) */
+    const char *what = "HTTP/2: stop while a body arrives, never completed";
+    partial_stop ps = {.f = f, .grace_ms = 500};
+    pthread_t t;
+    rc_conn *c = h2_stop_with_body_arriving(f, what, &ps, &t);
+    int rc = rc_wait_close(c, 4000, NULL);
+    pthread_join(t, NULL);
+    f->stopped = 1;
+    char body[64];
+    size_t blen;
+    int reset, st = h2_stream_answer(c, 1, body, sizeof body, &blen, &reset);
+    CHECK(rc == RC_CLOSED || rc == RC_RESET, "[%s] the connection was not closed after the "
+          "stop: %s", what, rc_strerror(rc));
+    CHECK(st == 503, "[%s] expected 503 on stream 1 at the end of the grace, got %d", what,
+          st);
+    CHECK(ps.rc == 0 && ps.took < 3000, "[%s] srv_server_stop: %d after %lld ms", what,
+          ps.rc, ps.took);
+    CHECK(ps.took >= 400, "[%s] srv_server_stop took %lld ms: the grace period did not wait "
+          "for the stream arriving", what, ps.took);
+    rc_close(c);
+}
+
+/* ------------------------------------------------------------------ */
+/* Graceful stop while a next request line arrives on a kept-alive     */
+/* connection                                                          */
+/* ------------------------------------------------------------------ */
+
+/* A kept-alive connection that was answered once, then the first bytes of
+ * a next request line (no line end yet: a library may hold them unparsed
+ * in its buffer, so the connection still looks idle), then the stop. */
+static rc_conn *stop_with_request_line_arriving(fx *f, const char *what, partial_stop *ps,
+                                                pthread_t *t)
+{
+    rc_conn *c = conn_open(f, what);
+    conn_send_str(c, what, "GET /hello HTTP/1.1\r\n" HOST "\r\n");
+    conn_expect(c, what, 0, 200, "hello", NULL);
+    conn_send_str(c, what, "GET /hel");
+    sleep_ms(200);
+    CHECK(pthread_create(t, NULL, partial_stop_run, ps) == 0, "pthread_create");
+    return c;
+}
+
+/* The request line and head complete within the grace: served. */
+void test_stop_request_line_completes(void **state)
+{
+    fx *f = *state;
+    const char *what = "stop while a next request line arrives, completed within the grace";
+    partial_stop ps = {.f = f, .grace_ms = 3000};
+    pthread_t t;
+    rc_conn *c = stop_with_request_line_arriving(f, what, &ps, &t);
+    sleep_ms(300);
+    rc_send_str(c, "lo HTTP/1.1\r\n" HOST "\r\n", 1000);
+    rc_response r;
+    int rc = rc_read_response(c, &r, 0, 4000);
+    int st = rc == RC_OK ? r.status : 0;
+    rc_response_free(&r);
+    pthread_join(t, NULL);
+    f->stopped = 1;
+    CHECK(rc == RC_OK && st == 200, "[%s] expected 200, got %s status %d", what,
+          rc_strerror(rc), st);
+    CHECK(ps.rc == 0 && ps.took < 3000, "[%s] srv_server_stop: %d after %lld ms", what,
+          ps.rc, ps.took);
+    rc_close(c);
+}
+
+/* It never completes: the grace waits for it, then 503. */
+void test_stop_request_line_overruns(void **state)
+{
+    fx *f = *state;
+    const char *what = "stop while a next request line arrives, never completed";
+    partial_stop ps = {.f = f, .grace_ms = 500};
+    pthread_t t;
+    rc_conn *c = stop_with_request_line_arriving(f, what, &ps, &t);
+    rc_response r;
+    int rc = rc_read_response(c, &r, 0, 4000);
+    int st = rc == RC_OK ? r.status : 0;
+    rc_response_free(&r);
+    pthread_join(t, NULL);
+    f->stopped = 1;
+    CHECK(rc == RC_OK && st == 503, "[%s] expected 503 at the end of the grace, got %s "
+          "status %d", what, rc_strerror(rc), st);
+    CHECK(ps.rc == 0 && ps.took < 3000, "[%s] srv_server_stop: %d after %lld ms", what,
+          ps.rc, ps.took);
+    CHECK(ps.took >= 400, "[%s] srv_server_stop took %lld ms: the grace period did not wait "
+          "for the request arriving", what, ps.took);
+    rc_close(c);
+}
+
