@@ -68,6 +68,14 @@ typedef struct srv__pool {
     unsigned idle_ms;     /* cfg worker_idle_timeout_ms */
     bool shutdown;
     srv__worker *workers; /* max slots */
+    /* Hand-off policy (worker_pool.c, srv__pool_submit): when the queue last
+     * moved (a job taken, or the first one queued), the last job left to
+     * the awake workers, and the watcher that backs that up. */
+    uint64_t moved_ns, deferred_ns;
+    unsigned stalls; /* stalls seen since the queue was last empty */
+    pthread_cond_t watch_cv;
+    pthread_t watcher;
+    bool watching, watcher_asleep;
     /* Read without the lock by stats and engines. */
     atomic_uint busy;
     atomic_uint alive_now;

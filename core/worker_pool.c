@@ -1,10 +1,20 @@
 /*
  * The elastic worker pool: up to worker_threads threads taking srv_jobs from
- * one bounded FIFO. It starts worker_threads_min threads, adds one whenever a
- * job arrives and no idle worker is left to wake, and lets a thread above
+ * one bounded FIFO. It starts worker_threads_min threads, starts more when
+ * jobs wait and no idle worker is left to wake (below), and lets a thread above
  * the minimum exit after worker_idle_timeout_ms without work (Tomcat's
  * minSpareThreads/maxThreads/maxIdleTime). The offloading engines queue
  * handler jobs here; the threadpool engine queues connections.
+ *
+ * Waking a sleeping worker costs a futex call and a context switch, more
+ * than a light handler itself, and on a busy machine every extra runnable
+ * worker costs more switches. So a job is left to the workers already
+ * awake (spinning, woken, or running a job they loop back from) while the
+ * queue keeps moving; once nothing has been taken from it for
+ * SRV__POOL_STALL_NS, the busy workers are taken to be blocked (a sleeping
+ * handler) and as many more are woken or started, doubling every tenth of
+ * that while the backlog stands still (srv__pool_stalled). A watcher
+ * thread makes that check when no submit comes.
  */
 #include "srv_core.h"
 
@@ -19,11 +29,24 @@ struct srv__worker {
     srv__pool *pool;
     pthread_t tid;
     int state; /* SRV__SLOT_*, pool mutex */
+    bool woken; /* started for a queued job: counted in wakes until it runs */
 };
+
+/* How long the queue may stand still before the busy workers are taken to
+ * be blocked: a light handler takes microseconds; a job queued behind
+ * blocked ones waits about this long (0.1% of a one-second handler). */
+#define SRV__POOL_STALL_NS 1000000ull
+/* The watcher checks every SRV__POOL_STALL_NS while jobs were left to the
+ * awake workers this recently, then sleeps until the next one is: under
+ * load it is not woken per job. */
+#define SRV__POOL_WATCH_NS 10000000ull
 
 int srv__pool_init(srv__pool *p)
 {
     p->head = p->tail = NULL;
+    p->moved_ns = p->deferred_ns = 0;
+    p->stalls = 0;
+    p->watching = p->watcher_asleep = false;
     p->waiting = 0;
     p->shutdown = false;
     p->workers = NULL;
@@ -40,6 +63,10 @@ int srv__pool_init(srv__pool *p)
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* idle timeouts ignore clock jumps */
     int rc = pthread_cond_init(&p->cv, &ca);
+    if (rc == 0 && pthread_cond_init(&p->watch_cv, &ca) != 0) {
+        pthread_cond_destroy(&p->cv);
+        rc = -1;
+    }
     pthread_condattr_destroy(&ca);
     if (rc != 0) {
         pthread_mutex_destroy(&p->mu);
@@ -113,6 +140,11 @@ static void *srv__pool_main(void *arg)
     srv__worker *w = arg;
     srv__pool *p = w->pool;
     pthread_mutex_lock(&p->mu);
+    if (w->woken) {
+        w->woken = false;
+        if (p->wakes > 0)
+            p->wakes--;
+    }
     for (;;) {
         if (p->head == NULL)
             srv__pool_spin(p);
@@ -145,6 +177,9 @@ static void *srv__pool_main(void *arg)
         if (p->head == NULL)
             p->tail = NULL;
         p->waiting--;
+        p->moved_ns = srv__pool_now_ns();
+        if (p->waiting == 0)
+            p->stalls = 0; /* the backlog is gone */
         atomic_store_explicit(&p->queued_now, p->waiting, memory_order_relaxed);
         atomic_fetch_add(&p->busy, 1);
         pthread_mutex_unlock(&p->mu);
@@ -158,8 +193,9 @@ static void *srv__pool_main(void *arg)
     }
 }
 
-/* Start one more worker (mutex held). Returns 0 or SRV_ETHREAD. */
-static int srv__pool_spawn(srv__pool *p)
+/* Start one more worker (mutex held), `woken` when it is counted in wakes
+ * for a queued job. Returns 0 or SRV_ETHREAD. */
+static int srv__pool_spawn(srv__pool *p, bool woken)
 {
     srv__worker *w = NULL;
     for (unsigned i = 0; i < p->max && w == NULL; i++)
@@ -179,6 +215,7 @@ static int srv__pool_spawn(srv__pool *p)
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, 1024 * 1024);
     w->pool = p;
+    w->woken = woken;
     int rc = srv__thread_create(&w->tid, &attr, srv__pool_main, w);
     pthread_attr_destroy(&attr);
     if (rc != 0)
@@ -187,6 +224,103 @@ static int srv__pool_spawn(srv__pool *p)
     p->alive++;
     atomic_store(&p->alive_now, p->alive);
     return 0;
+}
+
+/* Start a worker for a queued job (mutex held): awake until it runs. */
+static int srv__pool_spawn_woken(srv__pool *p)
+{
+    int rc = srv__pool_spawn(p, true);
+    if (rc == 0)
+        p->wakes++;
+    return rc;
+}
+
+/* Jobs are queued that the awake workers may not take soon (mutex held):
+ * wake an idle worker, or start one, for each job nobody was woken for, at
+ * most `n` of them. */
+static void srv__pool_grow(srv__pool *p, unsigned n)
+{
+    for (; n > 0 && p->waiting > p->wakes + p->spinning; n--) {
+        if (p->idle > p->wakes) {
+            p->wakes++;
+            pthread_cond_signal(&p->cv);
+        } else if (p->alive < p->max) {
+            if (srv__pool_spawn_woken(p) != 0) {
+                if (p->alive == 0)
+                    fprintf(stderr, "libsrv: cannot start a worker thread; requests wait\n");
+                return;
+            }
+        } else {
+            return; /* every worker is busy: the jobs wait their turn */
+        }
+    }
+}
+
+static uint64_t srv__pool_awake(const srv__pool *p)
+{
+    return (uint64_t)p->spinning + p->wakes + atomic_load(&p->busy);
+}
+
+/* A worker can be woken or started (mutex held). If not, every worker is
+ * busy and queued jobs wait for one to loop back: nothing to decide. */
+static bool srv__pool_can_grow(const srv__pool *p)
+{
+    return p->idle > p->wakes || p->alive < p->max;
+}
+
+/* How long the queue has stood still when it counts as stalled: the first
+ * time in a backlog, and again once workers were added for it. */
+static uint64_t srv__pool_stall_ns(const srv__pool *p)
+{
+    return p->stalls == 0 ? SRV__POOL_STALL_NS : SRV__POOL_STALL_NS / 10;
+}
+
+/* The queue stood still (mutex held). Workers woken that have not run yet
+ * mean no core is free: more would not run sooner. Else the busy ones are
+ * blocked (a sleeping handler) or were preempted: add as many as are busy,
+ * so a backlog of blocking jobs gets its workers in a few doublings, while
+ * a preempted light handler gets one more worker, not one per job. */
+static void srv__pool_stalled(srv__pool *p, uint64_t now)
+{
+    p->moved_ns = now; /* what is woken now gets its own period */
+    if (p->wakes != 0)
+        return;
+    unsigned busy = atomic_load(&p->busy);
+    p->stalls++;
+    srv__pool_grow(p, busy > 0 ? busy : 1);
+}
+
+/* Sleep until the next check is due (mutex held, CLOCK_MONOTONIC). */
+static void srv__pool_watch_wait(srv__pool *p, uint64_t at_ns)
+{
+    struct timespec ts = {.tv_sec = (time_t)(at_ns / 1000000000u),
+                          .tv_nsec = (long)(at_ns % 1000000000u)};
+    (void)pthread_cond_timedwait(&p->watch_cv, &p->mu, &ts);
+}
+
+/* The watcher: jobs left to the awake workers must not wait on blocked
+ * ones when no further submit comes to notice the stall. */
+static void *srv__pool_watch(void *arg)
+{
+    srv__pool *p = arg;
+    pthread_mutex_lock(&p->mu);
+    while (!p->shutdown) {
+        uint64_t now = srv__pool_now_ns();
+        bool backlog = p->waiting > 0 && srv__pool_can_grow(p);
+        if (backlog && now - p->moved_ns >= srv__pool_stall_ns(p))
+            srv__pool_stalled(p, now);
+        if (backlog) {
+            srv__pool_watch_wait(p, p->moved_ns + srv__pool_stall_ns(p));
+        } else if (now - p->deferred_ns < SRV__POOL_WATCH_NS) {
+            srv__pool_watch_wait(p, now + SRV__POOL_STALL_NS);
+        } else {
+            p->watcher_asleep = true;
+            pthread_cond_wait(&p->watch_cv, &p->mu);
+            p->watcher_asleep = false;
+        }
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
 }
 
 int srv__pool_start(srv__pool *p, const srv_config *cfg)
@@ -206,7 +340,17 @@ int srv__pool_start(srv__pool *p, const srv_config *cfg)
     p->workers = calloc(p->max, sizeof *p->workers);
     int rc = p->workers == NULL ? SRV_ENOMEM : 0;
     for (unsigned i = 0; rc == 0 && i < p->min; i++)
-        rc = srv__pool_spawn(p);
+        rc = srv__pool_spawn(p, false);
+    if (rc == 0) {
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setstacksize(&attr, 64 * 1024);
+        p->watcher_asleep = false;
+        p->deferred_ns = 0;
+        rc = srv__thread_create(&p->watcher, &attr, srv__pool_watch, p) == 0 ? 0 : SRV_ETHREAD;
+        p->watching = rc == 0;
+        pthread_attr_destroy(&attr);
+    }
     pthread_mutex_unlock(&p->mu);
     if (rc != 0)
         srv__pool_shutdown(p);
@@ -234,16 +378,27 @@ int srv__pool_submit(srv_server *srv, srv_job *job)
     p->tail = job;
     p->waiting++;
     atomic_store_explicit(&p->queued_now, p->waiting, memory_order_relaxed);
-    /* A spinning worker takes it; else wake an idle worker nobody has woken
-     * yet; none left: grow. A worker that is finishing a job takes this one
-     * without being signalled. */
-    if (p->spinning > 0 && p->waiting <= p->spinning) {
-        /* taken within microseconds */
+    uint64_t now = srv__pool_now_ns();
+    if (p->waiting == 1)
+        p->moved_ns = now; /* the queue starts here */
+    /* A spinning worker takes it within microseconds. Else, while the queue
+     * moves, leave it to the awake workers (the watcher checks later);
+     * nobody awake, or the queue stood still: wake or start workers. */
+    if ((p->spinning > 0 && p->waiting <= p->spinning) || !srv__pool_can_grow(p)) {
+        /* taken within microseconds, or when a busy worker loops back */
+    } else if (p->watching && srv__pool_awake(p) > 0 && now - p->moved_ns < srv__pool_stall_ns(p)) {
+        p->deferred_ns = now;
+        if (p->watcher_asleep) {
+            p->watcher_asleep = false;
+            pthread_cond_signal(&p->watch_cv);
+        }
+    } else if (srv__pool_awake(p) > 0) {
+        srv__pool_stalled(p, now);
     } else if (p->idle > p->wakes) {
-        p->wakes++;
+        p->wakes++; /* one: it takes the jobs behind this one too */
         pthread_cond_signal(&p->cv);
-    } else if (p->alive < p->max && p->waiting > p->wakes) {
-        if (srv__pool_spawn(p) != 0 && p->alive == 0)
+    } else if (p->alive < p->max) {
+        if (srv__pool_spawn_woken(p) != 0 && p->alive == 0)
             fprintf(stderr, "libsrv: cannot start a worker thread; requests wait\n");
     }
     pthread_mutex_unlock(&p->mu);
@@ -259,12 +414,17 @@ void srv__pool_shutdown(srv__pool *p)
 {
     pthread_mutex_lock(&p->mu);
     p->shutdown = true;
+    bool watching = p->watching;
+    p->watching = false;
+    pthread_cond_signal(&p->watch_cv);
     /* Queued jobs always run: with no worker left (a minimum of 0 and all
      * retired), start one to drain them. */
     if (p->head != NULL && p->alive == 0 && p->workers != NULL)
-        (void)srv__pool_spawn(p);
+        (void)srv__pool_spawn(p, false);
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
+    if (watching)
+        pthread_join(p->watcher, NULL);
     for (unsigned i = 0; p->workers != NULL && i < p->max; i++) {
         /* No spawn after shutdown: the slots only move to EXITED now. */
         pthread_mutex_lock(&p->mu);
@@ -281,6 +441,7 @@ void srv__pool_shutdown(srv__pool *p)
 
 void srv__pool_destroy(srv__pool *p)
 {
+    pthread_cond_destroy(&p->watch_cv);
     pthread_cond_destroy(&p->cv);
     pthread_mutex_destroy(&p->mu);
 }

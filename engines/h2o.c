@@ -6,6 +6,9 @@
  */
 #include "h2o_internal.h"
 
+/* Initial capacity of a connection's socket read buffer (eh2o_thread_main). */
+#define EH2O_SOCKET_BUFFER 4096
+
 static void eh2o_wake(eh2o_thread *t)
 {
     /* A NULL message only writes the queue's pipe, so h2o_evloop_run returns. */
@@ -772,6 +775,10 @@ static void *eh2o_thread_main(void *arg)
         close(t->spare[i]);
         t->spare[i] = -1;
     }
+    /* Each connection's read buffer starts at this capacity (h2o's default is 8 KiB): one
+     * page holds a usual head, and a request waiting for its answer keeps its buffer. It
+     * grows by doubling for more. Per thread, like the prototype, before any socket. */
+    h2o_socket_buffer_prototype._initial_buf.capacity = EH2O_SOCKET_BUFFER;
     t->loop = h2o_evloop_create();
     h2o_context_init(&t->ctx, t->loop, &s->globalconf);
     h2o_multithread_register_receiver(t->ctx.queue, &t->receiver, eh2o_on_messages);

@@ -300,16 +300,18 @@ static int eh2o_h1_bad_version(const char *p, size_t n)
 }
 
 /*
- * A complete head (c->h1.head[0..len)): the core's rules, then its body framing. Returns 0 or
- * the status to answer (*sreq_out is then the request to answer with, or NULL).
+ * A complete head, head[0..len) (in the socket's input, or the copy of a head that came in
+ * pieces): the core's rules, then its body framing. Returns 0 or the status to answer
+ * (*sreq_out is then the request to answer with, or NULL).
  */
-static int eh2o_h1_head_done(eh2o_conn *c, size_t len, size_t buf_at, srv_request **sreq_out)
+static int eh2o_h1_head_done(eh2o_conn *c, const char *head, size_t len, size_t buf_at,
+                             srv_request **sreq_out)
 {
     eh2o_thread *t = c->thread;
     eh2o_head parsed, *h = &parsed;
     h->nheaders = EH2O_MAX_HEADERS;
     *sreq_out = NULL;
-    if (phr_parse_request(c->h1.head, len, &h->method, &h->method_len, &h->target,
+    if (phr_parse_request(head, len, &h->method, &h->method_len, &h->target,
                           &h->target_len, &h->minor, h->headers, &h->nheaders, 0) != (int)len)
         h->method = NULL;
     struct sockaddr_storage peer;
@@ -322,7 +324,7 @@ static int eh2o_h1_head_done(eh2o_conn *c, size_t len, size_t buf_at, srv_reques
     if (h->method == NULL) {
         /* Refused by picohttpparser: the request line, when it has the usual three parts,
          * still names the request in the access log (the helpers refuse what is not valid). */
-        const char *p = c->h1.head, *end = c->h1.head + len;
+        const char *p = head, *end = head + len;
         while (p < end && (*p == '\r' || *p == '\n'))
             p++;
         const char *eol = memchr(p, '\n', (size_t)(end - p));
@@ -332,10 +334,10 @@ static int eh2o_h1_head_done(eh2o_conn *c, size_t len, size_t buf_at, srv_reques
             srv__request_set_target(sreq, sp1 + 1, (size_t)(sp2 - sp1 - 1));
         size_t lines = 0;
         for (size_t k = 0; k < len; k++)
-            lines += c->h1.head[k] == '\n';
+            lines += head[k] == '\n';
         if (lines > EH2O_MAX_HEADERS + 2) /* request line + headers + the empty line */
             return 431; /* too many header fields: picohttpparser takes 100 */
-        return eh2o_h1_bad_version(c->h1.head, len) ? 505 : 400;
+        return eh2o_h1_bad_version(head, len) ? 505 : 400;
     }
     c->h1.seq++;
     int st = eh2o_fill_raw(sreq, h);
@@ -366,9 +368,9 @@ static int eh2o_h1_head_done(eh2o_conn *c, size_t len, size_t buf_at, srv_reques
             /* RFC 9110 7.8: no Upgrade on HTTP/1.0 (h2o would answer 101); 10.1.1: no 100
              * Continue to HTTP/1.0 (h2o would send one). Hide the header from h2o by changing
              * one byte in its input; on_req puts it back before the core reads the head. */
-            size_t off = (size_t)(x->name - c->h1.head);
+            size_t off = (size_t)(x->name - head);
             char *raw = c->sock->input->bytes + buf_at;
-            if (buf_at + len <= c->sock->input->size && memcmp(raw, c->h1.head, len) == 0) {
+            if (buf_at + len <= c->sock->input->size && memcmp(raw, head, len) == 0) {
                 c->h1.mask_at[nmask] = off;
                 c->h1.mask_seq = c->h1.seq;
                 c->h1.mask_ch[nmask] = raw[off];
@@ -452,25 +454,28 @@ static int eh2o_h1_scan(eh2o_conn *c, char *p, size_t *np, size_t *bad_at,
             }
             if (c->h1.head_len == 0)
                 c->h1.empty_lines = 0;
-            if (c->h1.head == NULL && (c->h1.head = malloc(head_max)) == NULL)
-                EH2O_BAD(500);
             size_t old = c->h1.head_len, take = n - i;
             if (take > head_max - old)
                 take = head_max - old;
-            memcpy(c->h1.head + old, p + i, take);
-            c->h1.head_len += take;
-            size_t cut = c->h1.head_len;
+            /* A head that starts in this read is scanned where it lies in the input; only
+             * one that arrives in pieces is copied (c->h1.head), so a connection keeps no
+             * head buffer of its own while its request waits. */
+            const char *hb = p + i;
+            if (old != 0) {
+                memcpy(c->h1.head + old, p + i, take);
+                hb = c->h1.head;
+            }
+            size_t cut = old + take;
             /* The head ends at the first empty line (picohttpparser skips leading CRLFs). */
             size_t s = 0;
-            while (s < cut && (c->h1.head[s] == '\r' || c->h1.head[s] == '\n'))
+            while (s < cut && (hb[s] == '\r' || hb[s] == '\n'))
                 s++;
             size_t end = 0;
             for (size_t k = s > 0 ? s : 1; k < cut && end == 0; k++)
-                if (c->h1.head[k] == '\n' &&
-                    (c->h1.head[k - 1] == '\n' ||
-                     (k >= 2 && c->h1.head[k - 1] == '\r' && c->h1.head[k - 2] == '\n')))
+                if (hb[k] == '\n' &&
+                    (hb[k - 1] == '\n' || (k >= 2 && hb[k - 1] == '\r' && hb[k - 2] == '\n')))
                     end = k + 1;
-            if (cut >= 14 && memcmp(c->h1.head + s, "PRI * HTTP/2.0", 14) == 0) {
+            if (cut >= 14 && memcmp(hb + s, "PRI * HTTP/2.0", 14) == 0) {
                 c->h1.phase = EH2O_H1_DEAD; /* prior knowledge: h2o switches to HTTP/2 */
                 c->h1.off = 1;
                 return 0;
@@ -480,6 +485,12 @@ static int eh2o_h1_scan(eh2o_conn *c, char *p, size_t *np, size_t *bad_at,
                     c->h1.head_len = 0;
                     EH2O_BAD(431);
                 }
+                if (old == 0) { /* the rest comes in a later read: keep what is here */
+                    if (c->h1.head == NULL && (c->h1.head = malloc(head_max)) == NULL)
+                        EH2O_BAD(500);
+                    memcpy(c->h1.head, p + i, take);
+                }
+                c->h1.head_len = cut;
                 i += take;
                 break;
             }
@@ -487,7 +498,11 @@ static int eh2o_h1_scan(eh2o_conn *c, char *p, size_t *np, size_t *bad_at,
             c->h1.head_len = end;
             size_t buf_at = c->sock->input->size - n + i - end;
             srv_request *sreq;
-            int st = eh2o_h1_head_done(c, end, buf_at, &sreq);
+            int st = eh2o_h1_head_done(c, hb, end, buf_at, &sreq);
+            if (hb == c->h1.head) { /* the pieced head is parsed: let its copy go */
+                free(c->h1.head);
+                c->h1.head = NULL;
+            }
             if (st != 0) {
                 c->h1.req = sreq;
                 EH2O_BAD(st);

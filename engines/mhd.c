@@ -63,6 +63,7 @@ typedef struct emhd_linger {
  * timeout is an idle timeout, reset by every byte (slowloris), and MHD
  * keeps idle kept-alive connections open until it stops. */
 typedef struct emhd_conn emhd_conn;
+typedef struct emhd_worker emhd_worker;
 struct emhd_conn {
     emhd_conn *prev, *next;
     int fd;
@@ -72,7 +73,13 @@ struct emhd_conn {
     bool reused;             /* MHD thread only: a request completed on it */
     struct emhd_req *req; /* MHD thread only: the request MHD has not completed */
     bool expect_close;       /* MHD thread only: the last request ends it */
-    unsigned long long sent; /* MHD thread only: emhd_sent when it went idle */
+    /* MHD thread only: emhd_sent since it went idle, taken when needed
+     * (emhd_sample_idle); until then (sampled false) MHD wrote nothing. */
+    bool sampled;
+    unsigned long long sent;
+    emhd_worker *worker;           /* the MHD thread that owns it (NULL: unknown) */
+    emhd_conn *u_prev, *u_next;    /* in worker->unsampled */
+    bool u_listed;
     /* Bytes received when its last request was complete (emhd_handed):
      * quiesce tells a next request begun (part of its request line in MHD's
      * buffer, which MHD reports only once the line is whole) from an idle
@@ -86,6 +93,23 @@ struct emhd_conn {
      * MHD thread sets it when SEND begins, then the watchdog). */
     _Atomic unsigned long long acked;
     atomic_bool stalled;     /* ended while writing: reset, no linger */
+};
+
+/*
+ * One per MHD polling thread. emhd_closing must know whether MHD wrote
+ * anything on an idle connection (its own answer to a bad request line)
+ * before closing it. Asking the socket (emhd_sent: two syscalls) after
+ * every response cost an eighth of a light request's CPU, so it is asked
+ * only when it can matter: MHD writes on an idle connection only through
+ * its error answer, which it logs first on the connection's own thread
+ * (transmit_error_response_len). Any MHD message therefore samples the
+ * idle, not yet sampled connections of the thread that logs it
+ * (emhd_sample_idle); a connection closed unsampled had nothing written
+ * since it went idle. Without MHD's messages, every completion samples.
+ */
+struct emhd_worker {
+    pthread_t tid;
+    emhd_conn *unsampled; /* owner thread only: idle, sent not taken */
 };
 
 typedef struct emhd_server {
@@ -117,6 +141,11 @@ typedef struct emhd_server {
      * (ec->gone), and when it last looked (lock). */
     unsigned hung_up;
     long long hung_up_at;
+    /* The MHD threads seen so far: slots filled under lock, then
+     * published by nworkers (read without the lock by emhd_log). */
+    emhd_worker *workers;
+    unsigned max_workers;
+    atomic_uint nworkers;
 } emhd_server;
 
 /* The hand-over of one request's response. A request is dispatched without
@@ -358,6 +387,98 @@ static void emhd_watchdog_join(emhd_server *es)
     pthread_mutex_unlock(&es->lock);
 }
 
+/* Bytes the application side has written to a TCP socket so far: acked
+ * plus still queued. ULLONG_MAX when unknown. */
+static unsigned long long emhd_sent(int fd)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    int queued = 0;
+    if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+        len < offsetof(struct tcp_info, tcpi_bytes_acked) + sizeof ti.tcpi_bytes_acked ||
+        ioctl(fd, SIOCOUTQ, &queued) != 0)
+        return ULLONG_MAX;
+    return (unsigned long long)ti.tcpi_bytes_acked + (unsigned long long)queued;
+}
+
+/* The calling thread's emhd_worker, NULL if it is none of MHD's (or MHD
+ * has more threads than slots). With `add`, claim a slot for it. */
+static emhd_worker *emhd_worker_self(emhd_server *es, bool add)
+{
+    pthread_t self = pthread_self();
+    unsigned n = atomic_load_explicit(&es->nworkers, memory_order_acquire);
+    for (unsigned i = 0; i < n; i++)
+        if (pthread_equal(es->workers[i].tid, self))
+            return &es->workers[i];
+    if (!add)
+        return NULL;
+    pthread_mutex_lock(&es->lock);
+    n = atomic_load_explicit(&es->nworkers, memory_order_relaxed);
+    emhd_worker *w = NULL;
+    for (unsigned i = 0; i < n && w == NULL; i++) /* only this thread adds itself */
+        if (pthread_equal(es->workers[i].tid, self))
+            w = &es->workers[i];
+    if (w == NULL && n < es->max_workers) {
+        w = &es->workers[n];
+        w->tid = self;
+        w->unsampled = NULL;
+        atomic_store_explicit(&es->nworkers, n + 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&es->lock);
+    return w;
+}
+
+static void emhd_unsampled_remove(emhd_conn *ec)
+{
+    if (!ec->u_listed)
+        return;
+    if (ec->u_prev != NULL)
+        ec->u_prev->u_next = ec->u_next;
+    else
+        ec->worker->unsampled = ec->u_next;
+    if (ec->u_next != NULL)
+        ec->u_next->u_prev = ec->u_prev;
+    ec->u_prev = ec->u_next = NULL;
+    ec->u_listed = false;
+}
+
+/* The connection goes idle (accepted, or its request completed with the
+ * whole answer written): emhd_closing's "nothing written since" starts
+ * here. Sampled later, or now when no MHD message would announce a write. */
+static void emhd_went_idle(emhd_conn *ec)
+{
+    ec->sampled = false;
+    if (ec->worker == NULL) {
+        ec->sent = emhd_sent(ec->fd);
+        ec->sampled = true;
+        return;
+    }
+    if (ec->u_listed)
+        return;
+    ec->u_prev = NULL;
+    ec->u_next = ec->worker->unsampled;
+    if (ec->u_next != NULL)
+        ec->u_next->u_prev = ec;
+    ec->worker->unsampled = ec;
+    ec->u_listed = true;
+}
+
+/* MHD logs a message on this thread, perhaps before writing its own
+ * answer on one of the thread's idle connections: take their write
+ * counts now, before that answer (emhd_worker). */
+static void emhd_sample_idle(emhd_server *es)
+{
+    emhd_worker *w = emhd_worker_self(es, false);
+    if (w == NULL)
+        return;
+    while (w->unsampled != NULL) {
+        emhd_conn *ec = w->unsampled;
+        emhd_unsampled_remove(ec);
+        ec->sent = emhd_sent(ec->fd);
+        ec->sampled = true;
+    }
+}
+
 /* ------------------------------------------------------------------ */
 /* MHD callbacks (the MHD thread that owns the connection)             */
 /* ------------------------------------------------------------------ */
@@ -383,6 +504,7 @@ static void emhd_log(void *cls, const char *fmt, va_list ap)
 {
     static atomic_llong last_ms;
     emhd_server *es = cls;
+    emhd_sample_idle(es);
     bool print = es->log_all;
     if (!print && atomic_load(&es->running) && emhd_log_is_trouble(fmt)) {
         long long now = emhd_now_ms(), last = atomic_load(&last_ms);
@@ -403,20 +525,6 @@ static void emhd_log(void *cls, const char *fmt, va_list ap)
             es->start_msg[--n] = '\0';
         pthread_mutex_unlock(&es->lock);
     }
-}
-
-/* Bytes the application side has written to a TCP socket so far: acked
- * plus still queued. ULLONG_MAX when unknown. */
-static unsigned long long emhd_sent(int fd)
-{
-    struct tcp_info ti;
-    socklen_t len = sizeof ti;
-    int queued = 0;
-    if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
-        len < offsetof(struct tcp_info, tcpi_bytes_acked) + sizeof ti.tcpi_bytes_acked ||
-        ioctl(fd, SIOCOUTQ, &queued) != 0)
-        return ULLONG_MAX;
-    return (unsigned long long)ti.tcpi_bytes_acked + (unsigned long long)queued;
 }
 
 /* The bytes received on the connection (TCP_INFO), or ULLONG_MAX. */
@@ -524,7 +632,7 @@ static void emhd_closing(emhd_server *es, struct MHD_Connection *conn, emhd_conn
      * hook before its request callbacks, and no status once closing). */
     long long d = atomic_load(&ec->deadline);
     if (!ec->expect_close && !stopping && !peer_gone && atomic_load(&ec->phase) == EMHD_IDLE &&
-        d != 0 && emhd_now_ms() < d && emhd_sent(ec->fd) == ec->sent)
+        d != 0 && emhd_now_ms() < d && (!ec->sampled || emhd_sent(ec->fd) == ec->sent))
         emhd_answer_raw(es, conn, ec->fd, 400, NULL, 0);
     if (peer_gone || stopping)
         return; /* nothing to wait for, or MHD_stop_daemon closes it all */
@@ -567,6 +675,8 @@ static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void 
                 wait = 1000;
             emhd_phase(ec, EMHD_IDLE, emhd_now_ms() + wait);
             pthread_mutex_unlock(&es->lock);
+            ec->worker = es->workers != NULL ? emhd_worker_self(es, true) : NULL;
+            emhd_went_idle(ec);
         }
         *socket_context = ec;
         srv__stats_connection_opened(es->srv);
@@ -579,6 +689,7 @@ static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void 
         if (atomic_exchange(&ec->pre_arriving, false))
             srv__request_arriving(es->srv, -1);
         emhd_closing(es, conn, ec);
+        emhd_unsampled_remove(ec);
         /* Under the lock, before MHD closes the fd: quiesce never shuts
          * down a reused descriptor. */
         pthread_mutex_lock(&es->lock);
@@ -630,6 +741,7 @@ static void *emhd_uri_log(void *cls, const char *uri, struct MHD_Connection *con
         long long d = er->ec->reused ? emhd_now_ms() + es->header_ms
                                      : atomic_load(&er->ec->deadline);
         emhd_phase(er->ec, EMHD_HEAD, d);
+        emhd_unsampled_remove(er->ec); /* no longer idle */
     }
     return er;
 }
@@ -674,7 +786,7 @@ static void emhd_notify_completed(void *cls, struct MHD_Connection *conn, void *
         er->ec->expect_close = !(toe == MHD_REQUEST_TERMINATED_COMPLETED_OK &&
                                  er->phase == EMHD_REQ_ANSWERED &&
                                  ready && er->req != NULL && srv__response_keep_alive(er->req));
-        er->ec->sent = emhd_sent(er->ec->fd); /* MHD wrote the whole answer */
+        emhd_went_idle(er->ec); /* MHD wrote the whole answer */
         emhd_phase(er->ec, EMHD_IDLE, emhd_now_ms() + es->keepalive_ms);
     }
     if (atomic_load(&er->hand) == EMHD_HAND_SUSPENDED) {
@@ -1070,6 +1182,12 @@ static int emhd_start(srv_server *srv, void **state)
     es->lfd = lfd;
 
     unsigned threads = cfg->io_threads > 0 ? cfg->io_threads : 1;
+    /* Without MHD's messages its own answers cannot be announced
+     * (emhd_worker): then every completion samples its connection. */
+    if (MHD_is_feature_supported(MHD_FEATURE_MESSAGES) == MHD_YES) {
+        es->workers = calloc(threads, sizeof *es->workers);
+        es->max_workers = es->workers != NULL ? threads : 0;
+    }
     /* MHD's default limit is FD_SETSIZE-4 even with epoll. Leave headroom
      * above max_connections so the extra clients get a quick 503 instead of
      * waiting in the backlog (MHD stops accepting at its limit), and so the
@@ -1145,6 +1263,7 @@ fail_listen:
 fail_sync:
     pthread_cond_destroy(&es->wd_cond);
     pthread_mutex_destroy(&es->lock);
+    free(es->workers);
     free(es);
     return rc;
 }
@@ -1286,6 +1405,7 @@ static void emhd_destroy(void *state)
     }
     pthread_cond_destroy(&es->wd_cond);
     pthread_mutex_destroy(&es->lock);
+    free(es->workers);
     free(es);
 }
 

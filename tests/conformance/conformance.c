@@ -1238,6 +1238,14 @@ int main(int argc, char **argv)
              g_engine_name, run);
     failed += cmocka_run_group_tests_name(name, line_stop, group_h1, NULL);
 
+    const struct CMUnitTest ka_bad_line[] = {
+        cmocka_unit_test_setup_teardown(test_ka_bad_request_line_after_request, setup_default,
+                                        fx_teardown),
+    };
+    snprintf(name, sizeof name, "conformance %s%s: bad request line on a kept-alive connection",
+             g_engine_name, run);
+    failed += cmocka_run_group_tests_name(name, ka_bad_line, group_h1, NULL);
+
     if (engine_caps() & SRV_CAP_HTTP2) {
         snprintf(name, sizeof name, "conformance %s%s: HTTP/2 prior knowledge "
                  "(libcurl)", g_engine_name, run);

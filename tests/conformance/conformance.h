@@ -294,6 +294,7 @@ void test_hr_stop_partial_head_overruns(void **state);
 void test_hr_over_limit_answer(void **state);
 void test_hr_empty_lines(void **state);
 void test_hr_stop_partial_body_overruns(void **state);
+void test_ka_bad_request_line_after_request(void **state);
 
 /* ------------------------------------------------------------------ */
 /* Cases: conformance_stop.c                                          */

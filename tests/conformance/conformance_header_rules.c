@@ -482,3 +482,38 @@ void test_hr_stop_partial_body_overruns(void **state)
     stop_partial_overruns(*state, "stop while a body arrives, never completed",
                           "POST /echo HTTP/1.1\r\n" HOST "Content-Length: 10\r\n\r\nabc");
 }
+
+/* A bad request line after a served request on the same connection, sent
+ * later or pipelined behind it: the same single answer as on a fresh
+ * connection, then the close, nothing more (mhd: a line MHD drops gets the
+ * core's 400, a version MHD refuses gets only MHD's 505; emhd_worker). */
+void test_ka_bad_request_line_after_request(void **state)
+{
+    fx *f = *state;
+    static const struct {
+        const char *what, *line;
+        int status;
+    } cases[] = {
+        {"a request line without a space", "HELLO\r\n\r\n", 400},
+        {"HTTP/9.9", "GET /hello HTTP/9.9\r\n" HOST "\r\n", 505},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        for (int pipelined = 0; pipelined < 2; pipelined++) {
+            char what[160];
+            snprintf(what, sizeof what, "%s after a kept-alive request%s", cases[i].what,
+                     pipelined ? ", pipelined" : "");
+            rc_conn *c = conn_open(f, what);
+            char req[256];
+            snprintf(req, sizeof req, "GET /hello HTTP/1.1\r\n" HOST "\r\n%s",
+                     pipelined ? cases[i].line : "");
+            conn_send_str(c, what, req);
+            conn_expect(c, what, 0, 200, "hello", NULL);
+            if (!pipelined)
+                conn_send_str(c, what, cases[i].line);
+            conn_expect(c, what, 0, cases[i].status, NULL, NULL);
+            conn_expect_closed(c, what, 3000);
+            rc_close(c);
+        }
+    }
+    still_serving(f, "bad request lines after kept-alive requests");
+}

@@ -393,6 +393,38 @@ static void test_pool_queue_is_bounded(void **state)
     fake_finish(f);
 }
 
+/* A job left to the busy workers (the pool wakes nobody while the queue
+ * moves) still gets its own worker when they turn out to be blocked and
+ * nothing else is submitted: the pool's watcher notices the stall. */
+static void test_pool_job_behind_blocked_worker(void **state)
+{
+    fake *f = *state;
+    srv_config cfg;
+    fake_config(&cfg);
+    cfg.worker_threads = 4;
+    cfg.worker_threads_min = 1;
+    srv_server *srv = fake_server(f, &cfg);
+    assert_int_equal(srv_route(srv, "GET", "/b", fake_handler, NULL), 0);
+    fake_start(f, NULL);
+
+    fake_req *first = fake_req_new(f, "GET", "/b");
+    first->action = FAKE_BLOCK;
+    assert_int_equal(fake_send(first), 0);
+    assert_int_equal(fake_wait_handler_started(first, FAKE_WAIT_MS), 0);
+    fake_req *second = fake_req_new(f, "GET", "/b");
+    second->action = FAKE_BLOCK;
+    assert_int_equal(fake_send(second), 0);
+    /* A few milliseconds nominally; generous for a loaded machine. */
+    assert_int_equal(fake_wait_handler_started(second, 1000), 0);
+    srv_stats st;
+    srv_server_stats(srv, &st);
+    assert_int_equal(st.workers_busy, 2);
+    fake_open_gate(f);
+    assert_int_equal(fake_wait(first, FAKE_WAIT_MS), 200);
+    assert_int_equal(fake_wait(second, FAKE_WAIT_MS), 200);
+    fake_finish(f);
+}
+
 /* ---- the core's own answers ------------------------------------------------- */
 
 static void test_core_answer_drops_application_headers(void **state)
@@ -467,6 +499,7 @@ int main(void)
         T(test_stats_into_older_struct),
         T(test_pool_grows_and_shrinks),
         T(test_pool_queue_is_bounded),
+        T(test_pool_job_behind_blocked_worker),
         T(test_core_answer_drops_application_headers),
         T(test_engine_fault_injection),
 #undef T
