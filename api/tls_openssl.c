@@ -88,6 +88,14 @@ static int srv__tls_alpn_h1(SSL *ssl, const unsigned char **out, unsigned char *
     return srv__tls_alpn(prefs, sizeof prefs - 1, out, outlen, in, inlen);
 }
 
+/* The key loaded, but it is not the certificate's (OpenSSL checks when it
+ * installs a key after the certificate). */
+static int srv__tls_mismatch(void)
+{
+    unsigned long e = ERR_peek_last_error();
+    return ERR_GET_LIB(e) == ERR_LIB_X509 && ERR_GET_REASON(e) == X509_R_KEY_VALUES_MISMATCH;
+}
+
 /* A file we cannot open gets the system's reason, not OpenSSL's. */
 static int srv__tls_readable(srv_server *srv, const char *what, const char *path)
 {
@@ -188,17 +196,22 @@ int srv__tls_backend_build(srv_server *srv, void **out)
         if (!srv__tls_readable(srv, "key file", c->tls_key_file))
             goto fail;
         if (SSL_CTX_use_PrivateKey_file(ctx, c->tls_key_file, SSL_FILETYPE_PEM) != 1) {
+            if (srv__tls_mismatch())
+                goto mismatch;
             srv__server_set_error(srv, "TLS key file \"%s\": %s (an unencrypted PEM private "
                                   "key is expected)", c->tls_key_file,
                                   srv__tls_why(why, sizeof why));
             goto fail;
         }
     } else if (!srv__tls_key_pem(ctx, c->tls_key_pem)) {
+        if (srv__tls_mismatch())
+            goto mismatch;
         srv__server_set_error(srv, "TLS tls_key_pem: %s (an unencrypted PEM private key is "
                               "expected)", srv__tls_why(why, sizeof why));
         goto fail;
     }
     if (SSL_CTX_check_private_key(ctx) != 1) {
+    mismatch:
         srv__server_set_error(srv, "TLS key %s%s%s does not match the certificate %s%s%s: %s",
                               c->tls_key_file ? "file \"" : "(tls_key_pem)",
                               c->tls_key_file ? c->tls_key_file : "",
