@@ -4289,6 +4289,7 @@ static void test_tls_old_versions(void **state)
     const long versions[] = {CURL_SSLVERSION_TLSv1_0 | CURL_SSLVERSION_MAX_TLSv1_0,
                              CURL_SSLVERSION_TLSv1_1 | CURL_SSLVERSION_MAX_TLSv1_1};
     for (size_t i = 0; i < 2; i++) {
+        srv_stats before = stats(f);
         CURL *h = easy_new(f);
         CHECK(h != NULL, "curl_easy_init");
         curl_easy_setopt(h, CURLOPT_SSLVERSION, versions[i]);
@@ -4297,9 +4298,15 @@ static void test_tls_old_versions(void **state)
         http_perform(f, h, &(http_req){.path = "/hello"}, &r);
         curl_easy_cleanup(h);
         CHECK(r.rc != CURLE_OK, "[TLS 1.%zu client] was served", i);
-        CHECK(strstr(r.err, "protocol version") != NULL,
-              "[TLS 1.%zu client] failed, but not by the server's protocol_version alert: %s "
-              "(%s)", i, curl_easy_strerror(r.rc), r.err);
+        /* threadpool sends the protocol_version alert; h2o 2.2.5 closes
+         * without flushing it. Either way the server did it: the client
+         * reached the handshake (it did not refuse its own settings). */
+        CHECK(strstr(r.err, "protocol version") != NULL || strstr(r.err, "SSL_ERROR_SYSCALL") ||
+                  strstr(r.err, "unexpected eof"),
+              "[TLS 1.%zu client] failed, but not by the server's refusal (an alert or a "
+              "close in the handshake): %s (%s)", i, curl_easy_strerror(r.rc), r.err);
+        CHECK(stats(f).connections_total == before.connections_total + 1,
+              "[TLS 1.%zu client] never reached the server", i);
         http_res_free(&r);
     }
     tls_still_serving(f, "after TLS 1.0/1.1 clients");
