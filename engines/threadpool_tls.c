@@ -146,8 +146,10 @@ ssize_t etp_tls_recv(etp_conn *c, void *buf, size_t len)
     }
     ERR_clear_error();
     int n = SSL_read(c->ssl, buf, len > INT32_MAX ? INT32_MAX : (int)len);
-    if (n > 0)
+    if (n > 0) {
+        c->tls_want_write = 0; /* whatever it waited for came */
         return n;
+    }
     if (etp_tls_wait(c->ssl, n, &c->tls_want_write, &c->tls_failed) == 0) {
         errno = EAGAIN;
         return -1;
@@ -164,8 +166,10 @@ int etp_tls_send_some(SSL *ssl, int *want_write, const void *a, size_t alen, con
     char one[4096];
     for (;;) {
         size_t s = *sent;
-        if (s >= alen + blen)
+        if (s >= alen + blen) {
+            *want_write = 0; /* all out: the SSL waits for nothing now */
             return 1;
+        }
         const char *p;
         size_t n;
         if (s < alen && blen > 0 && alen - s + blen <= sizeof one) {
