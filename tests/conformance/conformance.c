@@ -4124,14 +4124,19 @@ static void test_hr_stop_partial_body_overruns(void **state)
 /* TLS (`conformance ENGINE tls`)                                      */
 /* ------------------------------------------------------------------ */
 
+static void tls_remove_certs(void);
+
 /* Certificates for the run, made with the openssl CLI in a fresh directory
  * (no key is ever committed): two self-signed P-256 certificates for
  * localhost, 127.0.0.1 and ::1, each its own CA for the client. */
 static int tls_make_certs(void)
 {
     snprintf(g_tls_dir, sizeof g_tls_dir, "/tmp/srv-conformance-tls-XXXXXX");
-    if (!mkdtemp(g_tls_dir))
+    if (!mkdtemp(g_tls_dir)) {
+        g_tls_dir[0] = '\0';
         return -1;
+    }
+    atexit(tls_remove_certs); /* also when a failed check ends the run early */
     snprintf(g_tls_cert, sizeof g_tls_cert, "%s/cert.pem", g_tls_dir);
     snprintf(g_tls_key, sizeof g_tls_key, "%s/key.pem", g_tls_dir);
     snprintf(g_tls_cert2, sizeof g_tls_cert2, "%s/cert2.pem", g_tls_dir);
@@ -4158,9 +4163,19 @@ static void tls_remove_certs(void)
     if (!g_tls_dir[0])
         return;
     const char *files[] = {g_tls_cert, g_tls_key, g_tls_cert2, g_tls_key2};
-    for (size_t i = 0; i < 4; i++)
+    char extra[200];
+    for (size_t i = 0; i < 4; i++) {
         unlink(files[i]);
+        snprintf(extra, sizeof extra, "%s.orig", files[i]); /* a reload case cut short */
+        unlink(extra);
+    }
+    const char *hup[] = {"hup-cert.pem", "hup-key.pem"};
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(extra, sizeof extra, "%s/%s", g_tls_dir, hup[i]);
+        unlink(extra);
+    }
     rmdir(g_tls_dir);
+    g_tls_dir[0] = '\0';
 }
 
 /* One GET over HTTPS with `ca` as the client's CA; fills *r. */
