@@ -14,7 +14,9 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -39,7 +41,7 @@ enum {
 
 struct srv_engine {
     /* SRV_ENGINE_VERSION the table was written for; checked once by
-     * srv_server_start (api/engine_slots.c), before any slot is called. */
+     * srv_server_start (core/engine_slots.c), before any slot is called. */
     int version;
     /* Static, unique, lower case: "threadpool", "mhd", "h2o". */
     const char *name;
@@ -148,7 +150,7 @@ int srv__thread_create(pthread_t *tid, const pthread_attr_t *attr, void *(*fn)(v
                        void *arg);
 
 /* ------------------------------------------------------------------ */
-/* TLS (api/tls_openssl.c)                                             */
+/* TLS (core/tls.c)                                                    */
 /* ------------------------------------------------------------------ */
 
 struct ssl_ctx_st; /* OpenSSL's SSL_CTX; this header includes no OpenSSL */
@@ -200,9 +202,9 @@ unsigned srv__pool_waiting(const srv_server *srv);
 /* ------------------------------------------------------------------ */
 
 /*
- * The helpers below that validate return 0, a positive HTTP status the
- * engine must answer with srv__request_fail (the connection then closes),
- * or SRV_ENOMEM.
+ * The helpers below that validate return 0 or an HTTP status the engine
+ * answers with srv__request_fail (the connection then closes): 4xx/5xx for
+ * the input, 500 when out of memory. Never a negative SRV_E... code.
  */
 
 /* A new empty request holding one reference, the engine's. NULL when out
@@ -234,8 +236,8 @@ int srv__request_add_header(srv_request *req, const char *name, size_t name_len,
                             const char *value, size_t value_len);
 
 /*
- * srv__request_headers_done: the head is complete. Applies the rules of
- * DESIGN.md that need the whole head: 505 for a version other than 1.0,
+ * srv__request_headers_done: the head is complete. Applies the core's
+ * rules that need the whole head (docs/ENGINES.md, "Header rules"): 505 for a version other than 1.0,
  * 1.1 (or 2.0 when set by an HTTP/2 engine); 400 for Content-Length together
  * with Transfer-Encoding, or a bad or repeated-and-different Content-Length;
  * 501 for a transfer coding other than "chunked"; 413 when Content-Length
@@ -367,6 +369,40 @@ const char *srv__status_reason(int status);
  * 29 characters plus NUL. */
 #define SRV__HTTP_DATE_SIZE 30
 void srv__http_date(char out[SRV__HTTP_DATE_SIZE]);
+
+/* ------------------------------------------------------------------ */
+/* Engine toolkit: clocks, deadlines, admission, the canned refusal    */
+/* ------------------------------------------------------------------ */
+
+/* Monotonic clock (CLOCK_MONOTONIC) in milliseconds: every deadline of
+ * the core and the engines is counted in it. */
+uint64_t srv__now_ms(void);
+
+/* Milliseconds from now_ms until deadline_ms, 0 once it passed, clamped to
+ * INT_MAX: a timeout for poll, epoll_wait or a timer. */
+int srv__ms_left(uint64_t deadline_ms, uint64_t now_ms);
+
+/* *ts = the time `ms` from now on `clock` (CLOCK_MONOTONIC for a condition
+ * variable created with that clock, CLOCK_REALTIME otherwise): the absolute
+ * deadline pthread_cond_timedwait takes. */
+void srv__timespec_in(struct timespec *ts, clockid_t clock, uint64_t ms);
+
+/*
+ * Connection admission, the max_connections gate (any engine thread):
+ * srv__conn_admit takes one of the server's max_connections slots and
+ * returns true, or returns false when all are taken (the engine refuses the
+ * connection: the core's 503, or srv__refusal_503 when no request can be
+ * built). An admitted connection gives its slot back with srv__conn_leave,
+ * exactly once. The srv_stats connection counters stay
+ * srv__stats_connection_opened/_closed.
+ */
+bool srv__conn_admit(srv_server *srv);
+void srv__conn_leave(srv_server *srv);
+
+/* A complete HTTP/1.1 503 response that closes the connection, for when
+ * the core cannot build its own answer (out of memory before a request
+ * exists): *len bytes, static. */
+const char *srv__refusal_503(size_t *len);
 
 #ifdef __cplusplus
 }

@@ -307,7 +307,7 @@ static int eh2o_on_req(h2o_handler_t *self, h2o_req_t *req)
 
     int st = eh2o_fill(sreq, req);
     if (st != 0) {
-        srv__request_fail(sreq, st > 0 ? st : 500); /* calls respond: the ticket is posted */
+        srv__request_fail(sreq, st); /* calls respond: the ticket is posted */
     } else if (http2) {
         h2o_linklist_insert(&t->to_dispatch, &tk->pending);
         if (!h2o_timeout_is_linked(&t->dispatch_entry))
@@ -319,9 +319,9 @@ static int eh2o_on_req(h2o_handler_t *self, h2o_req_t *req)
 }
 
 /*
- * h2o answers an unknown Transfer-Encoding with its own 400 before on_req; DESIGN.md and the
- * core (srv__request_headers_done) say 501. h2o sends that error through the host's fallback
- * path, so a filter there turns it into 501 when the raw head confirms the cause, with the
+ * h2o answers an unknown Transfer-Encoding with its own 400 before on_req; the core
+ * (srv__request_headers_done, docs/ENGINES.md "Header rules") says 501. h2o sends that
+ * error through the host's fallback path, so a filter there turns it into 501 when the raw head confirms the cause, with the
  * core's precedence: Content-Length as well stays 400, a repeated coding is 501.
  */
 static int eh2o_te_not_implemented(h2o_req_t *req)
@@ -381,7 +381,7 @@ void eh2o_on_conn_close(void *data)
         srv__request_release(c->h1.bad_req);
     h2o_linklist_unlink(&c->link);
     t->nconns--;
-    atomic_fetch_sub(&t->server->conns, 1);
+    srv__conn_leave(t->server->srv);
     srv__stats_connection_closed(t->server->srv);
     free(c);
 }
@@ -571,8 +571,7 @@ static void eh2o_on_accept(h2o_socket_t *listener, const char *err)
             }
             break;
         }
-        if (atomic_fetch_add(&s->conns, 1) >= s->cfg->max_connections) {
-            atomic_fetch_sub(&s->conns, 1);
+        if (!srv__conn_admit(s->srv)) {
             if (t->tls != NULL) /* a TLS client cannot read the cleartext 503 */
                 h2o_socket_close(sock);
             else
@@ -581,7 +580,7 @@ static void eh2o_on_accept(h2o_socket_t *listener, const char *err)
         }
         eh2o_conn *c = calloc(1, sizeof *c); /* zeroed: h2o_linklist_insert asserts unlinked */
         if (c == NULL) {
-            atomic_fetch_sub(&s->conns, 1);
+            srv__conn_leave(s->srv);
             h2o_socket_close(sock);
             continue;
         }
@@ -646,7 +645,7 @@ static void eh2o_thread_quiesce(eh2o_thread *t)
     /* GOAWAY on HTTP/2; HTTP/1 requests parsed from now on are not persistent. */
     h2o_context_request_shutdown(&t->ctx);
     /* Idle HTTP/2 connections are only in this timeout's list; with 0 they expire on this very
-     * iteration (the list reads .timeout on every run; ENGINE-NOTES 1.8 step 4). h2o 2.2.5
+     * iteration (the list reads .timeout on every run). h2o 2.2.5
      * keeps a connection there until a stream is handed over, so one whose streams are all
      * still being received closes too (docs/ENGINES.md). HTTP/1 is not cut that way (its
      * req_timeout list also holds heads still arriving): eh2o_thread_close_idle picks. */
@@ -735,7 +734,7 @@ static void eh2o_thread_teardown(eh2o_thread *t)
                 t->nconns, t->live);
         return;
     }
-    /* Order matters (ENGINE-NOTES 1.8 step 6): request_shutdown linked this entry and
+    /* Order matters (docs/ENGINES.md, teardown): request_shutdown linked this entry and
      * h2o_timeout_dispose asserts on non-empty lists. */
     h2o_timeout_unlink(&t->ctx.http2._graceful_shutdown_timeout);
     h2o_multithread_unregister_receiver(t->ctx.queue, &t->receiver);
@@ -853,7 +852,6 @@ static int eh2o_start(srv_server *srv, void **state)
     s->cfg = cfg;
     s->listen_fd = -1;
     s->nthreads = cfg->io_threads;
-    atomic_init(&s->conns, 0);
     atomic_init(&s->quiesce_req, 0);
     atomic_init(&s->stop_req, 0);
     pthread_mutex_init(&s->mu, NULL);

@@ -339,7 +339,7 @@ static int eh2o_h1_head_done(eh2o_conn *c, size_t len, size_t buf_at, srv_reques
     if (st == 0)
         st = srv__request_headers_done(sreq);
     if (st != 0)
-        return st > 0 ? st : 500;
+        return st;
     c->h1.phase = EH2O_H1_HEAD;
     int nmask = 0;
     for (size_t i = 0; i < h->nheaders; i++) {

@@ -29,7 +29,7 @@
 #error "engines/h2o*.c are written for libh2o 2.2.x (see docs/ENGINES.md before porting)"
 #endif
 
-/* picohttpparser, exported by libh2o-evloop.so but not installed as a header (ENGINE-NOTES 3.1). */
+/* picohttpparser, exported by libh2o-evloop.so but not installed as a header. */
 struct eh2o_phr_header {
     const char *name;
     size_t name_len;
@@ -224,7 +224,6 @@ struct eh2o_server {
     int listen_fd;
     unsigned nthreads;
     eh2o_thread *threads;
-    atomic_uint conns; /* open connections, all loops: the max_connections gate */
     atomic_int quiesce_req;
     atomic_int stop_req;
     pthread_mutex_t mu; /* guards the two fields below */

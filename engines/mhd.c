@@ -143,11 +143,10 @@ typedef struct emhd_req {
     char target[]; /* the raw request-target, as MHD received it */
 } emhd_req;
 
+/* The core's clock, signed: deadlines here are atomic_llong, 0 for none. */
 static long long emhd_now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return (long long)srv__now_ms();
 }
 
 static void emhd_phase(emhd_conn *ec, int phase, long long deadline)
@@ -270,12 +269,7 @@ static void *emhd_watchdog(void *arg)
             shutdown(ec->fd, SHUT_RDWR);
         }
         struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += (es->lingering > 0 ? 10 : 100) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        srv__timespec_in(&ts, CLOCK_MONOTONIC, es->lingering > 0 ? 10 : 100);
         pthread_cond_timedwait(&es->wd_cond, &es->lock, &ts);
     }
     pthread_mutex_unlock(&es->lock);
@@ -669,8 +663,6 @@ static enum MHD_Result emhd_send(emhd_req *er, struct MHD_Connection *conn, bool
 static enum MHD_Result emhd_fail(emhd_req *er, struct MHD_Connection *conn, int status,
                                  bool http10)
 {
-    if (status < 100 || status > 599)
-        status = 500; /* SRV_ENOMEM from a request helper */
     /* its answer is queued next (emhd_send: the SEND deadline) */
     if (!emhd_phase_from(er->ec, EMHD_BODY, EMHD_ACTIVE, 0))
         return MHD_NO;
@@ -892,7 +884,7 @@ static enum MHD_Result emhd_access(void *cls, struct MHD_Connection *conn, const
         if (er->body_status == 0) {
             int st = srv__request_append_body(er->req, upload_data, n);
             if (st != 0)
-                er->body_status = st < 0 ? 500 : st;
+                er->body_status = st;
             return MHD_YES;
         }
         /* MHD 0.9.75 refuses a response while the body is being read, so

@@ -2,7 +2,7 @@
  * The "threadpool" engine (Tomcat NIO connector style): io_threads poller
  * threads run epoll over the shared listening socket and every connection
  * that is not being served, reading request heads and bodies non-blocking
- * through the core's sans-I/O HTTP/1 parser (api/http1.c). A complete
+ * through the core's sans-I/O HTTP/1 parser (core/http1.c). A complete
  * request of a non-blocking route runs on the poller that read it, which
  * writes the answer without blocking; any other gets a worker of the core's
  * pool, which runs the handler, writes the answer, serves pipelined
@@ -42,18 +42,6 @@ static _Thread_local etp_conn *etp_dispatching;
 /* Small helpers                                                       */
 /* ------------------------------------------------------------------ */
 
-uint64_t etp_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-int etp_clamp_ms(uint64_t ms)
-{
-    return ms > INT_MAX ? INT_MAX : (int)ms;
-}
-
 static void etp_sleep_ms(unsigned ms)
 {
     struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
@@ -75,7 +63,7 @@ enum etp_phase etp_get_phase(etp_conn *c)
 static int etp_write_timeout(const etp_state *st)
 {
     unsigned t = st->cfg->header_timeout_ms;
-    return t < ETP_MIN_WRITE_TIMEOUT_MS ? ETP_MIN_WRITE_TIMEOUT_MS : etp_clamp_ms(t);
+    return t < ETP_MIN_WRITE_TIMEOUT_MS ? ETP_MIN_WRITE_TIMEOUT_MS : srv__ms_left(t, 0);
 }
 
 /* What a connection waits for; etp_wait_for is the one place that turns
@@ -108,7 +96,7 @@ static void etp_wait_for(etp_conn *c, enum etp_wait w)
         ms = cfg->header_timeout_ms;
         break;
     }
-    c->deadline = etp_now_ms() + ms;
+    c->deadline = srv__now_ms() + ms;
 }
 
 /*
@@ -176,14 +164,14 @@ static void etp_drain(int fd, unsigned ms)
 {
     char sink[4096];
     size_t total = 0;
-    uint64_t end = etp_now_ms() + ms;
+    uint64_t end = srv__now_ms() + ms;
     while (total < ETP_LINGER_MAX_BYTES) {
         ssize_t n = recv(fd, sink, sizeof sink, MSG_DONTWAIT);
         if (n == 0)
             return;
         if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
             return;
-        uint64_t now = etp_now_ms();
+        uint64_t now = srv__now_ms();
         if (n > 0) {
             total += (size_t)n;
             if (now >= end && ms > 0)
@@ -193,7 +181,7 @@ static void etp_drain(int fd, unsigned ms)
         if (ms == 0 || now >= end)
             return;
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        int r = poll(&pfd, 1, etp_clamp_ms(end - now));
+        int r = poll(&pfd, 1, srv__ms_left(end, now));
         if (r == 0 || (r < 0 && errno != EINTR))
             return;
     }
@@ -254,7 +242,21 @@ static void etp_io_shut_wr(etp_conn *c)
     shutdown(c->fd, SHUT_WR);
 }
 
-static const char etp_canned_503[] = ETP_CANNED_503;
+/* The core's canned 503, when no request could be built to answer. */
+static void etp_send_refusal(int fd)
+{
+    size_t len = 0, sent = 0;
+    const char *p = srv__refusal_503(&len);
+    etp_send_some(fd, p, len, NULL, 0, &sent);
+}
+
+/* The same on a connection (over TLS when it is one). */
+static void etp_conn_send_refusal(etp_conn *c)
+{
+    size_t len = 0, sent = 0;
+    const char *p = srv__refusal_503(&len);
+    etp_io_send_some(c, p, len, NULL, 0, &sent);
+}
 
 /* The answer to an HTTP/2 connection preface: an empty SETTINGS frame (the
  * server preface RFC 9113 3.4 requires first), then GOAWAY with last stream
@@ -274,7 +276,7 @@ static void etp_write_now(int fd, srv_request *req)
     if (head)
         etp_send_some(fd, head, hlen, body, blen, &sent);
     else
-        etp_send_some(fd, etp_canned_503, sizeof etp_canned_503 - 1, NULL, 0, &sent);
+        etp_send_refusal(fd);
 }
 
 /* etp_write_now on a connection (TLS or not). */
@@ -290,7 +292,7 @@ static void etp_conn_write_now(etp_conn *c, srv_request *req)
     if (head)
         etp_io_send_some(c, head, hlen, body, blen, &sent);
     else
-        etp_io_send_some(c, etp_canned_503, sizeof etp_canned_503 - 1, NULL, 0, &sent);
+        etp_conn_send_refusal(c);
 }
 
 /* A request the core answers at once with `status` (no engine data, so the
@@ -300,8 +302,7 @@ static void etp_answer_now(etp_state *st, etp_conn *c, srv_request *req, int sta
     if (!req)
         req = srv__request_new(st->srv, (const struct sockaddr *)&c->peer, c->peer_len);
     if (!req) {
-        size_t sent = 0;
-        etp_io_send_some(c, etp_canned_503, sizeof etp_canned_503 - 1, NULL, 0, &sent);
+        etp_conn_send_refusal(c);
         return;
     }
     srv__request_set_engine_data(req, NULL);
@@ -393,6 +394,7 @@ static void etp_conn_finish(etp_conn *c, int linger)
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     free(c);
+    srv__conn_leave(st->srv);
     if (--st->open <= st->detached) /* what stop() waits for */
         pthread_cond_broadcast(&st->drained);
     pthread_mutex_unlock(&st->mu);
@@ -542,7 +544,7 @@ static int etp_inline_write(etp_state *st, etp_conn *c, const char *rest, size_t
         pthread_mutex_lock(&c->p->plock);
         etp_plist_del(c);
         pthread_mutex_unlock(&c->p->plock);
-        atomic_store(&c->write_since, etp_now_ms()); /* stop's grace counts from here */
+        atomic_store(&c->write_since, srv__now_ms()); /* stop's grace counts from here */
         etp_set_phase(c, ETP_PH_WQUEUED);
         if (srv__pool_submit(st->srv, &c->job) != 0)
             etp_conn_finish(c, 0);
@@ -838,13 +840,12 @@ static void etp_refuse_now(etp_state *st, int fd, const struct sockaddr_storage 
         return;
     }
     srv_request *req = srv__request_new(st->srv, (const struct sockaddr *)peer, peer_len);
-    size_t sent = 0;
     if (req) {
         srv__request_fail(req, 503); /* respond ignores it: no engine data */
         etp_write_now(fd, req);
         srv__request_release(req);
     } else {
-        etp_send_some(fd, etp_canned_503, sizeof etp_canned_503 - 1, NULL, 0, &sent);
+        etp_send_refusal(fd);
     }
     etp_linger_close(fd, 0); /* drain what already arrived, never wait */
     srv__stats_connection_closed(st->srv);
@@ -878,7 +879,7 @@ static void etp_accepted(etp_poller *p, int fd, const struct sockaddr_storage *p
     }
     /* The gate and the count in one step: pollers accept side by side. */
     pthread_mutex_lock(&st->mu);
-    int over = st->open >= st->cfg->max_connections;
+    int over = !srv__conn_admit(st->srv); /* the core's gate; st->open follows it */
     if (!over) {
         c->next = st->conns;
         if (st->conns)
@@ -991,10 +992,10 @@ static void *etp_poller_main(void *arg)
     etp_poller *p = arg;
     etp_state *st = p->st;
     struct epoll_event evs[ETP_EVENTS];
-    uint64_t next_scan = etp_now_ms() + ETP_SCAN_MS;
+    uint64_t next_scan = srv__now_ms() + ETP_SCAN_MS;
     for (;;) {
-        uint64_t now = etp_now_ms();
-        int timeout = now >= next_scan ? 0 : etp_clamp_ms(next_scan - now);
+        uint64_t now = srv__now_ms();
+        int timeout = srv__ms_left(next_scan, now);
         int n = epoll_wait(p->epfd, evs, ETP_EVENTS, timeout);
         if (n < 0 && errno != EINTR)
             break;
@@ -1020,7 +1021,7 @@ static void *etp_poller_main(void *arg)
                 etp_poller_read(st, ptr);
             }
         }
-        now = etp_now_ms();
+        now = srv__now_ms();
         if (stopping) /* the core's last answers, posted before stop */
             etp_poller_messages(p);
         if (now >= next_scan || stopping) {
@@ -1104,7 +1105,7 @@ static int etp_write_response(etp_conn *c, srv_request *req)
         c->io_dead = 1;
         return 0;
     }
-    atomic_store(&c->write_since, etp_now_ms());
+    atomic_store(&c->write_since, srv__now_ms());
     etp_set_phase(c, ETP_PH_WRITE);
     int keep = 0;
     if (!c->io_dead && !dead) {
@@ -1130,7 +1131,7 @@ static int etp_finish_write(etp_conn *c)
 {
     srv_request *req = c->wreq;
     c->wreq = NULL;
-    atomic_store(&c->write_since, etp_now_ms());
+    atomic_store(&c->write_since, srv__now_ms());
     etp_set_phase(c, ETP_PH_WRITE);
     int keep = 0;
     size_t hlen = 0, blen = 0;
@@ -1321,7 +1322,7 @@ static void etp_conn_run(srv_job *job)
     if (!abandoned && !c->wreq)
         etp_set_phase(c, ETP_PH_RUN);
     else if (!abandoned) { /* stop() shuts WQUEUED ones; WRITE has a grace */
-        atomic_store(&c->write_since, etp_now_ms());
+        atomic_store(&c->write_since, srv__now_ms());
         etp_set_phase(c, ETP_PH_WRITE);
     }
     pthread_mutex_unlock(&st->mu);

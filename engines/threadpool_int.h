@@ -179,14 +179,7 @@ typedef struct etp_state {
 
 #define ETP_CONN_OF(j) ((etp_conn *)((char *)(j) - offsetof(etp_conn, job)))
 
-/* The 503 written when the core cannot build one (out of memory or of
- * descriptors): fits in any fresh socket buffer. */
-#define ETP_CANNED_503                                                                  \
-    "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-
 /* engines/threadpool.c */
-uint64_t etp_now_ms(void);
-int etp_clamp_ms(uint64_t ms);
 enum etp_phase etp_get_phase(etp_conn *c);
 int etp_send_some(int fd, const void *a, size_t alen, const void *b, size_t blen,
                   size_t *sent);

@@ -82,8 +82,11 @@ static int etp_detach_queued(etp_state *st, etp_conn *c, etp_detached *out)
     c->detached = 1; /* its job has not started: no one else reads it */
     etp_count_detached(st, c);
     if (fd < 0) {
-        if (!c->ssl) /* a TLS client cannot read a cleartext 503 */
-            etp_send2(c->fd, 0, ETP_CANNED_503, sizeof ETP_CANNED_503 - 1, NULL, 0);
+        if (!c->ssl) { /* a TLS client cannot read a cleartext 503 */
+            size_t len = 0;
+            const char *refusal = srv__refusal_503(&len);
+            etp_send2(c->fd, 0, refusal, len, NULL, 0);
+        }
         shutdown(c->fd, SHUT_WR);
         return 0;
     }
@@ -98,7 +101,7 @@ static int etp_detach_queued(etp_state *st, etp_conn *c, etp_detached *out)
 static void etp_detached_finish(etp_state *st, etp_detached *d, size_t n)
 {
     struct pollfd pfd[ETP_DETACH_BATCH];
-    uint64_t end = etp_now_ms() + ETP_STOP_WRITE_GRACE_MS;
+    uint64_t end = srv__now_ms() + ETP_STOP_WRITE_GRACE_MS;
     for (size_t i = 0; i < n; i++) {
         if (!d[i].req) {
             d[i].req = srv__request_new(st->srv, (const struct sockaddr *)&d[i].peer,
@@ -126,10 +129,10 @@ static void etp_detached_finish(etp_state *st, etp_detached *d, size_t n)
                     .fd = d[i].fd,
                     .events = d[i].ssl && !d[i].want_write ? POLLIN : POLLOUT};
         }
-        uint64_t now = etp_now_ms();
+        uint64_t now = srv__now_ms();
         if (waiting == 0 || now >= end)
             break;
-        if (poll(pfd, waiting, etp_clamp_ms(end - now)) < 0 && errno != EINTR)
+        if (poll(pfd, waiting, srv__ms_left(end, now)) < 0 && errno != EINTR)
             break;
     }
     for (size_t i = 0; i < n; i++) {
@@ -150,7 +153,7 @@ static void etp_detached_finish(etp_state *st, etp_detached *d, size_t n)
 static size_t etp_shutdown_conns(etp_state *st, etp_detached *out, size_t cap)
 {
     size_t n = 0;
-    uint64_t now = etp_now_ms();
+    uint64_t now = srv__now_ms();
     for (etp_conn *c = st->conns; c; c = c->next) {
         if (c->shut)
             continue;
@@ -201,12 +204,7 @@ void etp_stop_connections(etp_state *st)
             continue;
         }
         struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_nsec += ETP_STOP_SCAN_MS * 1000000L;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
+        srv__timespec_in(&until, CLOCK_MONOTONIC, ETP_STOP_SCAN_MS);
         pthread_cond_timedwait(&st->drained, &st->mu, &until);
     }
     pthread_mutex_unlock(&st->mu);

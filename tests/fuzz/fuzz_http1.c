@@ -1,5 +1,5 @@
 /*
- * Fuzz target: the core's sans-I/O HTTP/1 parser (api/http1.c), fed the
+ * Fuzz target: the core's sans-I/O HTTP/1 parser (core/http1.c), fed the
  * input in pieces the way an engine's reads would: byte 0 picks the piece
  * size (0: everything at once, else 1-8 bytes), the rest is the byte
  * stream of a connection (pipelined messages included). Invariants: the

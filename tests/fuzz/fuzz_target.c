@@ -33,7 +33,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_CHECK(req != NULL);
     int rc = srv__request_set_target(req, (const char *)data, size);
     if (rc != 0) {
-        FUZZ_CHECK(rc == 400 || rc == 414 || rc == 431 || rc == SRV_ENOMEM);
+        FUZZ_CHECK(rc == 400 || rc == 414 || rc == 431 || rc == 500);
         fuzz_core_fail(req, rc);
         return 0;
     }

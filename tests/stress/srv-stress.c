@@ -1118,9 +1118,8 @@ static void *load_main(void *arg)
         bool split = l->stop_mode && nth % 10 == 3;
         if (split) {
             /* One request in ten arrives in two parts 500 ms apart, so
-             * some heads are still arriving when the stop begins (issue 11
-             * item 12: it completes within the grace period, so it is
-             * served). */
+             * some heads are still arriving when the stop begins (it
+             * completes within the grace period, so it is served). */
             sent = send_all(fd, req, 12, 5000);
             sleep_ms(500);
             sent = sent && send_all(fd, req + 12, strlen(req) - 12, 5000);

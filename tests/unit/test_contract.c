@@ -1,6 +1,6 @@
 /*
  * The core's side of the engine contract (srv_engine.h) and the handler
- * contract (DESIGN.md), driven through a fake engine without sockets:
+ * contract (api/srv.h), driven through a fake engine without sockets:
  * dispatch to workers, respond exactly once, 404/405, HEAD, async and late
  * responses, the request timeout, graceful stop, timers, stats, header rules
  * and engine-table validation.

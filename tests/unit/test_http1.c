@@ -1,5 +1,5 @@
 /*
- * The sans-I/O HTTP/1 request parser (api/http1.c): every input is fed
+ * The sans-I/O HTTP/1 request parser (core/http1.c): every input is fed
  * whole, one byte at a time and in 7-byte pieces, and must give the same
  * messages (method, target, body) or the same failure status each way.
  * Covers request-line and header syntax, Content-Length bodies, strict

@@ -8,7 +8,6 @@
  */
 #include "srv_core.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -78,7 +77,7 @@ void srv__tls_free(srv_server *srv)
 #define SRV__TLS_CHECK(cond, ...)                                     \
     do {                                                              \
         if (!(cond)) {                                                \
-            snprintf(srv->error, sizeof srv->error, __VA_ARGS__);     \
+            srv__server_set_error(srv, __VA_ARGS__);                  \
             return SRV_ETLS;                                          \
         }                                                             \
     } while (0)

@@ -50,13 +50,7 @@ int srv__pool_init(srv__pool *p)
 
 static void srv__pool_idle_deadline(const srv__pool *p, struct timespec *ts)
 {
-    clock_gettime(CLOCK_MONOTONIC, ts);
-    ts->tv_sec += (time_t)(p->idle_ms / 1000);
-    ts->tv_nsec += (long)(p->idle_ms % 1000) * 1000000L;
-    if (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000L;
-    }
+    srv__timespec_in(ts, CLOCK_MONOTONIC, p->idle_ms);
 }
 
 /* The worker leaves the pool (mutex held): its slot waits to be joined. */

@@ -75,7 +75,7 @@ static size_t h1_body_len(const srv_request *req)
 static enum srv_http1_event h1_fail(srv_http1 *p, int status)
 {
     p->state = H1_FAILED;
-    p->status = status > 0 ? status : 500; /* SRV_ENOMEM */
+    p->status = status; /* the request helpers return HTTP statuses only */
     return SRV_HTTP1_FAIL;
 }
 

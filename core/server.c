@@ -38,16 +38,11 @@ srv_server *srv_server_new(const srv_engine *engine, const srv_config *cfg)
         goto fail;
     atomic_init(&srv->state, SRV__NEW);
     atomic_init(&srv->port, srv->cfg.port);
-    atomic_init(&srv->arriving, 0);
-    if (pthread_mutex_init(&srv->mu, NULL) != 0)
+    atomic_init(&srv->admitted, 0);
+    if (srv__inflight_init(&srv->inflight) != 0)
         goto fail;
-    if (pthread_cond_init(&srv->cv, NULL) != 0) {
-        pthread_mutex_destroy(&srv->mu);
-        goto fail;
-    }
     if (srv__pool_init(&srv->pool) != 0) {
-        pthread_cond_destroy(&srv->cv);
-        pthread_mutex_destroy(&srv->mu);
+        srv__inflight_destroy(&srv->inflight);
         goto fail;
     }
     return srv;
@@ -116,7 +111,7 @@ int srv_server_start(srv_server *srv)
         return rc;
     }
     srv->pool_started = true;
-    rc = srv__timer_start(&srv->timer, SRV__SWEEP_MS, srv__server_sweep, srv);
+    rc = srv__timer_start(&srv->timer, SRV__SWEEP_MS, srv__inflight_sweep, srv);
     if (rc != 0) {
         srv__server_set_error(srv, "cannot start the timer thread: %s", srv_strerror(rc));
         goto fail_pool;
@@ -154,14 +149,6 @@ const char *srv_server_last_error(const srv_server *srv)
     return srv ? srv->error : "";
 }
 
-void srv__request_arriving(srv_server *srv, int delta)
-{
-    if (delta > 0)
-        atomic_fetch_add(&srv->arriving, (unsigned)delta);
-    else
-        atomic_fetch_sub(&srv->arriving, (unsigned)-delta);
-}
-
 int srv_server_stop(srv_server *srv, unsigned grace_ms)
 {
     if (srv == NULL)
@@ -174,32 +161,9 @@ int srv_server_stop(srv_server *srv, unsigned grace_ms)
 
     /* Grace: wait until every request the engine handed over is answered
      * and written, or the time is up. */
-    uint64_t deadline = srv__now_ms() + grace_ms;
-    atomic_store(&srv->waiter, true); /* releases now broadcast on reaching 0 */
-    pthread_mutex_lock(&srv->mu);
-    /* Requests whose head or body is still arriving count too: one that
-     * completes within the grace is served (they are polled: the counter
-     * is kept off the lock). */
-    while (atomic_load(&srv->in_flight) > 0 || atomic_load(&srv->arriving) > 0) {
-        uint64_t now = srv__now_ms();
-        if (now >= deadline)
-            break;
-        uint64_t wait = deadline - now;
-        if (wait > SRV__SWEEP_MS) /* re-check: in_flight also drops off-lock */
-            wait = SRV__SWEEP_MS;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += (time_t)(wait / 1000);
-        ts.tv_nsec += (long)(wait % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&srv->cv, &srv->mu, &ts);
-    }
-    pthread_mutex_unlock(&srv->mu);
+    srv__inflight_drain(srv, srv__now_ms() + grace_ms, SRV__SWEEP_MS);
 
-    srv__server_answer_all(srv);
+    srv__inflight_answer_all(srv);
     srv__engine_stop(srv);
     atomic_store(&srv->state, SRV__STOPPED);
     return 0;
@@ -284,13 +248,12 @@ void srv_server_free(srv_server *srv)
     if (srv->pool_started)
         srv__pool_shutdown(&srv->pool);
     srv__timer_stop(&srv->timer);
-    srv__server_drop_orphans(srv);
+    srv__inflight_drop_orphans(srv);
     if (srv->engine_started)
         srv__engine_destroy(srv);
     srv__pool_destroy(&srv->pool);
     srv__router_free(&srv->router);
-    pthread_cond_destroy(&srv->cv);
-    pthread_mutex_destroy(&srv->mu);
+    srv__inflight_destroy(&srv->inflight);
     srv__tls_free(srv);
     free(srv->host);
     free(srv->server_name);
@@ -331,7 +294,7 @@ void srv_server_stats_sized(const srv_server *srv, srv_stats *dst, size_t size)
     out->queued = atomic_load(&s->pool.queued_now);
     out->rejected = atomic_load(&s->pool.rejected);
     out->slow_nonblocking = atomic_load(&s->slow_nonblocking);
-    out->requests_in_flight = atomic_load(&s->in_flight);
+    out->requests_in_flight = srv__inflight_count(s);
     /* Only what the caller's srv_stats has room for; a newer, larger one
      * gets zeros past ours. */
     memset(dst, 0, size);
@@ -345,29 +308,10 @@ const srv_config *srv__server_config(const srv_server *srv)
 
 int srv__server_stopping(const srv_server *srv)
 {
-    return atomic_load(&((srv_server *)srv)->state) >= SRV__STOPPING;
-}
-
-void srv__server_set_error(srv_server *srv, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(srv->error, sizeof srv->error, fmt, ap);
-    va_end(ap);
+    return srv__state_stopping(srv);
 }
 
 void srv__server_set_port(srv_server *srv, int port)
 {
     atomic_store(&srv->port, port);
-}
-
-void srv__stats_connection_opened(srv_server *srv)
-{
-    atomic_fetch_add(&srv->connections_total, 1);
-    atomic_fetch_add(&srv->connections_open, 1);
-}
-
-void srv__stats_connection_closed(srv_server *srv)
-{
-    atomic_fetch_sub(&srv->connections_open, 1);
 }

@@ -1,5 +1,5 @@
 /*
- * Core-internal declarations shared by the core sources in api/: the server and
+ * Core-internal declarations shared by the core sources in core/: the server and
  * request structs, the router, the worker pool and the timer service.
  * Engines never include this; they see srv_engine.h only.
  */
@@ -14,10 +14,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* ---- small helpers ------------------------------------------------ */
+/* ---- leaves: clock.c, http.c (they call no other core file) ------- */
 
-/* Monotonic clock in milliseconds. */
-uint64_t srv__now_ms(void);
+/* srv__now_ms, srv__ms_left, srv__timespec_in: srv_engine.h's toolkit. */
+/* CLOCK_MONOTONIC_COARSE in milliseconds: cheap, a few ms of resolution. */
+uint64_t srv__coarse_ms(void);
 
 /* Non-zero when `list` (a comma-separated header value) holds `token`
  * (case-insensitive), e.g. Connection: "keep-alive, Upgrade". */
@@ -106,6 +107,27 @@ int srv__timer_add(srv__timer *t, unsigned ms, void (*fn)(void *), void *arg);
 /* Stop the thread and drop the callbacks that have not fired. */
 void srv__timer_stop(srv__timer *t);
 
+/* ---- in-flight bookkeeping (inflight.c owns every field) -------------- */
+
+typedef struct srv__inflight {
+    /* Guards the request lists and final_phase; cv signals the stopping
+     * thread, which waits for in_flight and delivering to reach 0. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    /* Awaiting a response from the application, in deadline order. */
+    srv_request *pending_head;
+    srv_request *pending_tail;
+    /* Answered by the core while the application still holds them. */
+    srv_request *orphans;
+    atomic_bool final_phase; /* grace is over: new dispatches get 503 at once */
+    /* Lock-free on the request path: whoever brings one to 0 broadcasts cv
+     * only when `waiter` says the stopping thread is waiting for it. */
+    atomic_uint in_flight;  /* dispatched, not yet released by the engine */
+    atomic_uint delivering; /* answered, engine respond slot not yet returned */
+    atomic_bool waiter;
+    atomic_uint arriving; /* requests partly received (srv__request_arriving) */
+} srv__inflight;
+
 /* ---- server ------------------------------------------------------------ */
 
 enum srv__state { SRV__NEW, SRV__RUNNING, SRV__STOPPING, SRV__STOPPED };
@@ -132,22 +154,8 @@ struct srv_server {
     atomic_int port;
     char error[256];
 
-    /* Guards the request lists and final_phase; cv signals the stopping
-     * thread, which waits for in_flight and delivering to reach 0. */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    /* Awaiting a response from the application, in deadline order. */
-    srv_request *pending_head;
-    srv_request *pending_tail;
-    /* Answered by the core while the application still holds them. */
-    srv_request *orphans;
-    atomic_bool final_phase; /* grace is over: new dispatches get 503 at once */
-    /* Lock-free on the request path: whoever brings one to 0 broadcasts cv
-     * only when `waiter` says the stopping thread is waiting for it. */
-    atomic_uint in_flight;  /* dispatched, not yet released by the engine */
-    atomic_uint delivering; /* answered, engine respond slot not yet returned */
-    atomic_bool waiter;
-    atomic_uint_fast64_t slow_nonblocking;
+    srv__inflight inflight; /* inflight.c's */
+    atomic_uint_fast64_t slow_nonblocking; /* dispatch.c's */
     atomic_bool slow_reported;
 
     atomic_uint_fast64_t requests;
@@ -156,10 +164,16 @@ struct srv_server {
     atomic_uint_fast64_t dropped;
     atomic_uint_fast64_t connections_total;
     atomic_uint connections_open;
-    atomic_uint arriving; /* requests partly received (srv__request_arriving) */
+    atomic_uint admitted; /* max_connections slots taken (connections.c) */
 
     struct srv__tls *tls; /* tls.c: NULL when no certificate is configured */
 };
+
+/* The server's state, read by every layer (written by server.c only). */
+static inline bool srv__state_stopping(const srv_server *srv)
+{
+    return atomic_load(&((srv_server *)srv)->state) >= SRV__STOPPING;
+}
 
 /* ---- engine slots (engine_slots.c: the only caller of srv_engine's slots) */
 
@@ -176,13 +190,6 @@ void srv__engine_destroy(srv_server *srv);
 void srv__engine_inject_fault(srv_server *srv, int (*fault)(const char *slot, void *arg),
                               void *arg);
 
-/* Periodic check for handlers past request_timeout_ms (timer thread). */
-void srv__server_sweep(void *srv);
-/* Answer every request still awaiting its handler with 503 and wait until
- * every answer reached the engine (srv_server_stop's final phase). */
-void srv__server_answer_all(srv_server *srv);
-/* Release the application's hold on every orphan (srv_server_free). */
-void srv__server_drop_orphans(srv_server *srv);
 
 /* ---- request ------------------------------------------------------------ */
 
@@ -223,7 +230,7 @@ struct srv_request {
     int major;
     int minor;
     bool is_head;
-    bool counted; /* in srv->in_flight */
+    bool counted; /* in srv->inflight.in_flight */
     void *engine_data;
     const srv__route *route;
     uint64_t started_ms;
@@ -249,13 +256,55 @@ struct srv_request {
     char *head; /* srv__response_http1_head, built lazily */
     size_t head_len;
 
-    /* Server bookkeeping (srv->mu). */
+    /* In-flight bookkeeping (srv->inflight.mu). */
     enum srv__list list;
     srv_request *prev;
     srv_request *next;
     uint64_t deadline_ms;
     srv_job job;
 };
+
+/* ---- request.c: lifetime and building ---------------------------------- */
+
+/* Free n malloc'd name/value pairs and the array. */
+void srv__kv_free(srv__kv *kv, size_t n);
+/* Drop one reference; the last one frees the request. */
+void srv__request_unref(srv_request *req);
+
+/* ---- inflight.c: the in-flight bookkeeping ------------------------------ */
+
+int srv__inflight_init(srv__inflight *f);
+void srv__inflight_destroy(srv__inflight *f);
+/* Requests handed over by the engine and not yet released (stats). */
+unsigned srv__inflight_count(const srv_server *srv);
+/* Stop's final phase began: new dispatches are answered 503 at once. */
+bool srv__inflight_final(const srv_server *srv);
+/* Count a request the engine handed over (stop waits for these); only
+ * complete ones count in srv_stats.requests. */
+void srv__inflight_add(srv_request *req, bool complete);
+/* Join the pending list (timeout and stop answer what the application
+ * has not); false, not joined, once stop's final phase began. */
+bool srv__inflight_join(srv_request *req);
+/* Join the pending list after a non-blocking handler returned without
+ * answering; true when stop's final phase already began (the caller
+ * answers 503: the final sweep may have passed). */
+bool srv__inflight_join_late(srv_request *req);
+/* The core answers with a short text body (and an extra header, e.g.
+ * Allow); false when the request was already answered. */
+bool srv__inflight_answer(srv_request *req, int status, bool close, const char *extra_name,
+                          const char *extra_value, bool timeout);
+/* The application lets go of a request it no longer answers. */
+void srv__inflight_app_done(srv_request *req);
+/* Periodic check for handlers past request_timeout_ms (timer thread). */
+void srv__inflight_sweep(void *srv);
+/* Wait until nothing is in flight or arriving, or deadline_ms passed
+ * (re-checked every poll_ms); true when nothing is left. */
+bool srv__inflight_drain(srv_server *srv, uint64_t deadline_ms, unsigned poll_ms);
+/* Answer every request still awaiting its handler with 503 and wait until
+ * every answer reached the engine (srv_server_stop's final phase). */
+void srv__inflight_answer_all(srv_server *srv);
+/* Release the application's hold on every orphan (srv_server_free). */
+void srv__inflight_drop_orphans(srv_server *srv);
 
 /* Parse and decode a request-target into req (query.c). Returns 0 or an
  * HTTP status. */

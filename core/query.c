@@ -50,7 +50,7 @@ static int srv__query_parse(srv_request *req, const char *q, size_t n)
         segments += q[i] == '&';
     req->query = srv__arena_alloc(&req->arena, segments * sizeof *req->query);
     if (req->query == NULL)
-        return SRV_ENOMEM;
+        return 500; /* out of memory */
     req->query_count = 0;
 
     size_t start = 0;
@@ -66,7 +66,7 @@ static int srv__query_parse(srv_request *req, const char *q, size_t n)
             char *key = srv__arena_alloc(&req->arena, klen + 1);
             char *val = srv__arena_alloc(&req->arena, vlen + 1);
             if (key == NULL || val == NULL)
-                return SRV_ENOMEM;
+                return 500; /* out of memory */
             if (srv__percent_decode(seg, klen, key, true) == (size_t)-1 ||
                 srv__percent_decode(v, vlen, val, true) == (size_t)-1)
                 return 400;
@@ -107,7 +107,7 @@ int srv__target_parse(srv_request *req, const char *target, size_t len)
     }
     req->target = srv__arena_strndup(&req->arena, target, len);
     if (req->target == NULL)
-        return SRV_ENOMEM;
+        return 500; /* out of memory */
 
     const char *p = target;
     size_t n = len;
@@ -146,7 +146,7 @@ int srv__target_parse(srv_request *req, const char *target, size_t len)
     } else {
         req->path = srv__arena_alloc(&req->arena, plen + 1);
         if (req->path == NULL)
-            return SRV_ENOMEM;
+            return 500; /* out of memory */
         if (srv__percent_decode(p, plen, req->path, false) == (size_t)-1)
             return 400;
     }

@@ -1,5 +1,9 @@
-/* Error codes: messages and names from the one SRV_ERRNO_MAP table. */
-#include "srv.h"
+/* Error codes: messages and names from the one SRV_ERRNO_MAP table, and
+ * the server's last error message (a leaf: every layer reports through it). */
+#include "srv_core.h"
+
+#include <stdarg.h>
+#include <stdio.h>
 
 const char *srv_strerror(int err)
 {
@@ -29,4 +33,12 @@ const char *srv_err_name(int err)
     default:
         return "UNKNOWN";
     }
+}
+
+void srv__server_set_error(srv_server *srv, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(srv->error, sizeof srv->error, fmt, ap);
+    va_end(ap);
 }

@@ -1,0 +1,354 @@
+/*
+ * libsrv conformance suite: what the topic files share. conformance.c
+ * holds the fixture (one server per test), the handlers, the libcurl and
+ * raw-socket helpers and main(), which registers every case in its group;
+ * conformance_<topic>.c hold the cases. One binary per build, run once per
+ * engine (`conformance ENGINE [nonblocking|tls]`).
+ */
+#ifndef SRV_CONFORMANCE_H
+#define SRV_CONFORMANCE_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "srv.h"
+#include "raw_client.h"
+
+/* ------------------------------------------------------------------ */
+/* Checks with a message saying which case failed                     */
+/* ------------------------------------------------------------------ */
+
+#define CHECK(cond, ...)                                                   \
+    do {                                                                   \
+        if (!(cond)) {                                                     \
+            print_error("%s:%d: check failed: %s\n    ", __FILE__,         \
+                        __LINE__, #cond);                                  \
+            print_error(__VA_ARGS__);                                      \
+            print_error("\n");                                             \
+            fail();                                                        \
+        }                                                                  \
+    } while (0)
+
+#define CHECK_INT(what, got, want)                                         \
+    do {                                                                   \
+        long long got_ = (long long)(got), want_ = (long long)(want);      \
+        if (got_ != want_) {                                               \
+            print_error("%s:%d: %s: expected %lld, got %lld\n", __FILE__,  \
+                        __LINE__, (what), want_, got_);                    \
+            fail();                                                        \
+        }                                                                  \
+    } while (0)
+
+#define CHECK_STR(what, got, want)                                         \
+    do {                                                                   \
+        const char *got_ = (got), *want_ = (want);                         \
+        if (got_ == NULL || strcmp(got_, want_) != 0) {                    \
+            print_error("%s:%d: %s: expected \"%s\", got %s%s%s\n",        \
+                        __FILE__, __LINE__, (what), want_,                 \
+                        got_ ? "\"" : "", got_ ? got_ : "NULL",            \
+                        got_ ? "\"" : "");                                 \
+            fail();                                                        \
+        }                                                                  \
+    } while (0)
+
+/* Which protocol the libcurl cases speak; the group state. */
+typedef struct mode {
+    int http2;
+    const char *name;
+} mode;
+
+#define FX_MAX_CONNS 48
+
+#define FX_MAX_THREADS 32
+
+#define FX_MAX_LATE 16
+
+typedef struct fx {
+    const mode *m;
+    srv_config cfg;
+    srv_server *srv;
+    int port;
+    int stopped;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    unsigned entered;   /* handlers of /slow, /late*, /never entered */
+    unsigned late_done; /* late srv_respond calls made */
+    int late_rc[FX_MAX_LATE];
+    pthread_t threads[FX_MAX_THREADS]; /* started by /async/thread */
+    size_t nthreads;
+    rc_conn conns[FX_MAX_CONNS]; /* raw connections, closed at teardown */
+} fx;
+
+typedef struct sbuf {
+    char *p;
+    size_t n, cap;
+} sbuf;
+
+/* Small limits and timeouts keep the suite fast; see the cases. */
+#define T_HEADER_MS 1000
+#define T_KEEPALIVE_MS 1000
+#define T_REQUEST_MS 5000
+#define T_SHORT_REQUEST_MS 500
+#define L_HEADER 4096
+#define L_URI 1024
+#define L_BODY 65536
+
+typedef struct http_req {
+    const char *method; /* NULL: GET, or POST when a body is given */
+    const char *path;   /* already %-encoded */
+    const void *body;
+    size_t body_len;
+    int stream;         /* send the body with an unknown length */
+    const char *headers[8];
+    int head;           /* HEAD request */
+    long timeout_ms;    /* default 5000 */
+    const char *host;   /* URL host; NULL: 127.0.0.1 */
+} http_req;
+
+typedef struct http_res {
+    CURLcode rc;
+    char err[CURL_ERROR_SIZE];
+    long status;
+    long version;      /* CURL_HTTP_VERSION_* actually used */
+    long num_connects; /* new connections this transfer made */
+    long local_port;
+    long long ms;      /* wall time of the transfer */
+    char *body;
+    size_t body_len;
+    rc_response hdr;   /* headers of the final response (hdr.headers) */
+    int saw_100;       /* an interim 100 Continue arrived */
+} http_res;
+
+enum bad_expect {
+    BAD_STATUS,           /* exactly `status`, then close */
+    BAD_STATUS_OR_CLOSE,  /* `status` then close, or close without a byte */
+    BAD_CLOSE_ONLY,       /* close without a single byte of response */
+    BAD_STATUS_FIRST      /* `status` first, then close; stray bytes after
+                             it tolerated (libmicrohttpd 0.9.75 writes its
+                             own error head twice: docs/ENGINES.md) */
+};
+
+#define HOST "Host: conformance\r\n"
+
+#define H2_PREFACE "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+/* ------------------------------------------------------------------ */
+/* Globals and helpers (conformance.c)                                */
+/* ------------------------------------------------------------------ */
+
+extern const char *g_engine_name;
+extern const srv_engine *g_engine;
+extern int g_nonblocking;
+extern int g_timing;
+extern const mode MODE_H1, MODE_H2;
+/* `conformance ENGINE tls`: the run's certificates (conformance_tls.c
+ * makes them in g_tls_dir) and the scheme the libcurl cases use. */
+extern int g_tls;
+extern char g_tls_dir[64];
+extern char g_tls_cert[128], g_tls_key[128], g_tls_cert2[128], g_tls_key2[128];
+const char *url_scheme(void);
+
+unsigned engine_caps(void);
+void h_hello(srv_request *req, void *ctx);
+int fx_wait(fx *f, const unsigned *counter, unsigned target,
+            int timeout_ms);
+unsigned fx_read(fx *f, const unsigned *counter);
+void sleep_ms(long ms);
+void sb_add(sbuf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+const char *or_null(const char *s);
+void http_res_free(http_res *r);
+const char *res_header(const http_res *r, const char *name);
+CURL *easy_new(const fx *f);
+void http_perform(const fx *f, CURL *h, const http_req *q, http_res *r);
+void http_do(const fx *f, const http_req *q, http_res *r);
+void check_http(const fx *f, const char *what, const http_res *r,
+                long status);
+void check_body(const fx *f, const char *what, const http_res *r,
+                const char *want);
+rc_conn *conn_slot(fx *f, const char *what);
+rc_conn *conn_open(fx *f, const char *what);
+void conn_send(rc_conn *c, const char *what, const void *p, size_t n);
+void conn_send_str(rc_conn *c, const char *what, const char *s);
+void conn_expect(rc_conn *c, const char *what, int is_head, int status,
+                 const char *body, rc_response *out);
+void conn_expect_closed(rc_conn *c, const char *what, int timeout_ms);
+void still_serving(fx *f, const char *what);
+unsigned h2_frame_types(const char *b, size_t len);
+void h2_preface_answer(const char *what, const char *b, size_t n);
+void bad_input(fx *f, const char *what, const void *req, size_t len,
+               int status, enum bad_expect how);
+void bad_input_str(fx *f, const char *what, const char *req,
+                   int status, enum bad_expect how);
+srv_stats stats(const fx *f);
+int wait_no_inflight(const fx *f, int timeout_ms);
+char *pattern(size_t n);
+void wait_for_free_slot(const fx *f);
+size_t h2_frame(unsigned char *p, unsigned type, unsigned flags,
+                unsigned sid, const void *payload, size_t len);
+long h2_scan(const rc_conn *c, unsigned sid, int *got200);
+long long trickle(rc_conn *c, const void *first, size_t flen,
+                  const void *step, size_t slen, long long limit_ms);
+
+/* ------------------------------------------------------------------ */
+/* Cases: conformance_http.c                                          */
+/* ------------------------------------------------------------------ */
+
+void test_engine_identity(void **state);
+void test_request_accessors(void **state);
+void test_ipv6(void **state);
+void test_get_query(void **state);
+void test_head(void **state);
+void test_post_echo(void **state);
+void test_not_found(void **state);
+void test_method_not_allowed(void **state);
+void test_response_headers(void **state);
+void test_keepalive_reuse(void **state);
+void test_expect_continue(void **state);
+void test_async_timer(void **state);
+void test_async_thread(void **state);
+void test_client_disconnect(void **state);
+void test_never_responds(void **state);
+void test_concurrent_300(void **state);
+
+/* ------------------------------------------------------------------ */
+/* Cases: conformance_lifecycle.c                                     */
+/* ------------------------------------------------------------------ */
+
+void test_graceful_stop(void **state);
+void test_stop_grace_overrun(void **state);
+void test_stop_workers_busy(void **state);
+void test_start_out_of_fds(void **state);
+
+/* ------------------------------------------------------------------ */
+/* Cases: conformance_raw.c                                           */
+/* ------------------------------------------------------------------ */
+
+void test_raw_pipelined(void **state);
+void test_raw_extension_methods(void **state);
+void test_raw_post(void **state);
+void test_raw_chunked_extensions_trailers(void **state);
+void test_raw_head(void **state);
+void test_raw_expect_continue(void **state);
+void test_raw_http10(void **state);
+void test_raw_garbage_request_line(void **state);
+void test_raw_header_without_colon(void **state);
+void test_raw_headers_too_big(void **state);
+void test_raw_body_too_big(void **state);
+void test_raw_uri_too_long(void **state);
+void test_raw_content_length_and_te(void **state);
+void test_raw_unknown_transfer_coding(void **state);
+void test_raw_bad_content_length(void **state);
+void test_raw_bad_chunk_size(void **state);
+void test_raw_bad_version(void **state);
+void test_raw_nul_and_binary(void **state);
+void test_raw_truncated_half_close(void **state);
+void test_raw_slow_head(void **state);
+void test_raw_slowloris(void **state);
+void test_raw_idle_keepalive(void **state);
+void test_raw_client_disconnect(void **state);
+void test_raw_max_connections(void **state);
+
+/* ------------------------------------------------------------------ */
+/* Cases: conformance_header_rules.c                                  */
+/* ------------------------------------------------------------------ */
+
+void test_hr_value_controls(void **state);
+void test_hr_obs_fold(void **state);
+void test_hr_host(void **state);
+void test_hr_repeated_content_length(void **state);
+void test_hr_expect_http10(void **state);
+void test_hr_too_many_headers(void **state);
+void test_hr_request_line(void **state);
+void test_hr_te_trailing_space(void **state);
+void test_hr_chunk_extension_100k(void **state);
+void test_hr_trailers_20k(void **state);
+void test_hr_body_deadline(void **state);
+void test_hr_413_survives_unread_body(void **state);
+void test_hr_stop_partial_head_completes(void **state);
+void test_hr_stop_partial_head_overruns(void **state);
+void test_hr_over_limit_answer(void **state);
+void test_hr_empty_lines(void **state);
+void test_hr_stop_partial_body_overruns(void **state);
+
+/* ------------------------------------------------------------------ */
+/* Cases: conformance_slow.c                                          */
+/* ------------------------------------------------------------------ */
+
+void test_slow_idle_flood(void **state);
+void test_slow_first_head_timeout(void **state);
+void test_slow_chunked_body(void **state);
+void test_slow_chunk_framing(void **state);
+void test_slow_timeout_while_blocking(void **state);
+void test_slow_upgrade_ignored(void **state);
+void test_slow_h2_preface(void **state);
+void test_slow_stop_arriving(void **state);
+void test_slow_refusal_after_request(void **state);
+void test_raw_slow_chunked_body(void **state);
+void test_raw_pipeline_never_read(void **state);
+
+/* ------------------------------------------------------------------ */
+/* Cases: conformance_h2.c                                            */
+/* ------------------------------------------------------------------ */
+
+void test_h2_rapid_reset(void **state);
+void test_h2_some_resets(void **state);
+void test_h2_reset_queued(void **state);
+void test_h2_slow_request(void **state);
+void test_h2_no_window(void **state);
+
+/* ------------------------------------------------------------------ */
+/* Cases: conformance_framing.c                                       */
+/* ------------------------------------------------------------------ */
+
+void test_raw_chunk_size_0x(void **state);
+void test_raw_upgrade_head_rules(void **state);
+void test_raw_http10_upgrade(void **state);
+void test_raw_error_answers_are_the_cores(void **state);
+void test_raw_max_connections_readable(void **state);
+
+/* ------------------------------------------------------------------ */
+/* Cases: conformance_order.c                                         */
+/* ------------------------------------------------------------------ */
+
+void test_nb_pipelined_late_answers(void **state);
+void test_nb_slow_reader(void **state);
+
+/* ------------------------------------------------------------------ */
+/* Cases: conformance_tls.c                                           */
+/* ------------------------------------------------------------------ */
+
+int tls_make_certs(void);
+void tls_remove_certs(void);
+void test_engine_identity_tls(void **state);
+void test_tls_plain_http(void **state);
+void test_tls_stalled_handshake(void **state);
+void test_tls_garbage_client_hello(void **state);
+void test_tls_old_versions(void **state);
+void test_tls_vanish_mid_handshake(void **state);
+void test_tls_alpn(void **state);
+void test_tls_reload(void **state);
+void test_tls_bad_config(void **state);
+void test_tls_pem_in_memory(void **state);
+void test_tls_sighup_reload(void **state);
+void test_tls_refused_by_engine(void **state);
+
+#endif /* SRV_CONFORMANCE_H */

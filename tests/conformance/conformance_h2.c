@@ -1,0 +1,268 @@
+/*
+ * libsrv conformance suite, conformance_h2.c: HTTP/2 by hand (h2c prior knowledge): rapid reset, streams reset while
+ * queued, slow requests, a client that grants no window.
+ */
+#include "conformance.h"
+
+/* ------------------------------------------------------------------ */
+/* HTTP/2 by hand: rapid reset, resets while queued, slow requests   */
+/* ------------------------------------------------------------------ */
+
+/* HPACK "literal header field without indexing" with a static-table name
+ * index (< 15) and a short plain value (RFC 7541 6.2.2). */
+static size_t hpack_literal(unsigned char *p, unsigned name_index, const char *v)
+{
+    size_t n = strlen(v);
+    p[0] = (unsigned char)name_index;
+    p[1] = (unsigned char)n;
+    memcpy(p + 2, v, n);
+    return 2 + n;
+}
+
+/* A GET request block: :method, :scheme, :path, :authority. */
+static size_t hpack_get(unsigned char *p, const char *path)
+{
+    size_t n = 0;
+    n += hpack_literal(p + n, 2, "GET");
+    n += hpack_literal(p + n, 6, "http");
+    n += hpack_literal(p + n, 4, path);
+    n += hpack_literal(p + n, 1, "conformance");
+    return n;
+}
+
+/* preface + empty SETTINGS + `pairs` HEADERS (END_STREAM) + RST_STREAM
+ * (CANCEL) pairs on streams 1, 3, ...; then, when tail_path is set, one
+ * more HEADERS that is not reset. Returns a malloc'd buffer. */
+static unsigned char *h2_flood(unsigned pairs, const char *path,
+                               const char *tail_path, size_t *len)
+{
+    unsigned char block[256];
+    size_t blen = hpack_get(block, path);
+    size_t cap = 64 + (size_t)(pairs + 1) * (9 + blen + 13) + 256;
+    unsigned char *buf = malloc(cap), *p = buf;
+    if (!buf)
+        return NULL;
+    memcpy(p, H2_PREFACE, sizeof H2_PREFACE - 1);
+    p += sizeof H2_PREFACE - 1;
+    p += h2_frame(p, 4, 0, 0, NULL, 0);
+    static const unsigned char cancel[4] = {0, 0, 0, 8};
+    unsigned sid = 1;
+    for (unsigned i = 0; i < pairs; i++, sid += 2) {
+        p += h2_frame(p, 1, 0x5, sid, block, blen);
+        p += h2_frame(p, 3, 0, sid, cancel, sizeof cancel);
+    }
+    if (tail_path) {
+        unsigned char tb[256];
+        size_t tl = hpack_get(tb, tail_path);
+        p += h2_frame(p, 1, 0x5, sid, tb, tl);
+    }
+    *len = (size_t)(p - buf);
+    return buf;
+}
+
+/*
+ * CVE-2023-44487: 2000 HEADERS + RST_STREAM pairs on one connection must
+ * not queue 2000 handler runs. An HTTP/2 engine cancels reset streams
+ * before their handler starts and answers the flood with GOAWAY
+ * (ENHANCE_YOUR_CALM) and a close; an HTTP/1-only engine rejects the
+ * preface. Either way few handlers run and the server answers at once.
+ */
+void test_h2_rapid_reset(void **state)
+{
+    fx *f = *state;
+    enum { PAIRS = 2000 };
+    const char *what = "HTTP/2 rapid reset: 2000 HEADERS + RST_STREAM pairs";
+    unsigned entered0 = fx_read(f, &f->entered);
+    size_t len;
+    unsigned char *flood = h2_flood(PAIRS, "/slow?ms=1000", NULL, &len);
+    CHECK(flood != NULL, "out of memory");
+    rc_conn *c = conn_open(f, what);
+    long long t0 = rc_now_ms();
+    rc_send(c, flood, len, 5000); /* the server may close before the end */
+    free(flood);
+    size_t unread = 0;
+    int wc = rc_wait_close(c, 5000, &unread);
+    long long closed_after = rc_now_ms() - t0;
+
+    /* /hello on a new connection, timed. */
+    long long t1 = rc_now_ms();
+    still_serving(f, what);
+    long long hello_ms = rc_now_ms() - t1;
+    sleep_ms(300); /* a handler started late would show now */
+    unsigned ran = fx_read(f, &f->entered) - entered0;
+    if (g_timing)
+        fprintf(stderr, "# %s: connection closed after %lld ms, /hello in %lld ms, "
+                "%u handlers ran\n", g_engine_name, closed_after, hello_ms, ran);
+    CHECK(wc == RC_CLOSED || wc == RC_RESET, "[%s] the server kept the "
+          "connection open for 5 s", what);
+    if (engine_caps() & SRV_CAP_HTTP2) {
+        int got200;
+        long goaway = h2_scan(c, 0, &got200);
+        CHECK(goaway == 0xb, "[%s] expected GOAWAY ENHANCE_YOUR_CALM (0xb) "
+              "before the close, got %s %ld", what, goaway < 0 ? "no GOAWAY" :
+              "error code", goaway);
+    }
+    CHECK(hello_ms < 1500, "[%s] GET /hello took %lld ms afterwards", what, hello_ms);
+    CHECK(ran <= 100, "[%s] %u handlers ran for streams the client had "
+          "reset (at most 100 may start before the resets are read)", what, ran);
+    CHECK(wait_no_inflight(f, 3000), "[%s] requests_in_flight stayed %u: the "
+          "reset requests were never released", what, stats(f).requests_in_flight);
+    rc_close(c);
+}
+
+/* A few resets are normal (a browser navigating away): the connection
+ * stays usable and the next stream is answered. HTTP/2 engines only. */
+void test_h2_some_resets(void **state)
+{
+    fx *f = *state;
+    const char *what = "HTTP/2: 20 reset streams, then GET /hello";
+    if (!(engine_caps() & SRV_CAP_HTTP2)) {
+        /* No HTTP/2: the preface gets an error or a close, never a hang. */
+        rc_conn *c = conn_open(f, what);
+        conn_send_str(c, what, H2_PREFACE);
+        rc_response r;
+        int rc = rc_read_response(c, &r, 0, 3000);
+        int st = rc == RC_OK ? r.status : 0, got200;
+        rc_response_free(&r);
+        if (rc == RC_BADRESP) /* not HTTP/1: an HTTP/2 GOAWAY refusing the preface is fine */
+            rc_wait_close(c, 1000, NULL);
+        CHECK(rc == RC_CLOSED || rc == RC_RESET || (rc == RC_OK && st >= 400) ||
+              (rc == RC_BADRESP && h2_scan(c, 0, &got200) >= 0),
+              "[%s] an HTTP/1-only engine answered the preface with %s, "
+              "status %d", what, rc_strerror(rc), st);
+        rc_close(c);
+        still_serving(f, what);
+        return;
+    }
+    enum { PAIRS = 20 };
+    size_t len;
+    unsigned char *buf = h2_flood(PAIRS, "/slow?ms=10", "/hello", &len);
+    CHECK(buf != NULL, "out of memory");
+    rc_conn *c = conn_open(f, what);
+    conn_send(c, what, buf, len);
+    free(buf);
+    int got200 = 0;
+    long goaway = -1;
+    long long end = rc_now_ms() + 3000;
+    while (!got200 && rc_now_ms() < end) {
+        if (rc_wait_close(c, 50, NULL) != RC_TIMEOUT)
+            break;
+        goaway = h2_scan(c, 1 + 2 * PAIRS, &got200);
+    }
+    goaway = h2_scan(c, 1 + 2 * PAIRS, &got200);
+    CHECK(got200, "[%s] no :status 200 for the stream after the resets", what);
+    CHECK(goaway < 0, "[%s] got GOAWAY (error %ld) for 20 resets", what, goaway);
+    rc_close(c);
+}
+
+/* Streams already handed to the core and waiting for a busy worker are
+ * cancelled by their RST_STREAM: their handlers never start. */
+void test_h2_reset_queued(void **state)
+{
+    fx *f = *state;
+    const char *what = "HTTP/2: 20 streams queued behind 2 busy workers, then reset";
+    if (!(engine_caps() & SRV_CAP_HTTP2))
+        skip(); /* per-stream resets exist only in HTTP/2 */
+    enum { QUEUED = 20 };
+    unsigned char block[256], buf[8192], *p = buf;
+    size_t blen = hpack_get(block, "/slow?ms=800");
+    memcpy(p, H2_PREFACE, sizeof H2_PREFACE - 1);
+    p += sizeof H2_PREFACE - 1;
+    p += h2_frame(p, 4, 0, 0, NULL, 0);
+    for (unsigned i = 0; i < 2 + QUEUED; i++)
+        p += h2_frame(p, 1, 0x5, 1 + 2 * i, block, blen);
+    rc_conn *c = conn_open(f, what);
+    conn_send(c, what, buf, (size_t)(p - buf));
+    CHECK(fx_wait(f, &f->entered, 2, 2000), "[%s] the two workers never started", what);
+    sleep_ms(100); /* the other 20 are queued in the core by now */
+    p = buf;
+    static const unsigned char cancel[4] = {0, 0, 0, 8};
+    for (unsigned i = 2; i < 2 + QUEUED; i++)
+        p += h2_frame(p, 3, 0, 1 + 2 * i, cancel, sizeof cancel);
+    conn_send(c, what, buf, (size_t)(p - buf));
+    sleep_ms(1500); /* the first two answered; a queued one would have started */
+    unsigned ran = fx_read(f, &f->entered);
+    CHECK(ran == 2, "[%s] %u handlers started; only the 2 streams not reset "
+          "should have", what, ran);
+    int got200 = 0;
+    for (long long end = rc_now_ms() + 2000; !got200 && rc_now_ms() < end;) {
+        if (rc_wait_close(c, 50, NULL) != RC_TIMEOUT)
+            break;
+        h2_scan(c, 1, &got200);
+    }
+    h2_scan(c, 1, &got200);
+    CHECK(got200, "[%s] stream 1 (not reset) got no :status 200", what);
+    CHECK(wait_no_inflight(f, 2000), "[%s] requests_in_flight stayed %u", what,
+          stats(f).requests_in_flight);
+    rc_close(c);
+}
+
+/* Over h2c: empty CONTINUATION frames, or 1-byte DATA frames, every
+ * 300 ms do not keep a request open past header_timeout_ms. */
+void test_h2_slow_request(void **state)
+{
+    fx *f = *state;
+    if (!(engine_caps() & SRV_CAP_HTTP2))
+        skip(); /* frames exist only in HTTP/2 */
+    unsigned char block[256], first[512], *p;
+    size_t blen = hpack_get(block, "/hello");
+    for (int kind = 0; kind < 2; kind++) {
+        const char *what = kind == 0 ? "HTTP/2 header block + empty CONTINUATION every 300 ms"
+                                     : "HTTP/2 POST + 1-byte DATA every 300 ms";
+        p = first;
+        memcpy(p, H2_PREFACE, sizeof H2_PREFACE - 1);
+        p += sizeof H2_PREFACE - 1;
+        p += h2_frame(p, 4, 0, 0, NULL, 0);
+        unsigned char step[16];
+        size_t slen;
+        if (kind == 0) {
+            p += h2_frame(p, 1, 0x1, 1, block, blen); /* END_STREAM, no END_HEADERS */
+            slen = h2_frame(step, 9, 0, 1, NULL, 0);
+        } else {
+            unsigned char post[256];
+            size_t n = hpack_literal(post, 2, "POST");
+            n += hpack_literal(post + n, 6, "http");
+            n += hpack_literal(post + n, 4, "/echo");
+            n += hpack_literal(post + n, 1, "conformance");
+            p += h2_frame(p, 1, 0x4, 1, post, n); /* END_HEADERS, no END_STREAM */
+            slen = h2_frame(step, 0, 0, 1, "a", 1);
+        }
+        rc_conn *c = conn_open(f, what);
+        long long took = trickle(c, first, (size_t)(p - first), step, slen,
+                                 T_HEADER_MS + 4000);
+        CHECK(took >= 0 && took <= T_HEADER_MS + 2000, "[%s] %s %lld ms", what,
+              took < 0 ? "still open after" : "cut after",
+              took < 0 ? T_HEADER_MS + 4000LL : took);
+        int got200;
+        CHECK(h2_scan(c, 0, &got200) >= 0, "[%s] closed without GOAWAY", what);
+        rc_close(c);
+    }
+    still_serving(f, "slow HTTP/2 requests");
+}
+
+/* Over h2c: a client that grants no flow-control window (SETTINGS
+ * INITIAL_WINDOW_SIZE 0) never lets the answer out; the connection is cut
+ * once no write was possible for header_timeout_ms. */
+void test_h2_no_window(void **state)
+{
+    fx *f = *state;
+    if (!(engine_caps() & SRV_CAP_HTTP2))
+        skip(); /* flow control exists only in HTTP/2 */
+    const char *what = "HTTP/2 client with a zero window, GET /n";
+    unsigned char buf[512], *p = buf, block[256];
+    memcpy(p, H2_PREFACE, sizeof H2_PREFACE - 1);
+    p += sizeof H2_PREFACE - 1;
+    static const unsigned char zero_window[6] = {0, 4, 0, 0, 0, 0};
+    p += h2_frame(p, 4, 0, 0, zero_window, sizeof zero_window);
+    size_t blen = hpack_get(block, "/n?i=0123456789");
+    p += h2_frame(p, 1, 0x5, 1, block, blen);
+    rc_conn *c = conn_open(f, what);
+    long long t0 = rc_now_ms();
+    conn_send(c, what, buf, (size_t)(p - buf));
+    int rc = rc_wait_close(c, T_HEADER_MS + 4000, NULL);
+    long long took = rc_now_ms() - t0;
+    CHECK(rc == RC_CLOSED || rc == RC_RESET, "[%s] still open after %lld ms", what, took);
+    CHECK(took <= T_HEADER_MS + 2500, "[%s] cut after %lld ms", what, took);
+    rc_close(c);
+    still_serving(f, what);
+}

@@ -1,0 +1,99 @@
+/*
+ * The engine toolkit of srv_engine.h: the clock and deadline arithmetic,
+ * the max_connections gate, the canned refusal, and request-building
+ * helpers that return HTTP statuses only.
+ */
+#include "fake_engine.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <limits.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+static void test_ms_left(void **state)
+{
+    (void)state;
+    assert_int_equal(srv__ms_left(1000, 400), 600);
+    assert_int_equal(srv__ms_left(1000, 1000), 0);
+    assert_int_equal(srv__ms_left(1000, 5000), 0); /* passed: no negative timeout */
+    assert_int_equal(srv__ms_left(UINT64_MAX, 0), INT_MAX);
+    uint64_t a = srv__now_ms(), b = srv__now_ms();
+    assert_true(b >= a);
+}
+
+static void test_timespec_in(void **state)
+{
+    (void)state;
+    struct timespec before, ts;
+    clock_gettime(CLOCK_MONOTONIC, &before);
+    srv__timespec_in(&ts, CLOCK_MONOTONIC, 1999);
+    assert_true(ts.tv_nsec >= 0 && ts.tv_nsec < 1000000000L);
+    long long diff_ms = (long long)(ts.tv_sec - before.tv_sec) * 1000 +
+                        (ts.tv_nsec - before.tv_nsec) / 1000000;
+    assert_true(diff_ms >= 1999 && diff_ms < 2100);
+}
+
+static void test_admission(void **state)
+{
+    (void)state;
+    fake *f = fake_new();
+    srv_config cfg;
+    srv_config_init(&cfg);
+    cfg.max_connections = 2;
+    srv_server *srv = fake_server(f, &cfg);
+    assert_true(srv__conn_admit(srv));
+    assert_true(srv__conn_admit(srv));
+    assert_false(srv__conn_admit(srv)); /* full: refused, no slot taken */
+    assert_false(srv__conn_admit(srv));
+    srv__conn_leave(srv);
+    assert_true(srv__conn_admit(srv)); /* the slot given back is free again */
+    assert_false(srv__conn_admit(srv));
+    srv__conn_leave(srv);
+    srv__conn_leave(srv);
+    fake_free(f);
+}
+
+static void test_refusal(void **state)
+{
+    (void)state;
+    size_t len = 0;
+    const char *p = srv__refusal_503(&len);
+    const char want[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
+                        "Connection: close\r\n\r\n";
+    assert_int_equal(len, sizeof want - 1);
+    assert_memory_equal(p, want, len);
+}
+
+/* Out of memory is not simulated here; what is checked is that every
+ * failure a helper reports is an HTTP status an engine can send as is. */
+static void test_helpers_return_statuses(void **state)
+{
+    (void)state;
+    fake *f = fake_new();
+    srv_server *srv = fake_server(f, NULL);
+    srv_request *req = srv__request_new(srv, NULL, 0);
+    assert_non_null(req);
+    assert_int_equal(srv__request_set_method(req, "G T", 3), 400);
+    assert_int_equal(srv__request_set_method(req, "GET", 3), 0);
+    assert_int_equal(srv__request_set_target(req, "nope", 4), 400);
+    assert_int_equal(srv__request_add_header(req, "Bad Name", 8, "v", 1), 400);
+    srv__request_release(req);
+    fake_free(f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ms_left),
+        cmocka_unit_test(test_timespec_in),
+        cmocka_unit_test(test_admission),
+        cmocka_unit_test(test_refusal),
+        cmocka_unit_test(test_helpers_return_statuses),
+    };
+    return cmocka_run_group_tests_name("engine toolkit", tests, NULL, NULL);
+}
