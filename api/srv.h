@@ -64,7 +64,8 @@ extern "C" {
     X(ETOOBIG, -11, "over the configured limit")                             \
     X(EADDR, -12, "host is not a numeric IPv4 or IPv6 address")              \
     X(EBADREQ, -13, "malformed request")                                     \
-    X(EHEADER, -14, "header name or value not allowed")
+    X(EHEADER, -14, "header name or value not allowed")                      \
+    X(ETLS, -15, "TLS certificate, key or setting refused")
 
 typedef enum srv_error {
 #define SRV__ERR_ENUM(name, num, msg) SRV_##name = (num),
@@ -142,7 +143,14 @@ enum {
      * same status and close as the core's answer, but the library's own
      * headers and body (no Server, its HTML text). docs/ENGINES.md lists
      * the inputs. Without it every error answer is the core's. */
-    SRV_CAP_LIB_ERRORS = 1u << 5
+    SRV_CAP_LIB_ERRORS = 1u << 5,
+    /* Serves HTTPS when srv_config has a certificate and key (srv_config's
+     * tls_* fields). Without it srv_server_start refuses a TLS
+     * configuration with SRV_ETLS. */
+    SRV_CAP_TLS = 1u << 6,
+    /* Over TLS, offers HTTP/2 by ALPN ("h2", then "http/1.1"); without it
+     * only "http/1.1" is offered. */
+    SRV_CAP_TLS_HTTP2 = 1u << 7
 };
 
 /* srv_engine_caps: the engine's SRV_CAP_* bits (0 for NULL). Any thread. */
@@ -221,7 +229,40 @@ typedef struct srv_config {
      * 0 disables the check. Default 200 ms (well above a busy machine's
      * scheduling delays, well below a blocking call worth finding). */
     unsigned nonblocking_warn_ms;
+    /* ---- fields above: 0.2; below: TLS, added after 0.2.0 ---- */
+    /* HTTPS: the server speaks TLS only (no cleartext on the same port)
+     * when a certificate is set, from a file or from memory (not both), and
+     * then needs its private key the same way. The certificate is a PEM
+     * chain, the server's own certificate first, then the intermediates.
+     * srv_server_start refuses (SRV_ETLS, srv_server_last_error names the
+     * file and why) a file it cannot read, PEM it cannot parse, a key that
+     * does not match the certificate, or an engine without SRV_CAP_TLS.
+     * The strings and files are read by srv_server_start (copied by
+     * srv_server_new) and again by srv_server_reload_tls. Default NULL
+     * (cleartext HTTP). */
+    const char *tls_cert_file;
+    const char *tls_key_file;
+    /* The same as PEM text in memory (NUL-terminated), for applications
+     * that keep keys elsewhere than in files. Copied by srv_server_new. */
+    const char *tls_cert_pem;
+    const char *tls_key_pem;
+    /* Lowest protocol version accepted: SRV_TLS_1_2 or SRV_TLS_1_3.
+     * Default SRV_TLS_1_2 (TLS 1.0 and 1.1 clients are refused in the
+     * handshake). */
+    unsigned tls_min_version;
+    /* TLS 1.2 cipher list in OpenSSL syntax; NULL means Mozilla's
+     * "intermediate" policy (ECDHE/DHE with AES-GCM or ChaCha20-Poly1305,
+     * forward secrecy only). TLS 1.3 suites are the library's defaults
+     * (all AEAD). Copied. Default NULL. */
+    const char *tls_ciphers;
+    /* Non-NULL: clients must present a certificate that this PEM CA file
+     * (one or more CA certificates) verifies, or the handshake fails.
+     * Copied. Default NULL (no client certificate asked). */
+    const char *tls_client_ca_file;
 } srv_config;
+
+/* srv_config.tls_min_version values (the TLS wire version numbers). */
+enum { SRV_TLS_1_2 = 0x0303, SRV_TLS_1_3 = 0x0304 };
 
 /*
  * srv_config_init: fill *cfg with the defaults documented above (and set
@@ -312,7 +353,8 @@ int srv_route(srv_server *srv, const char *method, const char *path,
 /*
  * srv_server_start: validate the configuration, start the worker pool, the
  * timer thread and the engine, and return once the port accepts
- * connections. Returns 0; SRV_EINVAL (bad configuration), SRV_EADDR,
+ * connections. Returns 0; SRV_EINVAL (bad configuration), SRV_ETLS (a
+ * certificate, key or TLS setting refused), SRV_EADDR,
  * SRV_EBIND, SRV_ETHREAD, SRV_EENGINE, SRV_ENOMEM, or SRV_ESTATE when
  * already started or stopped. On failure nothing keeps running and
  * srv_server_last_error() says what and why, e.g.
@@ -352,11 +394,26 @@ int srv_server_stop(srv_server *srv, unsigned grace_ms);
 
 /*
  * srv_server_run: start the server if it is not running, wait for SIGINT or
- * SIGTERM, then srv_server_stop(srv, grace_ms). Installs its own handlers for
- * those two signals while it waits and restores the previous ones before it
- * returns. Returns 0 or the error of start/stop. Controlling thread only.
+ * SIGTERM, then srv_server_stop(srv, grace_ms). On SIGHUP a server with TLS
+ * reloads its certificate (srv_server_reload_tls; a failure is reported on
+ * stderr and the old certificate stays) and keeps running. Installs its own
+ * handlers for those signals while it waits and restores the previous ones
+ * before it returns. Returns 0 or the error of start/stop. Controlling thread only.
  */
 int srv_server_run(srv_server *srv, unsigned grace_ms);
+
+/*
+ * srv_server_reload_tls: read the configured certificate, key and client
+ * CA again (the files; PEM given in memory is rebuilt as it was) and use
+ * them for connections accepted from now on; connections already open
+ * keep the certificate they started with. On any error the server keeps
+ * its current certificate and returns the error, srv_server_last_error
+ * saying which file and why. srv_server_run calls it on SIGHUP.
+ * Returns 0; SRV_ETLS (unreadable, unparsable or mismatched), SRV_EINVAL
+ * (the server has no TLS configured), SRV_ESTATE (not running), SRV_ENOMEM.
+ * Any thread while the server runs (not concurrently with stop or free).
+ */
+int srv_server_reload_tls(srv_server *srv);
 
 /*
  * srv_server_free: stop the server if it runs (grace 0), wait for running

@@ -34,7 +34,9 @@ enum {
     SRV_ENGINE_CAP_GARBAGE_400 = SRV_CAP_GARBAGE_400,
     SRV_ENGINE_CAP_LIB_CHUNKED = SRV_CAP_LIB_CHUNKED,
     SRV_ENGINE_CAP_H2_PREFACE_GOAWAY = SRV_CAP_H2_PREFACE_GOAWAY,
-    SRV_ENGINE_CAP_LIB_ERRORS = SRV_CAP_LIB_ERRORS
+    SRV_ENGINE_CAP_LIB_ERRORS = SRV_CAP_LIB_ERRORS,
+    SRV_ENGINE_CAP_TLS = SRV_CAP_TLS,
+    SRV_ENGINE_CAP_TLS_HTTP2 = SRV_CAP_TLS_HTTP2
 };
 
 struct srv_engine {
@@ -146,6 +148,31 @@ void srv__stats_connection_closed(srv_server *srv);
  */
 int srv__thread_create(pthread_t *tid, const pthread_attr_t *attr, void *(*fn)(void *),
                        void *arg);
+
+/* ------------------------------------------------------------------ */
+/* TLS (core/tls.c)                                                    */
+/* ------------------------------------------------------------------ */
+
+struct ssl_ctx_st; /* OpenSSL's SSL_CTX; this header includes no OpenSSL */
+
+/* Non-zero when the server serves TLS (a certificate is configured). Any
+ * thread. */
+int srv__tls_enabled(const srv_server *srv);
+
+/*
+ * srv__tls_ctx: the OpenSSL context new connections use now - certificate,
+ * key, minimum version, ciphers, client verification and (for an engine
+ * with SRV_CAP_TLS_HTTP2) ALPN "h2" then "http/1.1", otherwise "http/1.1" -
+ * with one reference for the caller, who drops it with SSL_CTX_free (an
+ * SSL made from it holds its own). *generation (when not NULL) gets the
+ * reload count it belongs to. NULL when TLS is off. Any thread; a reload
+ * swaps it atomically, so connections accepted after take the new one.
+ */
+struct ssl_ctx_st *srv__tls_ctx(srv_server *srv, unsigned *generation);
+
+/* The reload count (srv_server_reload_tls); cheap, for engines that keep a
+ * context per thread and take the new one when it changes. Any thread. */
+unsigned srv__tls_generation(const srv_server *srv);
 
 /* ------------------------------------------------------------------ */
 /* Worker pool                                                         */

@@ -53,6 +53,7 @@ void srv__config_defaults(srv_config *cfg)
     cfg->worker_idle_timeout_ms = 60000;
     cfg->max_queued = 10000;
     cfg->nonblocking_warn_ms = 200;
+    cfg->tls_min_version = SRV_TLS_1_2;
 }
 
 /* Upper bounds that catch unit mix-ups (seconds for ms, bytes for KiB)

@@ -34,6 +34,8 @@ srv_server *srv_server_new(const srv_engine *engine, const srv_config *cfg)
         goto fail;
     srv->cfg.host = srv->host;
     srv->cfg.server_name = srv->server_name;
+    if (srv__tls_init(srv) != 0)
+        goto fail;
     atomic_init(&srv->state, SRV__NEW);
     atomic_init(&srv->port, srv->cfg.port);
     atomic_init(&srv->admitted, 0);
@@ -45,6 +47,7 @@ srv_server *srv_server_new(const srv_engine *engine, const srv_config *cfg)
     }
     return srv;
 fail:
+    srv__tls_free(srv);
     free(srv->host);
     free(srv->server_name);
     free(srv);
@@ -96,6 +99,8 @@ int srv_server_start(srv_server *srv)
     int rc = srv__engine_check(srv);
     if (rc == 0)
         rc = srv__config_validate(srv);
+    if (rc == 0)
+        rc = srv__tls_start(srv);
     if (rc != 0)
         return rc;
 
@@ -197,19 +202,34 @@ int srv_server_run(srv_server *srv, unsigned grace_ms)
         srv__server_set_error(srv, "cannot create the signal pipe: %s", strerror(errno));
         return SRV_ESYS;
     }
-    struct sigaction sa, old_int, old_term;
+    struct sigaction sa, old_int, old_term, old_hup;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = srv__on_signal;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
+    if (srv->tls != NULL) /* SIGHUP reloads the certificate (nginx's habit) */
+        sigaction(SIGHUP, &sa, &old_hup);
 
-    unsigned char b;
-    while (read(srv__signal_pipe[0], &b, 1) < 0 && errno == EINTR)
-        ;
+    for (;;) {
+        unsigned char b;
+        ssize_t r = read(srv__signal_pipe[0], &b, 1);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r == 1 && b == SIGHUP) {
+            int rc = srv_server_reload_tls(srv);
+            if (rc != 0)
+                fprintf(stderr, "libsrv: SIGHUP: TLS reload failed, the current certificate "
+                        "stays: %s\n", srv_server_last_error(srv));
+            continue;
+        }
+        break;
+    }
 
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
+    if (srv->tls != NULL)
+        sigaction(SIGHUP, &old_hup, NULL);
     close(srv__signal_pipe[0]);
     close(srv__signal_pipe[1]);
     srv__signal_pipe[0] = srv__signal_pipe[1] = -1;
@@ -234,6 +254,7 @@ void srv_server_free(srv_server *srv)
     srv__pool_destroy(&srv->pool);
     srv__router_free(&srv->router);
     srv__inflight_destroy(&srv->inflight);
+    srv__tls_free(srv);
     free(srv->host);
     free(srv->server_name);
     free(srv);

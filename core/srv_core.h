@@ -173,6 +173,8 @@ struct srv_server {
     atomic_uint_fast64_t connections_total;
     atomic_uint connections_open;
     atomic_uint admitted; /* max_connections slots taken (connections.c) */
+
+    struct srv__tls *tls; /* tls.c: NULL when no certificate is configured */
 };
 
 /* The server's state, read by every layer (written by server.c only). */
@@ -324,6 +326,23 @@ size_t srv__percent_decode(const char *s, size_t n, char *out,
 
 /* Access log line for a delivered response (access_log.c). */
 void srv__access_log(const srv_request *req);
+
+/* ---- TLS (tls.c, and its backend tls_openssl.c or tls_none.c) ---------- */
+
+/* srv_server_new: copy the tls_* strings (cfg points at the copies) and
+ * create srv->tls when a certificate is configured. SRV_ENOMEM. */
+int srv__tls_init(srv_server *srv);
+/* srv_server_start, after srv__config_validate: check the TLS fields and
+ * build the first context; SRV_ETLS/SRV_EINVAL with srv->error set. */
+int srv__tls_start(srv_server *srv);
+/* srv_server_free. */
+void srv__tls_free(srv_server *srv);
+
+/* The backend: build a context from srv->cfg (srv->error says which file
+ * and why on failure: SRV_ETLS, SRV_ENOMEM); take and drop references. */
+int srv__tls_backend_build(srv_server *srv, void **ctx);
+void srv__tls_backend_ref(void *ctx);
+void srv__tls_backend_unref(void *ctx);
 
 /* Validate a configuration and resolve io_threads; returns 0 or
  * SRV_EINVAL/SRV_EADDR with the reason in srv->error. */

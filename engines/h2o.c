@@ -376,6 +376,7 @@ void eh2o_on_conn_close(void *data)
 {
     eh2o_conn *c = data;
     eh2o_thread *t = c->thread;
+    eh2o_tls_conn_closed(c);
     h2o_timeout_unlink(&c->calm);
     h2o_timeout_unlink(&c->h1.linger);
     h2o_timeout_unlink(&c->h1.send);
@@ -584,7 +585,10 @@ static void eh2o_on_accept(h2o_socket_t *listener, const char *err)
             break;
         }
         if (!srv__conn_admit(s->srv)) {
-            eh2o_refuse(t, sock);
+            if (t->tls != NULL) /* a TLS client cannot read the cleartext 503 */
+                h2o_socket_close(sock);
+            else
+                eh2o_refuse(t, sock);
             continue;
         }
         eh2o_conn *c = calloc(1, sizeof *c); /* zeroed: h2o_linklist_insert asserts unlinked */
@@ -601,6 +605,8 @@ static void eh2o_on_accept(h2o_socket_t *listener, const char *err)
         sock->on_close.cb = eh2o_on_conn_close; /* survives h2c / prior-knowledge upgrades */
         sock->on_close.data = c;
         srv__stats_connection_opened(s->srv);
+        if (eh2o_tls_accept(t, c)) /* HTTPS: handshake first (engines/h2o_tls.c) */
+            continue;
         h2o_accept(&t->accept_ctx, sock);
         if (sock->_cb.read != NULL) { /* HTTP/1 reading: the framing guard reads first */
             c->h1.reqread = sock->_cb.read;
@@ -628,6 +634,8 @@ static void eh2o_thread_close_idle(eh2o_thread *t)
             eh2o_h1_close(c);
         else if (eh2o_h2_idle(c))
             eh2o_h2_close_idle(c);
+        else if (eh2o_tls_handshaking(c))
+            eh2o_tls_close(c);
     }
 }
 
@@ -756,6 +764,7 @@ static void eh2o_thread_teardown(eh2o_thread *t)
     h2o_timeout_unlink(&t->sweep_entry);
     h2o_timeout_dispose(t->loop, &t->sweep);
     h2o_timeout_dispose(t->loop, &t->send_timeout);
+    eh2o_tls_thread_dispose(t);
     h2o_multithread_queue_t *queue = t->ctx.queue;
     h2o_context_dispose(&t->ctx);
     free(queue); /* 2.2.5's h2o_multithread_destroy_queue does not free the struct */
@@ -791,6 +800,7 @@ static void *eh2o_thread_main(void *arg)
     h2o_timeout_init(t->loop, &t->sweep, tick < 50 ? 50 : tick > 1000 ? 1000 : tick);
     t->sweep_entry.cb = eh2o_on_sweep;
     h2o_timeout_init(t->loop, &t->send_timeout, s->cfg->header_timeout_ms);
+    eh2o_tls_thread_loop(t);
     h2o_timeout_link(t->loop, &t->sweep, &t->sweep_entry);
     t->accept_ctx.ctx = &t->ctx;
     t->accept_ctx.hosts = s->globalconf.hosts;
@@ -827,6 +837,7 @@ static void eh2o_free(eh2o_server *s)
             for (int j = 0; j < EH2O_LOOP_FDS; j++)
                 if (s->threads[i].spare[j] >= 0)
                     close(s->threads[i].spare[j]);
+            eh2o_tls_thread_free(&s->threads[i]);
         }
         free(s->threads);
     }
@@ -924,6 +935,11 @@ static int eh2o_start(srv_server *srv, void **state)
             if (t->spare[j] < 0)
                 break;
         }
+        if (eh2o_tls_thread_new(t, srv) != 0) {
+            srv__server_set_error(srv, "h2o engine: out of memory");
+            eh2o_free(s);
+            return SRV_ENOMEM;
+        }
         if (t->listen_fd < 0 || t->spare[EH2O_LOOP_FDS - 1] < 0) {
             srv__server_set_error(srv, "h2o engine: %u I/O threads need %u descriptors: %s",
                                   s->nthreads, s->nthreads * (1 + EH2O_LOOP_FDS),
@@ -1003,7 +1019,7 @@ const srv_engine srv_engine_h2o = {
      * say 400), garbage request lines with 400, and an HTTP/2 preface past max_connections
      * with GOAWAY. */
     .caps = SRV_ENGINE_CAP_HTTP2 | SRV_ENGINE_CAP_VERSION_505 | SRV_ENGINE_CAP_GARBAGE_400 |
-            SRV_ENGINE_CAP_H2_PREFACE_GOAWAY,
+            SRV_ENGINE_CAP_H2_PREFACE_GOAWAY | SRV_ENGINE_CAP_TLS | SRV_ENGINE_CAP_TLS_HTTP2,
     .start = eh2o_start,
     .respond = eh2o_respond,
     .quiesce = eh2o_quiesce,

@@ -211,6 +211,7 @@ typedef struct eh2o_conn {
         h2o_timeout_entry_t linger;
         h2o_timeout_entry_t send; /* a write that has not completed in header_timeout_ms */
     } h1;
+    struct eh2o_tls_hs *tls_hs; /* engines/h2o_tls.c: in its TLS handshake */
 } eh2o_conn;
 
 /* One connection refused past max_connections: 503, then drained and closed. */
@@ -272,6 +273,7 @@ struct eh2o_thread {
     unsigned live;   /* tickets whose response was not processed yet; loop thread only */
     int quiesced;
     int abandoned; /* connections would not close: context and loop left undisposed */
+    struct eh2o_tls_thread *tls; /* engines/h2o_tls.c; NULL in cleartext */
 };
 
 typedef struct eh2o_handler {
@@ -322,6 +324,19 @@ void eh2o_h1_note(eh2o_conn *c);
 void eh2o_h1_close(eh2o_conn *c); /* through h2o's read-error path: c is freed */
 int eh2o_h1_idle(eh2o_conn *c);
 int eh2o_h1_stop_arriving(eh2o_conn *c);
+
+/* engines/h2o_tls.c: HTTPS (all no-ops on a cleartext server) */
+typedef struct eh2o_tls_thread eh2o_tls_thread;
+int eh2o_tls_thread_new(eh2o_thread *t, srv_server *srv); /* start: -1 out of memory */
+void eh2o_tls_thread_loop(eh2o_thread *t);    /* on the loop, once it exists */
+void eh2o_tls_thread_dispose(eh2o_thread *t); /* on the loop, before it is destroyed */
+void eh2o_tls_thread_free(eh2o_thread *t);
+/* Accept c over TLS: 1 when TLS took it (do not touch c or its socket again: it may be
+ * closed already), 0 on a cleartext server. */
+int eh2o_tls_accept(eh2o_thread *t, eh2o_conn *c);
+void eh2o_tls_conn_closed(eh2o_conn *c); /* from eh2o_on_conn_close */
+int eh2o_tls_handshaking(eh2o_conn *c);
+void eh2o_tls_close(eh2o_conn *c); /* cut a connection still in its handshake */
 
 /* engines/h2o_http2.c */
 eh2o_conn *eh2o_h2_conn(h2o_req_t *req);

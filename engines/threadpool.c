@@ -194,12 +194,68 @@ void etp_linger_close(int fd, unsigned ms)
     close(fd);
 }
 
+/* ------------------------------------------------------------------ */
+/* A connection's I/O: the socket, or TLS (engines/threadpool_tls.c)   */
+/* ------------------------------------------------------------------ */
+
+/* Cleartext costs one test of c->ssl per call over the plain socket call. */
+static inline ssize_t etp_io_recv(etp_conn *c, void *buf, size_t len)
+{
+    if (c->ssl)
+        return etp_tls_recv(c, buf, len);
+    return recv(c->fd, buf, len, MSG_DONTWAIT);
+}
+
+static inline int etp_io_send_some(etp_conn *c, const void *a, size_t alen, const void *b,
+                                   size_t blen, size_t *sent)
+{
+    if (c->ssl)
+        return etp_tls_send_some(c->ssl, &c->tls_want_write, a, alen, b, blen, sent);
+    return etp_send_some(c->fd, a, alen, b, blen, sent);
+}
+
+/* etp_send_from for a connection: over TLS a write may wait for input (a
+ * key update), so poll for what the SSL waits for. */
+static int etp_io_send_from(etp_conn *c, int timeout_ms, const void *a, size_t alen,
+                            const void *b, size_t blen, size_t sent)
+{
+    if (!c->ssl)
+        return etp_send_from(c->fd, timeout_ms, a, alen, b, blen, sent);
+    for (;;) {
+        int r = etp_io_send_some(c, a, alen, b, blen, &sent);
+        if (r != 0)
+            return r > 0 ? 0 : -1;
+        struct pollfd pfd = {.fd = c->fd, .events = c->tls_want_write ? POLLOUT : POLLIN};
+        int p = poll(&pfd, 1, timeout_ms);
+        if (p < 0 && errno == EINTR)
+            continue;
+        if (p <= 0)
+            return -1;
+    }
+}
+
+/* Our side is done: close_notify over TLS, then the TCP half-close. */
+static void etp_io_shut_wr(etp_conn *c)
+{
+    if (c->ssl)
+        etp_tls_close_notify(c);
+    shutdown(c->fd, SHUT_WR);
+}
+
 /* The core's canned 503, when no request could be built to answer. */
 static void etp_send_refusal(int fd)
 {
     size_t len = 0, sent = 0;
     const char *p = srv__refusal_503(&len);
     etp_send_some(fd, p, len, NULL, 0, &sent);
+}
+
+/* The same on a connection (over TLS when it is one). */
+static void etp_conn_send_refusal(etp_conn *c)
+{
+    size_t len = 0, sent = 0;
+    const char *p = srv__refusal_503(&len);
+    etp_io_send_some(c, p, len, NULL, 0, &sent);
 }
 
 /* The answer to an HTTP/2 connection preface: an empty SETTINGS frame (the
@@ -223,6 +279,22 @@ static void etp_write_now(int fd, srv_request *req)
         etp_send_refusal(fd);
 }
 
+/* etp_write_now on a connection (TLS or not). */
+static void etp_conn_write_now(etp_conn *c, srv_request *req)
+{
+    if (!c->ssl) {
+        etp_write_now(c->fd, req);
+        return;
+    }
+    size_t hlen = 0, blen = 0, sent = 0;
+    const char *head = srv__response_http1_head(req, &hlen);
+    const void *body = srv__response_body(req, &blen);
+    if (head)
+        etp_io_send_some(c, head, hlen, body, blen, &sent);
+    else
+        etp_conn_send_refusal(c);
+}
+
 /* A request the core answers at once with `status` (no engine data, so the
  * respond slot ignores it), written without blocking and released. */
 static void etp_answer_now(etp_state *st, etp_conn *c, srv_request *req, int status)
@@ -230,12 +302,12 @@ static void etp_answer_now(etp_state *st, etp_conn *c, srv_request *req, int sta
     if (!req)
         req = srv__request_new(st->srv, (const struct sockaddr *)&c->peer, c->peer_len);
     if (!req) {
-        etp_send_refusal(c->fd);
+        etp_conn_send_refusal(c);
         return;
     }
     srv__request_set_engine_data(req, NULL);
     srv__request_fail(req, status);
-    etp_write_now(c->fd, req);
+    etp_conn_write_now(c, req);
     srv__request_release(req);
 }
 
@@ -295,12 +367,14 @@ static void etp_conn_finish(etp_conn *c, int linger)
     if (c->detached) {
         etp_drain(c->fd, 0); /* stop() writes and shuts through its own fd */
     } else if (linger || c->pend_off < c->pend_len) {
-        shutdown(c->fd, SHUT_WR);
+        etp_io_shut_wr(c);
         etp_drain(c->fd, linger ? ETP_LINGER_MS : 0);
     } else if (!c->io_dead) {
-        shutdown(c->fd, SHUT_WR);
+        etp_io_shut_wr(c);
         etp_drain(c->fd, 0);
     }
+    if (c->ssl) /* stop() may hold its own reference (etp_tls_detach) */
+        etp_tls_free(c->ssl);
     epoll_ctl(c->p->epfd, EPOLL_CTL_DEL, c->fd, NULL); /* a dup'd fd may live on */
     if (!c->detached) /* stop() counted it closed when it detached it */
         srv__stats_connection_closed(st->srv);
@@ -360,7 +434,9 @@ static void etp_plist_del(etp_conn *c)
 /* Watch the connection again (one event, then it is ours until re-armed). */
 static int etp_arm(etp_state *st, etp_conn *c, int op)
 {
-    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT, .data.ptr = c};
+    struct epoll_event ev = {.events = (c->ssl ? etp_tls_events(c) : EPOLLIN) | EPOLLRDHUP |
+                                       EPOLLONESHOT,
+                             .data.ptr = c};
     (void)st;
     return epoll_ctl(c->p->epfd, op, c->fd, &ev);
 }
@@ -376,6 +452,11 @@ static void etp_poller_close(etp_state *st, etp_conn *c, int linger)
         if (c->req)
             srv__request_release(c->req);
         srv__http1_free(&c->parser);
+        if (c->ssl) {
+            if (linger)
+                etp_tls_close_notify(c);
+            etp_tls_free(c->ssl);
+        }
         if (linger)
             etp_linger_close(c->fd, 0);
         else
@@ -395,7 +476,8 @@ static void etp_poller_close(etp_state *st, etp_conn *c, int linger)
  * still sends for ETP_LINGER_MS without holding anything up. */
 static void etp_poller_linger(etp_state *st, etp_conn *c)
 {
-    shutdown(c->fd, SHUT_WR);
+    etp_io_shut_wr(c);
+    c->tls_want_write = 0; /* lingering reads the raw socket */
     c->lingering = 1;
     c->drained = 0;
     etp_wait_for(c, ETP_WAIT_LINGER);
@@ -410,7 +492,7 @@ static void etp_poller_fail(etp_state *st, etp_conn *c, int status)
     c->req = NULL;
     if (c->parser.h2_preface) { /* not HTTP/1: a GOAWAY it understands */
         size_t sent = 0;
-        etp_send_some(c->fd, etp_h2_goaway, sizeof etp_h2_goaway, NULL, 0, &sent);
+        etp_io_send_some(c, etp_h2_goaway, sizeof etp_h2_goaway, NULL, 0, &sent);
         if (req)
             srv__request_release(req);
     } else {
@@ -453,7 +535,7 @@ static int etp_inline_write(etp_state *st, etp_conn *c, const char *rest, size_t
     size_t hlen = 0, blen = 0, sent = 0;
     const char *head = srv__response_http1_head(req, &hlen);
     const void *body = srv__response_body(req, &blen);
-    int r = head ? etp_send_some(c->fd, head, hlen, body, blen, &sent) : -1;
+    int r = head ? etp_io_send_some(c, head, hlen, body, blen, &sent) : -1;
     if (r == 0) {
         if (n > 0 && etp_keep_rest(c, rest, n) != 0)
             c->lost_input = 1;
@@ -650,7 +732,7 @@ static int etp_poller_feed(etp_state *st, etp_conn *c, const char *d, size_t n)
                 srv__request_expects_continue(c->req)) {
                 static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
                 size_t sent = 0;
-                etp_send_some(c->fd, cont, sizeof cont - 1, NULL, 0, &sent);
+                etp_io_send_some(c, cont, sizeof cont - 1, NULL, 0, &sent);
             }
             continue;
         }
@@ -674,12 +756,16 @@ static void etp_poller_read(etp_state *st, etp_conn *c)
         return;
     }
     for (;;) {
-        ssize_t n = recv(c->fd, c->p->rbuf, sizeof c->p->rbuf, MSG_DONTWAIT);
+        ssize_t n = etp_io_recv(c, c->p->rbuf, sizeof c->p->rbuf);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             if (etp_arm(st, c, EPOLL_CTL_MOD) != 0)
                 etp_poller_close(st, c, 0);
+            return;
+        }
+        if (n < 0 && c->tls_plain) { /* the cleartext 400 must be read */
+            etp_poller_linger(st, c);
             return;
         }
         if (n <= 0) { /* EOF or reset, idle or mid-request: nobody to answer */
@@ -689,7 +775,9 @@ static void etp_poller_read(etp_state *st, etp_conn *c)
         }
         if (!etp_poller_feed(st, c, c->p->rbuf, (size_t)n))
             return;
-        if ((size_t)n < sizeof c->p->rbuf) { /* most likely all there is */
+        /* Most likely all there is; TLS reads one record a call: on until
+         * it waits for the socket. */
+        if ((size_t)n < sizeof c->p->rbuf && !c->ssl) {
             if (etp_arm(st, c, EPOLL_CTL_MOD) != 0)
                 etp_poller_close(st, c, 0);
             return;
@@ -744,6 +832,13 @@ static void etp_refuse_now(etp_state *st, int fd, const struct sockaddr_storage 
                            socklen_t peer_len)
 {
     srv__stats_connection_opened(st->srv);
+    if (srv__tls_enabled(st->srv)) {
+        /* No handshake here (it could block): a TLS client cannot read a
+         * cleartext 503, so it only sees the close. */
+        etp_linger_close(fd, 0);
+        srv__stats_connection_closed(st->srv);
+        return;
+    }
     srv_request *req = srv__request_new(st->srv, (const struct sockaddr *)peer, peer_len);
     if (req) {
         srv__request_fail(req, 503); /* respond ignores it: no engine data */
@@ -811,6 +906,11 @@ static void etp_accepted(etp_poller *p, int fd, const struct sockaddr_storage *p
     atomic_init(&c->write_since, 0);
     srv__http1_init(&c->parser, st->srv);
     srv__stats_connection_opened(st->srv);
+    if (srv__tls_enabled(st->srv) && etp_tls_attach(p, c) != 0) {
+        c->io_dead = 1; /* out of memory: close, nothing to say in TLS yet */
+        etp_poller_close(st, c, 0);
+        return;
+    }
     if (over) {
         /* Read its head (bounded in bytes and time) so that the 503 answers
          * what the client asked, in a protocol it reads. */
@@ -978,7 +1078,7 @@ static void etp_respond(void *state, srv_request *req)
         size_t hlen = 0, blen = 0;
         const char *head = srv__response_http1_head(req, &hlen);
         const void *body = srv__response_body(req, &blen);
-        if (head && etp_send_some(c->fd, head, hlen, body, blen, &c->early_sent) < 0)
+        if (head && etp_io_send_some(c, head, hlen, body, blen, &c->early_sent) < 0)
             c->early_dead = 1;
     }
     pthread_cond_signal(&c->cv);
@@ -1013,7 +1113,7 @@ static int etp_write_response(etp_conn *c, srv_request *req)
         const char *head = srv__response_http1_head(req, &hlen);
         const void *body = srv__response_body(req, &blen);
         if (head &&
-            etp_send_from(c->fd, etp_write_timeout(st), head, hlen, body, blen, sent) == 0)
+            etp_io_send_from(c, etp_write_timeout(st), head, hlen, body, blen, sent) == 0)
             keep = srv__response_keep_alive(req);
         else
             c->io_dead = 1;
@@ -1037,7 +1137,7 @@ static int etp_finish_write(etp_conn *c)
     size_t hlen = 0, blen = 0;
     const char *head = srv__response_http1_head(req, &hlen);
     const void *body = srv__response_body(req, &blen);
-    if (etp_send_from(c->fd, etp_write_timeout(c->st), head, hlen, body, blen, c->wsent) == 0)
+    if (etp_io_send_from(c, etp_write_timeout(c->st), head, hlen, body, blen, c->wsent) == 0)
         keep = !c->lost_input && srv__response_keep_alive(req);
     else
         c->io_dead = 1;
@@ -1114,8 +1214,8 @@ static int etp_worker_parse(etp_conn *c, const char *d, size_t n, size_t *usedp)
         etp_note_feed(c, ev);
         if (ev == SRV_HTTP1_FAIL) {
             if (c->parser.h2_preface) {
-                etp_send2(c->fd, etp_write_timeout(st), etp_h2_goaway, sizeof etp_h2_goaway,
-                          NULL, 0);
+                etp_io_send_from(c, etp_write_timeout(st), etp_h2_goaway, sizeof etp_h2_goaway,
+                                 NULL, 0, 0);
                 srv__request_release(c->req);
                 c->req = NULL;
             } else {
@@ -1128,7 +1228,7 @@ static int etp_worker_parse(etp_conn *c, const char *d, size_t n, size_t *usedp)
             etp_wait_for(c, ETP_WAIT_BODY);
             if (srv__http1_body_expected(&c->parser) && srv__request_expects_continue(c->req)) {
                 static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-                etp_send2(c->fd, etp_write_timeout(st), cont, sizeof cont - 1, NULL, 0);
+                etp_io_send_from(c, etp_write_timeout(st), cont, sizeof cont - 1, NULL, 0, 0);
             }
             continue;
         }
@@ -1178,7 +1278,9 @@ static int etp_hand_back(etp_conn *c)
 static int etp_keep_wait(etp_conn *c)
 {
     etp_state *st = c->st;
-    if (ETP_KEEP_WAIT_MS == 0 || srv__pool_waiting(st->srv) > 0 ||
+    /* Not over TLS: its blocking read would need the SSL in blocking mode;
+     * the poller reads the next request instead. */
+    if (ETP_KEEP_WAIT_MS == 0 || c->ssl || srv__pool_waiting(st->srv) > 0 ||
         atomic_load(&st->quiescing))
         return 0;
     if (!c->rcvtimeo) {
@@ -1276,6 +1378,7 @@ static void etp_free_state(etp_state *st)
             close(p->epfd);
         if (p->spare_fd >= 0)
             close(p->spare_fd);
+        etp_tls_poller_free(p);
         pthread_mutex_destroy(&p->plock);
         pthread_mutex_destroy(&p->mqlock);
     }
@@ -1452,7 +1555,7 @@ const srv_engine srv_engine_threadpool = {
     .version = SRV_ENGINE_VERSION,
     .name = "threadpool",
     .caps = SRV_ENGINE_CAP_VERSION_505 | SRV_ENGINE_CAP_GARBAGE_400 |
-            SRV_ENGINE_CAP_H2_PREFACE_GOAWAY,
+            SRV_ENGINE_CAP_H2_PREFACE_GOAWAY | SRV_ENGINE_CAP_TLS,
     .start = etp_start,
     .respond = etp_respond,
     .quiesce = etp_quiesce,

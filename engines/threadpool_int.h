@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 
 /* The poller's read buffer (one, shared by every connection it reads). */
 #define ETP_READ_BUF 16384
@@ -114,6 +115,14 @@ typedef struct etp_conn {
     struct etp_conn *mq_next; /* p->mq (p->mqlock) */
     srv_request *wreq;     /* an inline answer a worker finishes writing, */
     size_t wsent;          /* from this many bytes in */
+
+    /* TLS (engines/threadpool_tls.c); ssl is NULL on a cleartext server,
+     * and every I/O call below checks it first. Owned like the parser. */
+    struct ssl_st *ssl;
+    int tls_handshake;  /* the handshake is not complete yet */
+    int tls_want_write; /* the last SSL call waits for the socket to drain */
+    int tls_failed;     /* a fatal TLS error: no close_notify, no more I/O */
+    int tls_plain;      /* plain HTTP came to the TLS port: 400 sent in clear */
 } etp_conn;
 
 /* One poller thread: its epoll set, the connections it owns, its queue of
@@ -138,6 +147,11 @@ typedef struct etp_poller {
      * (h2o's multithread messages, with an eventfd). */
     pthread_mutex_t mqlock;
     etp_conn *mq_head, *mq_tail;
+
+    /* TLS: this poller's reference to the server's context, and its
+     * generation (srv__tls_generation changes at a reload). */
+    struct ssl_ctx_st *tls_ctx;
+    unsigned tls_gen;
 } etp_poller;
 
 typedef struct etp_state {
@@ -171,6 +185,38 @@ int etp_send_some(int fd, const void *a, size_t alen, const void *b, size_t blen
                   size_t *sent);
 int etp_send2(int fd, int timeout_ms, const void *a, size_t alen, const void *b, size_t blen);
 void etp_linger_close(int fd, unsigned ms);
+
+/*
+ * engines/threadpool_tls.c: a connection's I/O when the server serves TLS
+ * (c->ssl set). The cleartext path calls none of these: threadpool.c's
+ * etp_io_* helpers test c->ssl and go straight to the socket otherwise.
+ */
+/* Poller: a new SSL for c from the poller's current context. -1 when out
+ * of memory (the connection is then closed unanswered). */
+int etp_tls_attach(etp_poller *p, etp_conn *c);
+/* Poller: drive the handshake. 1: complete; 0: it waits for the socket
+ * (re-arm with etp_tls_events); -1: failed (close without answering). */
+int etp_tls_handshake(etp_conn *c);
+/* The epoll events c waits for (EPOLLOUT when the SSL wants to write, or
+ * when decrypted bytes are already buffered and must be read without new
+ * input). */
+unsigned etp_tls_events(etp_conn *c);
+/* recv(MSG_DONTWAIT) through TLS: >0 bytes, 0 at the end of the stream,
+ * -1 with errno EAGAIN (wait: etp_tls_events) or another error. */
+ssize_t etp_tls_recv(etp_conn *c, void *buf, size_t len);
+/* etp_send_some through an SSL (want_write: where the SSL then waits). */
+int etp_tls_send_some(struct ssl_st *ssl, int *want_write, const void *a, size_t alen,
+                      const void *b, size_t blen, size_t *sent);
+/* Send close_notify once, without waiting (not after a fatal error). */
+void etp_tls_close_notify(etp_conn *c);
+/* Stop: take a reference to c's SSL and point it at fd (a dup of c->fd),
+ * so stop writes the answer while the worker only frees its reference. */
+struct ssl_st *etp_tls_detach(etp_conn *c, int fd);
+void etp_tls_free(struct ssl_st *ssl);
+/* close_notify on a detached SSL, one try. */
+void etp_tls_shutdown(struct ssl_st *ssl);
+/* The poller's context reference (etp_free_state). */
+void etp_tls_poller_free(etp_poller *p);
 
 /* engines/threadpool_stop.c: the last step of stop, once the poller is
  * gone: answer, shut or detach every connection a worker has, and return

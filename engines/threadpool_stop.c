@@ -32,6 +32,9 @@ typedef struct etp_detached {
     const void *body;
     size_t hlen, blen, sent;
     int over; /* written, or the client is gone */
+    int tls;  /* a TLS connection: written through ssl, or not at all */
+    struct ssl_st *ssl; /* our reference, on fd (etp_tls_detach) */
+    int want_write;
 } etp_detached;
 
 /* st->mu held: stop no longer waits for this connection; it counts as
@@ -51,16 +54,20 @@ static int etp_detach(etp_state *st, etp_conn *c, etp_detached *out)
     size_t sent = 0;
     pthread_mutex_lock(&c->mu);
     srv_request *req = c->responded && !c->detached ? c->serving : NULL;
+    struct ssl_st *ssl = NULL;
     if (req && (fd = fcntl(c->fd, F_DUPFD_CLOEXEC, 0)) >= 0) {
         c->detached = 1;
         c->serving = NULL;
         sent = c->early_sent;
+        if (c->ssl) /* the worker is in the handler: the SSL is free */
+            ssl = etp_tls_detach(c, fd);
     }
     pthread_mutex_unlock(&c->mu);
     if (fd < 0) /* out of descriptors: stop waits for the handler instead */
         return 0;
     etp_count_detached(st, c);
-    *out = (etp_detached){.req = req, .fd = fd, .sent = sent};
+    *out = (etp_detached){.req = req, .fd = fd, .sent = sent, .tls = c->ssl != NULL,
+                          .ssl = ssl};
     return 1;
 }
 
@@ -75,13 +82,16 @@ static int etp_detach_queued(etp_state *st, etp_conn *c, etp_detached *out)
     c->detached = 1; /* its job has not started: no one else reads it */
     etp_count_detached(st, c);
     if (fd < 0) {
-        size_t len = 0;
-        const char *refusal = srv__refusal_503(&len);
-        etp_send2(c->fd, 0, refusal, len, NULL, 0);
+        if (!c->ssl) { /* a TLS client cannot read a cleartext 503 */
+            size_t len = 0;
+            const char *refusal = srv__refusal_503(&len);
+            etp_send2(c->fd, 0, refusal, len, NULL, 0);
+        }
         shutdown(c->fd, SHUT_WR);
         return 0;
     }
-    *out = (etp_detached){.fd = fd, .peer = c->peer, .peer_len = c->peer_len};
+    *out = (etp_detached){.fd = fd, .peer = c->peer, .peer_len = c->peer_len,
+                          .tls = c->ssl != NULL, .ssl = c->ssl ? etp_tls_detach(c, fd) : NULL};
     return 1;
 }
 
@@ -101,19 +111,23 @@ static void etp_detached_finish(etp_state *st, etp_detached *d, size_t n)
         }
         d[i].head = d[i].req ? srv__response_http1_head(d[i].req, &d[i].hlen) : NULL;
         d[i].body = d[i].req ? srv__response_body(d[i].req, &d[i].blen) : NULL;
-        d[i].over = d[i].head == NULL;
+        d[i].over = d[i].head == NULL || (d[i].tls && !d[i].ssl);
     }
     for (;;) {
         nfds_t waiting = 0;
         for (size_t i = 0; i < n; i++) {
             if (d[i].over)
                 continue;
-            int r = etp_send_some(d[i].fd, d[i].head, d[i].hlen, d[i].body, d[i].blen,
-                                  &d[i].sent);
+            int r = d[i].ssl ? etp_tls_send_some(d[i].ssl, &d[i].want_write, d[i].head,
+                                                 d[i].hlen, d[i].body, d[i].blen, &d[i].sent)
+                             : etp_send_some(d[i].fd, d[i].head, d[i].hlen, d[i].body,
+                                             d[i].blen, &d[i].sent);
             if (r != 0)
                 d[i].over = 1;
             else
-                pfd[waiting++] = (struct pollfd){.fd = d[i].fd, .events = POLLOUT};
+                pfd[waiting++] = (struct pollfd){
+                    .fd = d[i].fd,
+                    .events = d[i].ssl && !d[i].want_write ? POLLIN : POLLOUT};
         }
         uint64_t now = srv__now_ms();
         if (waiting == 0 || now >= end)
@@ -122,6 +136,10 @@ static void etp_detached_finish(etp_state *st, etp_detached *d, size_t n)
             break;
     }
     for (size_t i = 0; i < n; i++) {
+        if (d[i].ssl) {
+            etp_tls_shutdown(d[i].ssl);
+            etp_tls_free(d[i].ssl);
+        }
         etp_linger_close(d[i].fd, 0); /* the worker's own fd closes later */
         if (d[i].req)
             srv__request_release(d[i].req);

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Install what building, testing and benchmarking libsrv needs on Debian 12.
 # (clang and libclang-rt-14-dev: libFuzzer for tests/fuzz, whose smoke run is
-# part of the test suite.)
+# part of the test suite; openssl: the TLS conformance run makes its
+# certificates with the CLI; libgnutls28-dev: mhd's TLS, to come.)
 # Idempotent: does nothing (and needs no network) when everything is there.
 #   scripts/install-deps.sh           build, test and `make bench` (wrk included)
 #   scripts/install-deps.sh --peers   also the reference servers that
@@ -13,7 +14,7 @@
 set -eu
 
 PACKAGES="build-essential meson ninja-build pkg-config curl
-libevent-dev libmicrohttpd-dev libh2o-evloop-dev libssl-dev
+libevent-dev libmicrohttpd-dev libh2o-evloop-dev libssl-dev openssl libgnutls28-dev
 libcmocka-dev libcurl4-openssl-dev
 hey nghttp2-client gnuplot-nox valgrind wrk
 clang libclang-rt-14-dev"

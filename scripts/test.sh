@@ -77,6 +77,10 @@ for e in $engines; do
             fi
         fi
     done
+    # TLS: OpenSSL for threadpool and h2o; mhd's library brings GnuTLS.
+    if [ "$e" = mhd ] && echo "$libs" | grep -q libssl; then
+        echo "FAIL: the mhd-only build links OpenSSL"; exit 1
+    fi
     "$bin" --help | grep -q "$e" || { echo "FAIL: $bin --help does not name $e"; exit 1; }
     echo "ok: $e-only build links only its engine"
 done

@@ -143,6 +143,9 @@ static void usage(FILE *out)
             "                         worker: every route on the worker pool.\n"
             "                         inline: every route non-blocking (refused with a\n"
             "                         blocking sleep)\n"
+            "  --tls-cert FILE        serve HTTPS with this PEM certificate chain\n"
+            "  --tls-key FILE         ... and this PEM private key (both needed; SIGHUP\n"
+            "                         reloads them)\n"
             "  --access-log           one Common Log Format line per response on stderr\n"
             "  --help                 show this help\n"
             "\n"
@@ -203,7 +206,8 @@ int main(int argc, char **argv)
                           strcmp(flag, "--port") == 0 || strcmp(flag, "--threads") == 0 ||
                           strcmp(flag, "--io-threads") == 0 ||
                           strcmp(flag, "--max-connections") == 0 ||
-                          strcmp(flag, "--sleep-ms") == 0 || strcmp(flag, "--handlers") == 0;
+                          strcmp(flag, "--sleep-ms") == 0 || strcmp(flag, "--handlers") == 0 ||
+                          strcmp(flag, "--tls-cert") == 0 || strcmp(flag, "--tls-key") == 0;
         if (!takes_value)
             bad_usage("unknown option '%s'", flag);
         if (i + 1 >= argc)
@@ -222,6 +226,10 @@ int main(int argc, char **argv)
             cfg.io_threads = (unsigned)parse_number(flag, val, 0, 1024);
         else if (strcmp(flag, "--max-connections") == 0)
             cfg.max_connections = (unsigned)parse_number(flag, val, 1, 10000000);
+        else if (strcmp(flag, "--tls-cert") == 0)
+            cfg.tls_cert_file = val;
+        else if (strcmp(flag, "--tls-key") == 0)
+            cfg.tls_key_file = val;
         else if (strcmp(flag, "--handlers") == 0) {
             if (strcmp(val, "auto") == 0)
                 handlers = HANDLERS_AUTO;
@@ -245,6 +253,9 @@ int main(int argc, char **argv)
     unsigned health_flags = handlers == HANDLERS_WORKER ? 0 : SRV_ROUTE_NONBLOCKING;
     unsigned greetings_flags =
         handlers == HANDLERS_WORKER || greeting_blocks ? 0 : SRV_ROUTE_NONBLOCKING;
+
+    if ((cfg.tls_cert_file == NULL) != (cfg.tls_key_file == NULL))
+        bad_usage("HTTPS needs both --tls-cert FILE and --tls-key FILE");
 
     unsigned char addr[sizeof(struct in6_addr)];
     if (inet_pton(AF_INET, cfg.host, addr) != 1 && inet_pton(AF_INET6, cfg.host, addr) != 1)
@@ -298,9 +309,9 @@ int main(int argc, char **argv)
     double startup_ms = (double)(now_ns() - t0) / 1e6;
 
     int v6 = strchr(cfg.host, ':') != NULL;
-    printf("greetings: engine=%s listening on http://%s%s%s:%d workers=%u mode=%s "
+    printf("greetings: engine=%s listening on %s://%s%s%s:%d workers=%u mode=%s "
            "greetings-handler=%s startup=%.1fms\n",
-           srv_engine_name(engine), v6 ? "[" : "", cfg.host, v6 ? "]" : "",
+           srv_engine_name(engine), cfg.tls_cert_file ? "https" : "http", v6 ? "[" : "", cfg.host, v6 ? "]" : "",
            srv_server_port(srv), cfg.worker_threads, app.async ? "async" : "blocking",
            greetings_flags ? "inline" : "worker", startup_ms);
     fflush(stdout);

@@ -23,6 +23,17 @@ const srv_engine *g_engine;
  * I/O-thread path of every engine. */
 int g_nonblocking;
 int g_timing; /* CONFORMANCE_TIMING=1 prints a few durations */
+/* `conformance ENGINE tls`: every server of the run serves HTTPS with a
+ * certificate made at start (tls_make_certs in conformance_tls.c), the
+ * libcurl cases call it with that certificate as their CA. */
+int g_tls;
+char g_tls_dir[64];
+char g_tls_cert[128], g_tls_key[128], g_tls_cert2[128], g_tls_key2[128];
+
+const char *url_scheme(void)
+{
+    return g_tls ? "https" : "http";
+}
 
 unsigned engine_caps(void)
 {
@@ -95,7 +106,7 @@ static int respond_text(srv_request *req, int status, const char *text)
 /* Handlers                                                            */
 /* ------------------------------------------------------------------ */
 
-static void h_hello(srv_request *req, void *ctx)
+void h_hello(srv_request *req, void *ctx)
 {
     (void)ctx;
     respond_text(req, 200, "hello");
@@ -384,6 +395,10 @@ static int fx_setup(void **state, enum preset p)
     f->cfg.max_uri_bytes = L_URI;
     f->cfg.max_body_bytes = L_BODY;
     f->cfg.access_log = 0;
+    if (g_tls) {
+        f->cfg.tls_cert_file = g_tls_cert;
+        f->cfg.tls_key_file = g_tls_key;
+    }
     switch (p) {
     case P_DEFAULT:
         break;
@@ -393,6 +408,10 @@ static int fx_setup(void **state, enum preset p)
     case P_MANY_WORKERS:
         f->cfg.worker_threads = 200;
         f->cfg.request_timeout_ms = 30000;
+        /* 300 TLS handshakes at once cost the 2 I/O threads seconds of CPU
+         * under the sanitizers, all inside the first head's deadline. */
+        if (g_tls)
+            f->cfg.header_timeout_ms = 10000;
         break;
     case P_IPV6_ANY:
         f->cfg.host = "::";
@@ -646,6 +665,11 @@ CURL *easy_new(const fx *f)
     curl_easy_setopt(h, CURLOPT_HTTP_VERSION,
                      f->m->http2 ? (long)CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE
                                  : (long)CURL_HTTP_VERSION_1_1);
+    if (g_tls) { /* HTTP/2 by ALPN only; the test certificate is the CA */
+        if (f->m->http2)
+            curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
+        curl_easy_setopt(h, CURLOPT_CAINFO, g_tls_cert);
+    }
     return h;
 }
 
@@ -653,8 +677,8 @@ void http_perform(const fx *f, CURL *h, const http_req *q, http_res *r)
 {
     memset(r, 0, sizeof *r);
     char url[512];
-    snprintf(url, sizeof url, "http://%s:%d%s", q->host ? q->host : "127.0.0.1", f->port,
-             q->path);
+    snprintf(url, sizeof url, "%s://%s:%d%s", url_scheme(), q->host ? q->host : "127.0.0.1",
+             f->port, q->path);
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, q->timeout_ms ? q->timeout_ms : 5000L);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, r->err);
@@ -1084,14 +1108,82 @@ long long trickle(rc_conn *c, const void *first, size_t flen,
     cmocka_unit_test_setup_teardown(test_stop_grace_overrun, setup_default, fx_teardown), \
     cmocka_unit_test_setup_teardown(test_stop_workers_busy, setup_two_workers, fx_teardown)
 
+/* `conformance ENGINE tls`: the libcurl cases over HTTPS, then the TLS
+ * group. The raw-socket groups speak cleartext HTTP/1 and are not run. */
+static int conformance_tls_main(void)
+{
+    char name[128];
+    int failed = 0;
+    if (tls_make_certs() != 0) {
+        tls_remove_certs();
+        return 1;
+    }
+    if (!(engine_caps() & SRV_CAP_TLS)) {
+        const struct CMUnitTest refused[] = {cmocka_unit_test(test_tls_refused_by_engine)};
+        snprintf(name, sizeof name, "conformance %s (TLS): no SRV_CAP_TLS, TLS refused",
+                 g_engine_name);
+        failed += cmocka_run_group_tests_name(name, refused, NULL, NULL);
+        tls_remove_certs();
+        return failed == 0 ? 0 : 1;
+    }
+    /* The libcurl cases but the two that speak raw cleartext HTTP/1 on a
+     * side connection (graceful stop's idle client, stop with busy
+     * workers). */
+    const struct CMUnitTest http[] = {
+        cmocka_unit_test_setup_teardown(test_engine_identity_tls, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_request_accessors, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_ipv6, setup_ipv6_any, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_get_query, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_head, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_post_echo, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_not_found, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_method_not_allowed, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_response_headers, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_keepalive_reuse, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_expect_continue, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_async_timer, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_async_thread, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_client_disconnect, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_never_responds, setup_short_request, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_concurrent_300, setup_many_workers, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_stop_grace_overrun, setup_default, fx_teardown),
+    };
+    snprintf(name, sizeof name, "conformance %s (TLS): HTTP/1.1 over TLS (libcurl)",
+             g_engine_name);
+    failed += cmocka_run_group_tests_name(name, http, group_h1, NULL);
+    if (engine_caps() & SRV_CAP_TLS_HTTP2) {
+        snprintf(name, sizeof name, "conformance %s (TLS): HTTP/2 by ALPN (libcurl)",
+                 g_engine_name);
+        failed += cmocka_run_group_tests_name(name, http, group_h2, NULL);
+    }
+    const struct CMUnitTest tls[] = {
+        cmocka_unit_test_setup_teardown(test_tls_plain_http, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_tls_stalled_handshake, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_tls_garbage_client_hello, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_tls_old_versions, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_tls_vanish_mid_handshake, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_tls_alpn, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_tls_reload, setup_default, fx_teardown),
+        cmocka_unit_test(test_tls_bad_config),
+        cmocka_unit_test(test_tls_pem_in_memory),
+        cmocka_unit_test(test_tls_sighup_reload),
+    };
+    snprintf(name, sizeof name, "conformance %s (TLS): handshake abuse, ALPN, reload, "
+             "configuration", g_engine_name);
+    failed += cmocka_run_group_tests_name(name, tls, group_h1, NULL);
+    tls_remove_certs();
+    return failed == 0 ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
     g_engine_name = argc > 1 ? argv[1] : "(none)";
     g_nonblocking = argc > 2 && strcmp(argv[2], "nonblocking") == 0;
-    if (argc > 2 && !g_nonblocking) {
+    g_tls = argc > 2 && strcmp(argv[2], "tls") == 0;
+    if (argc > 2 && !g_nonblocking && !g_tls) {
         fprintf(stderr, "conformance: unknown mode \"%s\" (usage: conformance ENGINE "
-                "[nonblocking])\n", argv[2]);
+                "[nonblocking|tls])\n", argv[2]);
         return 2;
     }
     g_engine = argc > 1 ? srv_engine_find(argv[1]) : NULL;
@@ -1103,6 +1195,11 @@ int main(int argc, char **argv)
     }
     char name[128];
     int failed = 0;
+    if (g_tls) {
+        int rc = g_engine ? conformance_tls_main() : 1;
+        curl_global_cleanup();
+        return rc;
+    }
 
     const struct CMUnitTest identity[] = {
         cmocka_unit_test_setup_teardown(test_engine_identity, setup_default,

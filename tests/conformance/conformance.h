@@ -3,7 +3,7 @@
  * holds the fixture (one server per test), the handlers, the libcurl and
  * raw-socket helpers and main(), which registers every case in its group;
  * conformance_<topic>.c hold the cases. One binary per build, run once per
- * engine (`conformance ENGINE [nonblocking]`).
+ * engine (`conformance ENGINE [nonblocking|tls]`).
  */
 #ifndef SRV_CONFORMANCE_H
 #define SRV_CONFORMANCE_H
@@ -159,8 +159,15 @@ extern const srv_engine *g_engine;
 extern int g_nonblocking;
 extern int g_timing;
 extern const mode MODE_H1, MODE_H2;
+/* `conformance ENGINE tls`: the run's certificates (conformance_tls.c
+ * makes them in g_tls_dir) and the scheme the libcurl cases use. */
+extern int g_tls;
+extern char g_tls_dir[64];
+extern char g_tls_cert[128], g_tls_key[128], g_tls_cert2[128], g_tls_key2[128];
+const char *url_scheme(void);
 
 unsigned engine_caps(void);
+void h_hello(srv_request *req, void *ctx);
 int fx_wait(fx *f, const unsigned *counter, unsigned target,
             int timeout_ms);
 unsigned fx_read(fx *f, const unsigned *counter);
@@ -347,5 +354,24 @@ void test_raw_max_connections_readable(void **state);
 
 void test_nb_pipelined_late_answers(void **state);
 void test_nb_slow_reader(void **state);
+
+/* ------------------------------------------------------------------ */
+/* Cases: conformance_tls.c                                           */
+/* ------------------------------------------------------------------ */
+
+int tls_make_certs(void);
+void tls_remove_certs(void);
+void test_engine_identity_tls(void **state);
+void test_tls_plain_http(void **state);
+void test_tls_stalled_handshake(void **state);
+void test_tls_garbage_client_hello(void **state);
+void test_tls_old_versions(void **state);
+void test_tls_vanish_mid_handshake(void **state);
+void test_tls_alpn(void **state);
+void test_tls_reload(void **state);
+void test_tls_bad_config(void **state);
+void test_tls_pem_in_memory(void **state);
+void test_tls_sighup_reload(void **state);
+void test_tls_refused_by_engine(void **state);
 
 #endif /* SRV_CONFORMANCE_H */

@@ -302,7 +302,8 @@ void test_keepalive_reuse(void **state)
     if (f->m->http2 && curl_version_info(CURLVERSION_NOW)->version_num < 0x080000) {
         char cmd[160];
         snprintf(cmd, sizeof cmd,
-                 "h2load -n 4 -c 1 -m 1 http://127.0.0.1:%d/hello >/dev/null 2>&1", f->port);
+                 "h2load -n 4 -c 1 -m 1 %s://127.0.0.1:%d/hello >/dev/null 2>&1", url_scheme(),
+                 f->port);
         int rc = system(cmd);
         CHECK(rc == 0, "[keep-alive over HTTP/2] `%s` failed (status %d); is "
               "nghttp2-client installed (scripts/install-deps.sh)?", cmd, rc);
@@ -472,7 +473,7 @@ void test_concurrent_300(void **state)
     curl_multi_setopt(m, CURLMOPT_MAX_TOTAL_CONNECTIONS, 0L);
     static CURL *hs[N_CONCURRENT];
     char url[128];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/slow?ms=1000", f->port);
+    snprintf(url, sizeof url, "%s://127.0.0.1:%d/slow?ms=1000", url_scheme(), f->port);
     for (int i = 0; i < N_CONCURRENT; i++) {
         hs[i] = easy_new(f);
         curl_easy_setopt(hs[i], CURLOPT_URL, url);

@@ -483,6 +483,48 @@ static void test_engine_fault_injection(void **state)
     fake_finish(f);
 }
 
+/* A caller built against srv.h 0.2.0 (its srv_config ends before the TLS
+ * fields): its server is cleartext with the TLS defaults, and 0xAB past
+ * its struct is never read as a certificate name. A TLS configuration on
+ * an engine without SRV_CAP_TLS is refused at start, naming the engine. */
+static void test_config_tls_fields_from_older_header(void **state)
+{
+    fake *f = *state;
+    size_t old_size = offsetof(srv_config, tls_cert_file);
+    srv_config c;
+    memset(&c, 0xAB, sizeof c);
+    srv_config_init_sized(&c, old_size);
+    const unsigned char *tail = (const unsigned char *)&c + old_size;
+    for (size_t i = 0; i < sizeof c - old_size; i++)
+        assert_int_equal(tail[i], 0xAB); /* untouched */
+    c.host = "127.0.0.1";
+    c.port = 0;
+    srv_server *srv = srv_server_new(&f->engine, &c);
+    assert_non_null(srv);
+    const srv_config *in = srv__server_config(srv);
+    assert_null(in->tls_cert_file);
+    assert_null(in->tls_key_pem);
+    assert_null(in->tls_client_ca_file);
+    assert_int_equal(in->tls_min_version, SRV_TLS_1_2);
+    assert_int_equal(srv__tls_enabled(srv), 0);
+    assert_int_equal(srv_server_start(srv), 0);
+    assert_int_equal(srv_server_reload_tls(srv), SRV_EINVAL); /* no TLS to reload */
+    srv_server_free(srv);
+
+    srv_config t;
+    srv_config_init(&t);
+    t.host = "127.0.0.1";
+    t.port = 0;
+    t.tls_cert_file = "/nonexistent/cert.pem";
+    t.tls_key_file = "/nonexistent/key.pem";
+    srv = srv_server_new(&f->engine, &t);
+    assert_non_null(srv);
+    assert_int_equal(srv_server_start(srv), SRV_ETLS);
+    assert_non_null(strstr(srv_server_last_error(srv), "does not serve TLS"));
+    assert_string_equal(srv_err_name(SRV_ETLS), "ETLS");
+    srv_server_free(srv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -496,6 +538,7 @@ int main(void)
         T(test_slow_nonblocking_is_counted),
         T(test_route_add_validates),
         T(test_config_from_older_header),
+        T(test_config_tls_fields_from_older_header),
         T(test_stats_into_older_struct),
         T(test_pool_grows_and_shrinks),
         T(test_pool_queue_is_bounded),
