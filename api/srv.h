@@ -27,9 +27,9 @@ extern "C" {
 #endif
 
 #define SRV_VERSION_MAJOR 0
-#define SRV_VERSION_MINOR 2
+#define SRV_VERSION_MINOR 3
 #define SRV_VERSION_PATCH 0
-#define SRV_VERSION_STRING "0.2.0"
+#define SRV_VERSION_STRING "0.3.0"
 
 /*
  * ABI policy (from 0.2): the structs an application fills or reads
@@ -229,7 +229,7 @@ typedef struct srv_config {
      * 0 disables the check. Default 200 ms (well above a busy machine's
      * scheduling delays, well below a blocking call worth finding). */
     unsigned nonblocking_warn_ms;
-    /* ---- fields above: 0.2; below: TLS, added after 0.2.0 ---- */
+    /* ---- fields above: 0.2; below: TLS, added in 0.3 ---- */
     /* HTTPS: the server speaks TLS only (no cleartext on the same port)
      * when a certificate is set, from a file or from memory (not both), and
      * then needs its private key the same way. The certificate is a PEM

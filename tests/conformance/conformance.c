@@ -1187,6 +1187,10 @@ int main(int argc, char **argv)
         return 2;
     }
     g_engine = argc > 1 ? srv_engine_find(argv[1]) : NULL;
+    /* CONFORMANCE_FILTER=test_name (cmocka's wildcards) runs only the matching cases. */
+    const char *only = getenv("CONFORMANCE_FILTER");
+    if (only != NULL && *only != '\0')
+        cmocka_set_test_filter(only);
     const char *t = getenv("CONFORMANCE_TIMING");
     g_timing = t && *t && strcmp(t, "0") != 0;
     if (curl_global_init(CURL_GLOBAL_ALL) != CURLE_OK) {

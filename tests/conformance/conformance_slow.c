@@ -330,7 +330,9 @@ void test_raw_pipeline_never_read(void **state)
         sent++;
     free(req);
     sleep_ms(T_HEADER_MS + 2000); /* the server's write stalled at least this long */
-    int rc = rc_wait_close(c, 5000, NULL); /* now read everything that was sent */
+    long long t0 = rc_now_ms();
+    int rc = rc_wait_close(c, 10000, NULL); /* now read everything that was sent */
+    long long waited = rc_now_ms() - t0;
     size_t got = c->len - c->off;
     size_t all = (size_t)sent * (BODY + 100);
     /* No bound on `sent` itself: once the server has shut the socket the
@@ -339,7 +341,9 @@ void test_raw_pipeline_never_read(void **state)
      * all MAXREQ sent. A server that buffered without bound fails below:
      * it never closes. */
     CHECK(rc == RC_CLOSED || rc == RC_RESET, "[%s] the connection was not closed (%d "
-          "requests of 60 KB sent, none read)", what, sent);
+          "requests of 60 KB sent, none read; then %zu bytes read in %lld ms, %s; server: %llu "
+          "connections open)", what, sent, got, waited, rc_strerror(rc),
+          (unsigned long long)stats(f).connections_open);
     CHECK(got < all, "[%s] all %d answers (%zu bytes) were delivered: the "
           "server waited for the client to read instead of cutting it", what, sent, got);
     rc_close(c);
