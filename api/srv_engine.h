@@ -36,7 +36,13 @@ enum {
     SRV_ENGINE_CAP_H2_PREFACE_GOAWAY = SRV_CAP_H2_PREFACE_GOAWAY,
     SRV_ENGINE_CAP_LIB_ERRORS = SRV_CAP_LIB_ERRORS,
     SRV_ENGINE_CAP_TLS = SRV_CAP_TLS,
-    SRV_ENGINE_CAP_TLS_HTTP2 = SRV_CAP_TLS_HTTP2
+    SRV_ENGINE_CAP_TLS_HTTP2 = SRV_CAP_TLS_HTTP2,
+    /* Engine-only (srv_engine_caps masks it): the core's TLS context closes
+     * without close_notify. For a library that frees its protocol state when
+     * it starts a close but finishes a TLS close later (libh2o 2.2.5 frees its
+     * HTTP/2 connection while the socket still flushes close_notify): with a
+     * quiet shutdown the socket closes at once, as in cleartext. */
+    SRV_ENGINE_CAP_TLS_QUIET_CLOSE = 1u << 30
 };
 
 struct srv_engine {

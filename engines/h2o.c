@@ -1019,7 +1019,8 @@ const srv_engine srv_engine_h2o = {
      * say 400), garbage request lines with 400, and an HTTP/2 preface past max_connections
      * with GOAWAY. */
     .caps = SRV_ENGINE_CAP_HTTP2 | SRV_ENGINE_CAP_VERSION_505 | SRV_ENGINE_CAP_GARBAGE_400 |
-            SRV_ENGINE_CAP_H2_PREFACE_GOAWAY | SRV_ENGINE_CAP_TLS | SRV_ENGINE_CAP_TLS_HTTP2,
+            SRV_ENGINE_CAP_H2_PREFACE_GOAWAY | SRV_ENGINE_CAP_TLS | SRV_ENGINE_CAP_TLS_HTTP2 |
+            SRV_ENGINE_CAP_TLS_QUIET_CLOSE,
     .start = eh2o_start,
     .respond = eh2o_respond,
     .quiesce = eh2o_quiesce,
