@@ -133,6 +133,7 @@ static void eh2o_send_response(eh2o_thread *t, h2o_req_t *req, srv_request *sreq
                 *outer = 1;
         } else {
             c->h1.closed = outer;
+            c->h1.responded++; /* the request no longer waits for its handler */
             eh2o_h1_after(c);
         }
     }

@@ -200,6 +200,8 @@ typedef struct eh2o_conn {
         int arriving;           /* counted in srv__request_arriving (eh2o_h1_note) */
         unsigned completed;     /* requests completed in the current read */
         unsigned seq, served;   /* heads scanned, and reached on_req */
+        unsigned responded;     /* of those, answers handed to h2o (eh2o_send_response) */
+        int rcvbuf_set;         /* its kernel receive buffer is fixed (eh2o_h1_bound_input) */
         unsigned mask_seq;      /* the HTTP/1.0 head whose Upgrade/Expect is hidden from h2o */
         int nmask;
         size_t mask_at[2];      /* offsets in that head */
