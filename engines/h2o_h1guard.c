@@ -226,14 +226,15 @@ int eh2o_h1_stop_arriving(eh2o_conn *c)
  * Once the buffered requests are served h2o reads again, and its read loop drains the socket
  * in one go: with the kernel's receive buffer autotuned to megabytes, one read brought in
  * megabytes (seen: 3-4 MB). So an HTTP/1 connection gets a fixed receive buffer
- * (EH2O_H1_RCVBUF, the kernel doubles it) at its first read, before autotuning grows it (set
- * later, the window already offered still lets megabytes in): a read brings in at most that.
+ * (EH2O_H1_RCVBUF, the kernel doubles it) at accept (TLS: its first read), before autotuning
+ * grows it (set later, the window already offered still lets megabytes in): a read brings in
+ * at most that.
  * The cost: an upload's TCP window is at most that (256 KB: 20 MB/s at 10 ms RTT).
  */
 #define EH2O_H1_UNREAD_SLACK 65536
 #define EH2O_H1_RCVBUF       (128 * 1024)
 
-static void eh2o_h1_bound_input(eh2o_conn *c)
+void eh2o_h1_bound_input(eh2o_conn *c)
 {
     h2o_socket_t *sock = c->sock;
     if (sock->_cb.read != eh2o_h1_on_read)
