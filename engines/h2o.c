@@ -133,6 +133,7 @@ static void eh2o_send_response(eh2o_thread *t, h2o_req_t *req, srv_request *sreq
                 *outer = 1;
         } else {
             c->h1.closed = outer;
+            c->h1.responded++; /* the request no longer waits for its handler */
             eh2o_h1_after(c);
         }
     }
@@ -611,6 +612,7 @@ static void eh2o_on_accept(h2o_socket_t *listener, const char *err)
         if (sock->_cb.read != NULL) { /* HTTP/1 reading: the framing guard reads first */
             c->h1.reqread = sock->_cb.read;
             sock->_cb.read = eh2o_h1_on_read;
+            eh2o_h1_bound_input(c);
         }
     }
 }

@@ -208,6 +208,52 @@ int eh2o_h1_stop_arriving(eh2o_conn *c)
     return 1;
 }
 
+/*
+ * What an HTTP/1 connection may hold unread. h2o 2.2.5 keeps reading a pipelining connection
+ * while it serves a request (handler, then write), and each read drains the kernel's buffer:
+ * a client that pipelines and never reads had all it sent (megabytes) held in sock->input.
+ * h2o takes the requests one at a time, so reading stops once the input holds more than it
+ * can use; the kernel's buffers then hold the rest and the client's sends block (as on the
+ * other engines, which read one request at a time). h2o itself starts reading again when
+ * it is done with the request (reqread_start, after the answer is written), and this check
+ * runs again there: the buffered requests are served first, each read is still scanned once.
+ *  - A request being served (given to the core, or its answer being written): h2o needs no
+ *    input until it is done, so the input may hold one more head (read-ahead for the next
+ *    pipelined request, as before) beyond what is already in.
+ *  - Otherwise h2o may wait for the rest of a request: past max_header_bytes + max_body_bytes
+ *    (h2o de-chunks in place; the slack covers framing not yet decoded) the current request is
+ *    complete, so h2o serves it, and the first case applies.
+ * Once the buffered requests are served h2o reads again, and its read loop drains the socket
+ * in one go: with the kernel's receive buffer autotuned to megabytes, one read brought in
+ * megabytes (seen: 3-4 MB). So an HTTP/1 connection gets a fixed receive buffer
+ * (EH2O_H1_RCVBUF, the kernel doubles it) at accept (TLS: its first read), before autotuning
+ * grows it (set later, the window already offered still lets megabytes in): a read brings in
+ * at most that.
+ * The cost: an upload's TCP window is at most that (256 KB: 20 MB/s at 10 ms RTT).
+ */
+#define EH2O_H1_UNREAD_SLACK 65536
+#define EH2O_H1_RCVBUF       (128 * 1024)
+
+void eh2o_h1_bound_input(eh2o_conn *c)
+{
+    h2o_socket_t *sock = c->sock;
+    if (sock->_cb.read != eh2o_h1_on_read)
+        return; /* not reading, or h2o reads for itself (linger, HTTP/2) */
+    if (!c->h1.rcvbuf_set) {
+        int size = EH2O_H1_RCVBUF;
+        setsockopt(h2o_socket_get_fd(sock), SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
+        c->h1.rcvbuf_set = 1;
+    }
+    const srv_config *cfg = c->thread->server->cfg;
+    int serving = c->h1.served != c->h1.responded || sock->_cb.write != NULL;
+    size_t limit = cfg->max_header_bytes + EH2O_H1_UNREAD_SLACK;
+    if (!serving)
+        limit += cfg->max_body_bytes;
+    if (sock->input->size <= limit)
+        return;
+    h2o_socket_read_stop(sock); /* h2o's reqread_start reads again */
+}
+
 /* After any h2o call on an HTTP/1 connection that is still open: our callbacks back in. */
 void eh2o_h1_after(eh2o_conn *c)
 {
@@ -243,6 +289,7 @@ void eh2o_h1_after(eh2o_conn *c)
         eh2o_h1_answer(c, sreq, status);
         return;
     }
+    eh2o_h1_bound_input(c);
     eh2o_h1_note(c);
 }
 

@@ -200,6 +200,8 @@ typedef struct eh2o_conn {
         int arriving;           /* counted in srv__request_arriving (eh2o_h1_note) */
         unsigned completed;     /* requests completed in the current read */
         unsigned seq, served;   /* heads scanned, and reached on_req */
+        unsigned responded;     /* of those, answers handed to h2o (eh2o_send_response) */
+        int rcvbuf_set;         /* its kernel receive buffer is fixed (eh2o_h1_bound_input) */
         unsigned mask_seq;      /* the HTTP/1.0 head whose Upgrade/Expect is hidden from h2o */
         int nmask;
         size_t mask_at[2];      /* offsets in that head */
@@ -319,6 +321,7 @@ void eh2o_on_conn_close(void *data); /* sock->on_close.cb of every tracked conne
 eh2o_conn *eh2o_sock_conn(h2o_socket_t *sock); /* NULL when not a tracked connection */
 void eh2o_h1_on_read(h2o_socket_t *sock, const char *err);
 void eh2o_h1_after(eh2o_conn *c);
+void eh2o_h1_bound_input(eh2o_conn *c); /* also at accept: fixes the receive buffer */
 void eh2o_h1_write_answer(eh2o_conn *c, srv_request *sreq);
 void eh2o_h1_note(eh2o_conn *c);
 void eh2o_h1_close(eh2o_conn *c); /* through h2o's read-error path: c is freed */

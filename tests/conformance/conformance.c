@@ -1347,6 +1347,14 @@ int main(int argc, char **argv)
              g_engine_name, run);
     failed += cmocka_run_group_tests_name(name, ka_bad_line, group_h1, NULL);
 
+    const struct CMUnitTest input_bound[] = {
+        cmocka_unit_test_setup_teardown(test_input_bound_pipeline_never_read, setup_default,
+                                        fx_teardown),
+    };
+    snprintf(name, sizeof name, "conformance %s%s: input held for a client that never reads",
+             g_engine_name, run);
+    failed += cmocka_run_group_tests_name(name, input_bound, group_h1, NULL);
+
     if (engine_caps() & SRV_CAP_HTTP2) {
         snprintf(name, sizeof name, "conformance %s%s: HTTP/2 prior knowledge "
                  "(libcurl)", g_engine_name, run);

@@ -302,6 +302,8 @@ void test_hr_over_limit_answer(void **state);
 void test_hr_empty_lines(void **state);
 void test_hr_stop_partial_body_overruns(void **state);
 void test_ka_bad_request_line_after_request(void **state);
+/* conformance_input_bound.c */
+void test_input_bound_pipeline_never_read(void **state);
 
 /* ------------------------------------------------------------------ */
 /* Cases: conformance_stop.c                                          */
