@@ -330,8 +330,13 @@ void test_raw_pipeline_never_read(void **state)
         sent++;
     free(req);
     sleep_ms(T_HEADER_MS + 2000); /* the server's write stalled at least this long */
+    /* Now read everything that was sent, through a normal window: through
+     * the 4 KB one, TCP's zero-window probes back off and draining what the
+     * server queued before its cut can take longer than the wait. */
+    int big = 1 << 20;
+    setsockopt(c->fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
     long long t0 = rc_now_ms();
-    int rc = rc_wait_close(c, 10000, NULL); /* now read everything that was sent */
+    int rc = rc_wait_close(c, 10000, NULL);
     long long waited = rc_now_ms() - t0;
     size_t got = c->len - c->off;
     size_t all = (size_t)sent * (BODY + 100);
