@@ -1018,6 +1018,41 @@ void *partial_stop_run(void *arg)
     return NULL;
 }
 
+/* The end of a stop whose grace a request never completed within: the
+ * request gets 503 once the grace is over, and the stop waited for it
+ * (took at least most of the grace) without hanging past it. Joins t. */
+void partial_stop_expect_overrun(fx *f, rc_conn *c, partial_stop *ps, pthread_t t,
+                                 const char *what)
+{
+    rc_response r;
+    int rc = rc_read_response(c, &r, 0, 4000);
+    int st = rc == RC_OK ? r.status : 0;
+    rc_response_free(&r);
+    pthread_join(t, NULL);
+    f->stopped = 1;
+    CHECK(rc == RC_OK && st == 503, "[%s] expected 503 at the end of the grace, got %s "
+          "status %d", what, rc_strerror(rc), st);
+    CHECK(ps->rc == 0 && ps->took < 3000, "[%s] srv_server_stop: %d after %lld ms", what,
+          ps->rc, ps->took);
+    CHECK(ps->took >= (long long)ps->grace_ms * 4 / 5, "[%s] srv_server_stop took %lld ms: "
+          "the grace period did not wait for the request arriving", what, ps->took);
+}
+
+/* A connection the server cut for a timeout may carry a last answer: when
+ * it does, it must be 408 (nginx closes silently, Tomcat and Jetty send
+ * 408 first; both are right, anything else is not). */
+void conn_expect_408_or_nothing(rc_conn *c, const char *what)
+{
+    if (rc_unread(c) == 0)
+        return;
+    rc_response r;
+    int rc = rc_read_response(c, &r, 0, 1000);
+    int st = rc == RC_OK ? r.status : 0;
+    rc_response_free(&r);
+    CHECK(rc == RC_OK && st == 408, "[%s] answered %s status %d, expected 408 or a close",
+          what, rc_strerror(rc), st);
+}
+
 /* HTTP/2 by hand: a frame header and payload at p, returns its size. */
 size_t h2_frame(unsigned char *p, unsigned type, unsigned flags,
                 unsigned sid, const void *payload, size_t len)

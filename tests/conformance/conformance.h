@@ -213,6 +213,9 @@ typedef struct partial_stop {
     long long took;
 } partial_stop;
 void *partial_stop_run(void *arg); /* a pthread start: srv_server_stop(f->srv, grace_ms) */
+void partial_stop_expect_overrun(fx *f, rc_conn *c, partial_stop *ps, pthread_t t,
+                                 const char *what);
+void conn_expect_408_or_nothing(rc_conn *c, const char *what);
 
 /* HPACK "literal header field without indexing", static-table name index < 15. */
 size_t hpack_literal(unsigned char *p, unsigned name_index, const char *v);
