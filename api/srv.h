@@ -273,6 +273,35 @@ enum { SRV_TLS_1_2 = 0x0303, SRV_TLS_1_3 = 0x0304 };
 void srv_config_init_sized(srv_config *cfg, size_t size);
 #define srv_config_init(cfg) srv_config_init_sized((cfg), sizeof *(cfg))
 
+/*
+ * srv_config_from_env: set the fields of *cfg (already srv_config_init'ed)
+ * from environment variables named `prefix` + the field's name in upper
+ * case: with prefix "SRV_", SRV_HOST, SRV_PORT, SRV_WORKER_THREADS,
+ * SRV_MAX_BODY_BYTES, SRV_TLS_CERT_FILE... - every field above. A variable
+ * that is not set leaves its field as it is, so call it after
+ * srv_config_init and before applying command-line flags (flags win).
+ * Values: whole decimal numbers in the range srv_server_start accepts;
+ * byte sizes (max_*_bytes) may end in K, M or G (KiB, MiB, GiB); flags
+ * (access_log) 1/0, true/false, yes/no, on/off; tls_min_version 1.2 or
+ * 1.3; host a numeric address; strings as they are, an empty one clearing
+ * an optional string (server_name "": no Server header).
+ * A variable under the prefix that is no field (a typo such as
+ * SRV_WORKER_THREAD) is an error, except the library's own SRV_ENGINE
+ * (srv_engine_select) and SRV_MHD_LOG (mhd's diagnostics); an empty
+ * prefix skips that check.
+ * Fields past cfg->size (a caller built against an older srv.h) are not
+ * set. Strings point into the environment (getenv): they stay valid while
+ * the environment is not changed, and srv_server_new copies them.
+ * Returns 0, or SRV_EINVAL at the first bad variable with a message in
+ * err (err_size bytes, always NUL-terminated; err may be NULL) that names
+ * the variable, its value and the accepted values, e.g.
+ * "SRV_PORT=\"70000\" is out of range: use 0 (any free port) to 65535";
+ * *cfg may then hold the variables read before it.
+ * Not thread-safe against setenv/putenv in other threads (getenv is not);
+ * call it at start-up.
+ */
+int srv_config_from_env(srv_config *cfg, const char *prefix, char *err, size_t err_size);
+
 /* ------------------------------------------------------------------ */
 /* Server                                                              */
 /* ------------------------------------------------------------------ */

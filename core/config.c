@@ -2,6 +2,8 @@
 #include "srv_core.h"
 
 #include <arpa/inet.h>
+#include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -60,15 +62,84 @@ void srv__config_defaults(srv_config *cfg)
  * without limiting real deployments. */
 #define SRV__MAX_THREADS 100000u
 #define SRV__MAX_TIMEOUT_MS (24u * 3600u * 1000u)
-#define SRV__MAX_BYTES (SIZE_MAX / 4)
+#define SRV__MAX_BYTES ((unsigned long long)(SIZE_MAX / 4))
 
-#define SRV__CHECK(cond, ...)                                         \
-    do {                                                              \
-        if (!(cond)) {                                                \
-            snprintf(srv->error, sizeof srv->error, __VA_ARGS__);     \
-            return SRV_EINVAL;                                        \
-        }                                                             \
-    } while (0)
+#define SRV__FIELD(f, k, lo, hi, note)                                                         \
+    {#f, (k), offsetof(srv_config, f), sizeof(((srv_config *)0)->f), (lo), (hi), (note)}
+
+/* Every field of srv_config but size, in declaration order: its name, its
+ * kind and the range srv_server_start accepts (read by the validation
+ * below and by srv_config_from_env, so both say the same). */
+const srv__config_field srv__config_fields[] = {
+    SRV__FIELD(host, SRV__FIELD_STRING, 0, 0, NULL),
+    SRV__FIELD(port, SRV__FIELD_INT, 0, 65535, "0 (any free port)"),
+    SRV__FIELD(worker_threads, SRV__FIELD_UINT, 1, SRV__MAX_THREADS, NULL),
+    SRV__FIELD(io_threads, SRV__FIELD_UINT, 0, 1024, "0 (one per CPU)"),
+    SRV__FIELD(max_connections, SRV__FIELD_UINT, 1, UINT_MAX, NULL),
+    SRV__FIELD(backlog, SRV__FIELD_INT, 1, INT_MAX, NULL),
+    SRV__FIELD(header_timeout_ms, SRV__FIELD_UINT, 1, SRV__MAX_TIMEOUT_MS, NULL),
+    SRV__FIELD(keepalive_timeout_ms, SRV__FIELD_UINT, 1, SRV__MAX_TIMEOUT_MS, NULL),
+    SRV__FIELD(request_timeout_ms, SRV__FIELD_UINT, 1, SRV__MAX_TIMEOUT_MS, NULL),
+    SRV__FIELD(max_header_bytes, SRV__FIELD_SIZE, 256, SRV__MAX_BYTES, NULL),
+    SRV__FIELD(max_uri_bytes, SRV__FIELD_SIZE, 16, SRV__MAX_BYTES, NULL),
+    /* Bodies are buffered in memory; the cap also keeps size arithmetic on
+     * network-supplied lengths far from overflow. */
+    SRV__FIELD(max_body_bytes, SRV__FIELD_SIZE, 0, SRV__MAX_BYTES, NULL),
+    SRV__FIELD(access_log, SRV__FIELD_BOOL, 0, 1, "0 (off)"),
+    SRV__FIELD(server_name, SRV__FIELD_STRING, 0, 0, NULL),
+    SRV__FIELD(worker_threads_min, SRV__FIELD_UINT, 0, SRV__MAX_THREADS, NULL),
+    SRV__FIELD(worker_idle_timeout_ms, SRV__FIELD_UINT, 1, SRV__MAX_TIMEOUT_MS, NULL),
+    SRV__FIELD(max_queued, SRV__FIELD_UINT, 1, UINT_MAX, NULL),
+    SRV__FIELD(nonblocking_warn_ms, SRV__FIELD_UINT, 0, SRV__MAX_TIMEOUT_MS, "0 (off)"),
+    SRV__FIELD(tls_cert_file, SRV__FIELD_STRING, 0, 0, NULL),
+    SRV__FIELD(tls_key_file, SRV__FIELD_STRING, 0, 0, NULL),
+    SRV__FIELD(tls_cert_pem, SRV__FIELD_STRING, 0, 0, NULL),
+    SRV__FIELD(tls_key_pem, SRV__FIELD_STRING, 0, 0, NULL),
+    SRV__FIELD(tls_min_version, SRV__FIELD_TLS_VERSION, SRV_TLS_1_2, SRV_TLS_1_3, NULL),
+    SRV__FIELD(tls_ciphers, SRV__FIELD_STRING, 0, 0, NULL),
+    SRV__FIELD(tls_client_ca_file, SRV__FIELD_STRING, 0, 0, NULL),
+};
+const size_t srv__config_field_count = sizeof srv__config_fields / sizeof srv__config_fields[0];
+
+unsigned long long srv__config_field_get(const srv_config *c, const srv__config_field *f)
+{
+    const char *p = (const char *)c + f->offset;
+    switch (f->kind) {
+    case SRV__FIELD_INT:
+    case SRV__FIELD_BOOL: {
+        int v;
+        memcpy(&v, p, sizeof v);
+        return v < 0 ? ULLONG_MAX : (unsigned long long)v; /* negative: out of any range */
+    }
+    case SRV__FIELD_UINT:
+    case SRV__FIELD_TLS_VERSION: {
+        unsigned v;
+        memcpy(&v, p, sizeof v);
+        return v;
+    }
+    case SRV__FIELD_SIZE: {
+        size_t v;
+        memcpy(&v, p, sizeof v);
+        return v;
+    }
+    case SRV__FIELD_STRING:
+        break;
+    }
+    return 0;
+}
+
+/* "port 70000 is out of range: use 0 (any free port) to 65535" */
+void srv__config_field_range(const srv__config_field *f, char *buf, size_t cap)
+{
+    if (f->kind == SRV__FIELD_BOOL)
+        snprintf(buf, cap, "use 0 (off) or 1 (on)");
+    else if (f->kind == SRV__FIELD_TLS_VERSION)
+        snprintf(buf, cap, "use SRV_TLS_1_2 (0x0303) or SRV_TLS_1_3 (0x0304)");
+    else if (f->note != NULL)
+        snprintf(buf, cap, "use %s to %llu", f->note, f->max);
+    else
+        snprintf(buf, cap, "use %llu to %llu", f->min, f->max);
+}
 
 int srv__config_validate(srv_server *srv)
 {
@@ -81,52 +152,44 @@ int srv__config_validate(srv_server *srv)
                  c->host);
         return SRV_EADDR;
     }
-    SRV__CHECK(c->port >= 0 && c->port <= 65535,
-               "port %d is out of range: use 0 (any free port) to 65535", c->port);
-    SRV__CHECK(c->worker_threads >= 1 && c->worker_threads <= SRV__MAX_THREADS,
-               "worker_threads %u is out of range: use 1 to %u", c->worker_threads,
-               SRV__MAX_THREADS);
-    SRV__CHECK(c->worker_idle_timeout_ms >= 1 && c->worker_idle_timeout_ms <= SRV__MAX_TIMEOUT_MS,
-               "worker_idle_timeout_ms %u is out of range: use 1 to %u",
-               c->worker_idle_timeout_ms, SRV__MAX_TIMEOUT_MS);
-    SRV__CHECK(c->max_queued >= 1, "max_queued must be at least 1");
-    SRV__CHECK(c->nonblocking_warn_ms <= SRV__MAX_TIMEOUT_MS,
-               "nonblocking_warn_ms %u is out of range: use 0 (off) to %u", c->nonblocking_warn_ms,
-               SRV__MAX_TIMEOUT_MS);
-    SRV__CHECK(c->io_threads <= 1024, "io_threads %u is out of range: use 0 (one per CPU) to 1024",
-               c->io_threads);
-    SRV__CHECK(c->max_connections >= 1, "max_connections must be at least 1");
-    SRV__CHECK(c->backlog >= 1, "backlog %d must be at least 1", c->backlog);
-    SRV__CHECK(c->header_timeout_ms >= 1 && c->header_timeout_ms <= SRV__MAX_TIMEOUT_MS,
-               "header_timeout_ms %u is out of range: use 1 to %u", c->header_timeout_ms,
-               SRV__MAX_TIMEOUT_MS);
-    SRV__CHECK(c->keepalive_timeout_ms >= 1 && c->keepalive_timeout_ms <= SRV__MAX_TIMEOUT_MS,
-               "keepalive_timeout_ms %u is out of range: use 1 to %u", c->keepalive_timeout_ms,
-               SRV__MAX_TIMEOUT_MS);
-    SRV__CHECK(c->request_timeout_ms >= 1 && c->request_timeout_ms <= SRV__MAX_TIMEOUT_MS,
-               "request_timeout_ms %u is out of range: use 1 to %u", c->request_timeout_ms,
-               SRV__MAX_TIMEOUT_MS);
-    SRV__CHECK(c->max_header_bytes >= 256, "max_header_bytes %zu is below the minimum of 256",
-               c->max_header_bytes);
-    SRV__CHECK(c->max_uri_bytes >= 16, "max_uri_bytes %zu is below the minimum of 16",
-               c->max_uri_bytes);
-    /* Bodies are buffered in memory; the cap also keeps size arithmetic on
-     * network-supplied lengths far from overflow. */
-    SRV__CHECK(c->max_body_bytes <= SRV__MAX_BYTES,
-               "max_body_bytes %zu is over the maximum of %zu", c->max_body_bytes,
-               (size_t)SRV__MAX_BYTES);
-    SRV__CHECK(c->max_header_bytes <= SRV__MAX_BYTES && c->max_uri_bytes <= SRV__MAX_BYTES,
-               "max_header_bytes and max_uri_bytes must be at most %zu", (size_t)SRV__MAX_BYTES);
+    for (size_t i = 0; i < srv__config_field_count; i++) {
+        const srv__config_field *f = &srv__config_fields[i];
+        /* Strings are checked below, the TLS fields by srv__tls_start; a
+         * flag is on for any non-zero value. */
+        if (f->kind == SRV__FIELD_STRING || f->kind == SRV__FIELD_TLS_VERSION ||
+            f->kind == SRV__FIELD_BOOL)
+            continue;
+        unsigned long long v = srv__config_field_get(c, f);
+        if (v < f->min || v > f->max) {
+            char range[96];
+            srv__config_field_range(f, range, sizeof range);
+            char shown[32];
+            if (f->kind == SRV__FIELD_INT) { /* a negative int reads as ULLONG_MAX */
+                int iv;
+                memcpy(&iv, (const char *)c + f->offset, sizeof iv);
+                snprintf(shown, sizeof shown, "%d", iv);
+            } else {
+                snprintf(shown, sizeof shown, "%llu", v);
+            }
+            snprintf(srv->error, sizeof srv->error, "%s %s is out of range: %s", f->name, shown,
+                     range);
+            return SRV_EINVAL;
+        }
+    }
 
     if (c->worker_threads_min > c->worker_threads)
         c->worker_threads_min = c->worker_threads;
 
     /* Sent as a header value: a control byte would split or corrupt the
      * response head (header injection), whatever the engine. */
-    for (const char *p = c->server_name; *p != '\0'; p++)
-        SRV__CHECK((unsigned char)*p >= 0x20 && *p != 0x7f,
-                   "server_name holds a control character (byte 0x%02x): it is sent as the "
-                   "Server header value", (unsigned)(unsigned char)*p);
+    for (const char *p = c->server_name; *p != '\0'; p++) {
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) {
+            snprintf(srv->error, sizeof srv->error,
+                     "server_name holds a control character (byte 0x%02x): it is sent as the "
+                     "Server header value", (unsigned)(unsigned char)*p);
+            return SRV_EINVAL;
+        }
+    }
 
     if (c->io_threads == 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);

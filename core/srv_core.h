@@ -344,6 +344,30 @@ int srv__tls_backend_build(srv_server *srv, void **ctx);
 void srv__tls_backend_ref(void *ctx);
 void srv__tls_backend_unref(void *ctx);
 
+/* The fields of srv_config (config.c), for validation and
+ * srv_config_from_env (config_env.c): one table, one set of ranges. */
+typedef enum srv__field_kind {
+    SRV__FIELD_STRING,
+    SRV__FIELD_INT,
+    SRV__FIELD_UINT,
+    SRV__FIELD_SIZE,
+    SRV__FIELD_BOOL,       /* an int, zero or not */
+    SRV__FIELD_TLS_VERSION /* an unsigned, SRV_TLS_1_2 or SRV_TLS_1_3 */
+} srv__field_kind;
+typedef struct srv__config_field {
+    const char *name; /* as in srv.h: "worker_threads" */
+    srv__field_kind kind;
+    size_t offset, width;
+    unsigned long long min, max; /* accepted by srv_server_start */
+    const char *note;            /* what min means, when it means more than a number */
+} srv__config_field;
+extern const srv__config_field srv__config_fields[];
+extern const size_t srv__config_field_count;
+/* A numeric field's value (a negative int reads as ULLONG_MAX). */
+unsigned long long srv__config_field_get(const srv_config *c, const srv__config_field *f);
+/* "use 1 to 100000", "use 0 (any free port) to 65535" */
+void srv__config_field_range(const srv__config_field *f, char *buf, size_t cap);
+
 /* Validate a configuration and resolve io_threads; returns 0 or
  * SRV_EINVAL/SRV_EADDR with the reason in srv->error. */
 int srv__config_validate(srv_server *srv);

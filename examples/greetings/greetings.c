@@ -149,6 +149,12 @@ static void usage(FILE *out)
             "  --access-log           one Common Log Format line per response on stderr\n"
             "  --help                 show this help\n"
             "\n"
+            "Environment: every server setting (a srv_config field, see srv.h) is read\n"
+            "from SRV_<FIELD> before the flags, which win: SRV_PORT=9090,\n"
+            "SRV_WORKER_THREADS=50, SRV_MAX_BODY_BYTES=4M, SRV_ACCESS_LOG=on,\n"
+            "SRV_TLS_CERT_FILE=..., SRV_HEADER_TIMEOUT_MS=5000...; SRV_ENGINE picks the\n"
+            "engine. A bad value or an unknown SRV_ variable stops greetings with a message.\n"
+            "\n"
             "Engines built in: ");
     print_engines(out);
     fprintf(out, "\n");
@@ -187,6 +193,12 @@ int main(int argc, char **argv)
     enum handlers handlers = HANDLERS_AUTO;
     srv_config cfg;
     srv_config_init(&cfg);
+    char env_err[256];
+    if (srv_config_from_env(&cfg, "SRV_", env_err, sizeof env_err) != 0) {
+        fprintf(stderr, "greetings: %s\nUnset or fix the variable; 'greetings --help' lists "
+                "the settings.\n", env_err);
+        return 2;
+    }
 
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i];
@@ -255,7 +267,8 @@ int main(int argc, char **argv)
         handlers == HANDLERS_WORKER || greeting_blocks ? 0 : SRV_ROUTE_NONBLOCKING;
 
     if ((cfg.tls_cert_file == NULL) != (cfg.tls_key_file == NULL))
-        bad_usage("HTTPS needs both --tls-cert FILE and --tls-key FILE");
+        bad_usage("HTTPS needs both --tls-cert FILE and --tls-key FILE (or SRV_TLS_CERT_FILE "
+                  "and SRV_TLS_KEY_FILE)");
 
     unsigned char addr[sizeof(struct in6_addr)];
     if (inet_pton(AF_INET, cfg.host, addr) != 1 && inet_pton(AF_INET6, cfg.host, addr) != 1)
