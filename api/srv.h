@@ -27,9 +27,9 @@ extern "C" {
 #endif
 
 #define SRV_VERSION_MAJOR 0
-#define SRV_VERSION_MINOR 3
+#define SRV_VERSION_MINOR 4
 #define SRV_VERSION_PATCH 0
-#define SRV_VERSION_STRING "0.3.0"
+#define SRV_VERSION_STRING "0.4.0"
 
 /*
  * ABI policy (from 0.2): the structs an application fills or reads
@@ -259,6 +259,19 @@ typedef struct srv_config {
      * (one or more CA certificates) verifies, or the handshake fails.
      * Copied. Default NULL (no client certificate asked). */
     const char *tls_client_ca_file;
+    /* ---- fields above: 0.3; below: added in 0.4 ---- */
+    /* Proxies (load balancers) whose forwarding headers are believed:
+     * comma-separated addresses or CIDR blocks, e.g.
+     * "127.0.0.1,10.0.0.0/8,fd00::/8". From such a peer, RFC 7239
+     * Forwarded (else X-Forwarded-For with X-Forwarded-Proto and
+     * X-Forwarded-Host) is walked right to left past the trusted proxies
+     * to the first hop that is not one: that is the client
+     * (srv_request_client_addr), with the scheme and host it used
+     * (srv_request_scheme, srv_request_host); the access log prints it.
+     * From any other peer the headers change nothing. srv_server_start
+     * refuses (SRV_EINVAL) an entry that is not an address or block.
+     * Copied. Default NULL (no proxy trusted: the client is the peer). */
+    const char *trusted_proxies;
 } srv_config;
 
 /* srv_config.tls_min_version values (the TLS wire version numbers). */
@@ -531,8 +544,32 @@ int srv_request_header_at(const srv_request *req, size_t index,
  */
 const void *srv_request_body(const srv_request *req, size_t *len);
 
-/* The client's address as "IP:port" or "[IPv6]:port". Never NULL. */
+/* The TCP peer's address as "IP:port" or "[IPv6]:port" ("-" when the
+ * engine could not say). Behind a proxy this is the proxy. Never NULL. */
 const char *srv_request_peer(const srv_request *req);
+
+/*
+ * srv_request_client_addr: the client's address without a port ("192.0.2.7",
+ * "2001:db8::1"): the peer's, or - when the peer is one of
+ * srv_config.trusted_proxies - the first hop its forwarding headers name
+ * that is not a trusted proxy (RFC 7239 "unknown" or an obfuscated
+ * "_name" as given). Forwarding headers that do not parse are ignored, so
+ * a hostile client cannot make this anything but an address or such a
+ * token. "-" when unknown. Never NULL; valid as long as the request.
+ * Whoever holds the request.
+ */
+const char *srv_request_client_addr(const srv_request *req);
+
+/* The scheme the client used: "https" or "http" - the port's own, or
+ * what a trusted proxy forwarded (Forwarded proto=, X-Forwarded-Proto).
+ * Never NULL. */
+const char *srv_request_scheme(const srv_request *req);
+
+/* The host the client asked for: a trusted proxy's Forwarded host= or
+ * X-Forwarded-Host (printable, no spaces or slashes), else the Host
+ * header (HTTP/2: :authority); NULL when there is none. Valid as long as
+ * the request. */
+const char *srv_request_host(const srv_request *req);
 
 /* The protocol, "HTTP/1.0", "HTTP/1.1" or "HTTP/2". Never NULL. */
 const char *srv_request_protocol(const srv_request *req);

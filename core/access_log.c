@@ -44,7 +44,7 @@ void srv__access_log(const srv_request *req)
     char line[3072];
     int n = snprintf(line, sizeof line,
                      "%s - - [%02d/%s/%04d:%02d:%02d:%02d +0000] \"%s %s %s\" %d %zu %llums\n",
-                     req->peer, tm.tm_mday, months[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour,
+                     req->client, tm.tm_mday, months[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour,
                      tm.tm_min, tm.tm_sec, method, target, srv_request_protocol(req), req->status,
                      req->is_head ? (size_t)0 : req->resp_len,
                      (unsigned long long)(srv__now_ms() - req->started_ms));

@@ -98,6 +98,7 @@ const srv__config_field srv__config_fields[] = {
     SRV__FIELD(tls_min_version, SRV__FIELD_TLS_VERSION, SRV_TLS_1_2, SRV_TLS_1_3, NULL),
     SRV__FIELD(tls_ciphers, SRV__FIELD_STRING, 0, 0, NULL),
     SRV__FIELD(tls_client_ca_file, SRV__FIELD_STRING, 0, 0, NULL),
+    SRV__FIELD(trusted_proxies, SRV__FIELD_STRING, 0, 0, NULL),
 };
 const size_t srv__config_field_count = sizeof srv__config_fields / sizeof srv__config_fields[0];
 

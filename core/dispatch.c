@@ -93,6 +93,7 @@ static void srv__request_route(srv_request *req, bool run_here)
 {
     srv_server *srv = req->srv;
     srv__inflight_add(req, true);
+    srv__forwarded_resolve(req);
 
     bool path_known = false;
     /* srv__request_nonblocking may have looked it up already. */

@@ -54,6 +54,41 @@ static void srv__format_peer(char out[64], const struct sockaddr *peer, socklen_
     }
 }
 
+/* The peer's address alone: binary for trusted_proxies, and as text for
+ * srv_request_client_addr until a trusted proxy says otherwise. IPv4 as
+ * IPv4 even through a dual-stack socket (::ffff:a.b.c.d). */
+static void srv__peer_address(srv_request *req, const struct sockaddr *peer, socklen_t peer_len)
+{
+    static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    strcpy(req->client, "-");
+    if (peer != NULL && peer->sa_family == AF_INET && peer_len >= sizeof(struct sockaddr_in)) {
+        memcpy(req->peer_addr, &((const struct sockaddr_in *)peer)->sin_addr, 4);
+        req->peer_family = AF_INET;
+    } else if (peer != NULL && peer->sa_family == AF_INET6 &&
+               peer_len >= sizeof(struct sockaddr_in6)) {
+        const unsigned char *a = (const unsigned char *)&((const struct sockaddr_in6 *)peer)->sin6_addr;
+        if (memcmp(a, mapped, 12) == 0) {
+            memcpy(req->peer_addr, a + 12, 4);
+            req->peer_family = AF_INET;
+        } else {
+            memcpy(req->peer_addr, a, 16);
+            req->peer_family = AF_INET6;
+        }
+    } else {
+        return;
+    }
+    if (req->peer_family == AF_INET) { /* "a.b.c.d:port" already: cut the port */
+        char *colon = strrchr(req->peer, ':');
+        size_t n = colon ? (size_t)(colon - req->peer) : strlen(req->peer);
+        memcpy(req->client, req->peer, n);
+        req->client[n] = '\0';
+        if (peer->sa_family == AF_INET6) /* mapped: peer printed as IPv6 */
+            inet_ntop(AF_INET, req->peer_addr, req->client, sizeof req->client);
+    } else {
+        inet_ntop(AF_INET6, req->peer_addr, req->client, sizeof req->client);
+    }
+}
+
 srv_request *srv__request_new(srv_server *srv, const struct sockaddr *peer, socklen_t peer_len)
 {
     srv_request *req = calloc(1, sizeof *req);
@@ -71,6 +106,7 @@ srv_request *srv__request_new(srv_server *srv, const struct sockaddr *peer, sock
     req->keep_alive = -1;
     req->started_ms = srv__now_ms();
     srv__format_peer(req->peer, peer, peer_len);
+    srv__peer_address(req, peer, peer_len);
     return req;
 }
 

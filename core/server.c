@@ -34,7 +34,7 @@ srv_server *srv_server_new(const srv_engine *engine, const srv_config *cfg)
         goto fail;
     srv->cfg.host = srv->host;
     srv->cfg.server_name = srv->server_name;
-    if (srv__tls_init(srv) != 0)
+    if (srv__tls_init(srv) != 0 || srv__forwarded_init(srv) != 0)
         goto fail;
     atomic_init(&srv->state, SRV__NEW);
     atomic_init(&srv->port, srv->cfg.port);
@@ -48,6 +48,7 @@ srv_server *srv_server_new(const srv_engine *engine, const srv_config *cfg)
     return srv;
 fail:
     srv__tls_free(srv);
+    srv__forwarded_free(srv);
     free(srv->host);
     free(srv->server_name);
     free(srv);
@@ -101,6 +102,8 @@ int srv_server_start(srv_server *srv)
         rc = srv__config_validate(srv);
     if (rc == 0)
         rc = srv__tls_start(srv);
+    if (rc == 0)
+        rc = srv__forwarded_start(srv);
     if (rc != 0)
         return rc;
 
@@ -255,6 +258,7 @@ void srv_server_free(srv_server *srv)
     srv__router_free(&srv->router);
     srv__inflight_destroy(&srv->inflight);
     srv__tls_free(srv);
+    srv__forwarded_free(srv);
     free(srv->host);
     free(srv->server_name);
     free(srv);

@@ -175,6 +175,8 @@ struct srv_server {
     atomic_uint admitted; /* max_connections slots taken (connections.c) */
 
     struct srv__tls *tls; /* tls.c: NULL when no certificate is configured */
+    struct srv__proxies *proxies; /* forwarded.c: NULL when none is trusted */
+    char *trusted_proxies;        /* forwarded.c: the configured list, copied */
 };
 
 /* The server's state, read by every layer (written by server.c only). */
@@ -235,6 +237,15 @@ struct srv_request {
     size_t body_len;
     size_t body_cap;
     char peer[64];
+    /* The peer's address, for trusted_proxies (peer_family 0: unknown). */
+    unsigned char peer_addr[16];
+    int peer_family;
+    /* forwarded.c: the client's address (the peer's without its port, or
+     * the trusted proxies' word for it), and the scheme and host they
+     * forwarded (NULL: the port's own scheme, the Host header). */
+    char client[64];
+    const char *scheme;
+    const char *host;
     int major;
     int minor;
     bool is_head;
@@ -343,6 +354,18 @@ void srv__tls_free(srv_server *srv);
 int srv__tls_backend_build(srv_server *srv, void **ctx);
 void srv__tls_backend_ref(void *ctx);
 void srv__tls_backend_unref(void *ctx);
+
+/* ---- trusted proxies (forwarded.c) ------------------------------------ */
+
+/* srv_server_new: copy cfg.trusted_proxies (SRV_ENOMEM); srv_server_start:
+ * parse it (SRV_EINVAL naming the bad entry in srv->error);
+ * srv_server_free: release both. */
+int srv__forwarded_init(srv_server *srv);
+int srv__forwarded_start(srv_server *srv);
+void srv__forwarded_free(srv_server *srv);
+/* Before a request is routed: its client, scheme and host from the
+ * forwarding headers when the peer is a trusted proxy. */
+void srv__forwarded_resolve(srv_request *req);
 
 /* The fields of srv_config (config.c), for validation and
  * srv_config_from_env (config_env.c): one table, one set of ranges. */

@@ -146,6 +146,10 @@ static void usage(FILE *out)
             "  --tls-cert FILE        serve HTTPS with this PEM certificate chain\n"
             "  --tls-key FILE         ... and this PEM private key (both needed; SIGHUP\n"
             "                         reloads them)\n"
+            "  --trusted-proxies LIST believe X-Forwarded-For/-Proto/-Host and Forwarded\n"
+            "                         from these addresses or CIDR blocks only\n"
+            "                         (e.g. 127.0.0.1,10.0.0.0/8); the access log then shows\n"
+            "                         the client behind them\n"
             "  --access-log           one Common Log Format line per response on stderr\n"
             "  --help                 show this help\n"
             "\n"
@@ -219,7 +223,8 @@ int main(int argc, char **argv)
                           strcmp(flag, "--io-threads") == 0 ||
                           strcmp(flag, "--max-connections") == 0 ||
                           strcmp(flag, "--sleep-ms") == 0 || strcmp(flag, "--handlers") == 0 ||
-                          strcmp(flag, "--tls-cert") == 0 || strcmp(flag, "--tls-key") == 0;
+                          strcmp(flag, "--tls-cert") == 0 || strcmp(flag, "--tls-key") == 0 ||
+                          strcmp(flag, "--trusted-proxies") == 0;
         if (!takes_value)
             bad_usage("unknown option '%s'", flag);
         if (i + 1 >= argc)
@@ -242,6 +247,8 @@ int main(int argc, char **argv)
             cfg.tls_cert_file = val;
         else if (strcmp(flag, "--tls-key") == 0)
             cfg.tls_key_file = val;
+        else if (strcmp(flag, "--trusted-proxies") == 0)
+            cfg.trusted_proxies = val;
         else if (strcmp(flag, "--handlers") == 0) {
             if (strcmp(val, "auto") == 0)
                 handlers = HANDLERS_AUTO;

@@ -112,6 +112,17 @@ void h_hello(srv_request *req, void *ctx)
     respond_text(req, 200, "hello");
 }
 
+/* "client=... scheme=... host=..." (trusted proxies). */
+void h_client(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    char out[512];
+    const char *host = srv_request_host(req);
+    snprintf(out, sizeof out, "client=%s scheme=%s host=%s\n", srv_request_client_addr(req),
+             srv_request_scheme(req), host ? host : "(none)");
+    respond_text(req, 200, out);
+}
+
 void sb_add(sbuf *b, const char *fmt, ...)
 {
     va_list ap;
@@ -364,7 +375,8 @@ enum preset {
     P_MANY_WORKERS,          /* worker_threads 200 (the benchmark's) */
     P_FEW_CONNECTIONS,       /* max_connections 4 */
     P_IPV6_ANY,              /* host "::" (dual-stack) */
-    P_TWO_WORKERS            /* worker_threads 2 */
+    P_TWO_WORKERS,           /* worker_threads 2 */
+    P_TRUSTED_PROXY          /* host "::", trusted_proxies 127.0.0.1 and ::1 */
 };
 
 static int fx_setup(void **state, enum preset p)
@@ -419,6 +431,10 @@ static int fx_setup(void **state, enum preset p)
     case P_TWO_WORKERS:
         f->cfg.worker_threads = 2;
         break;
+    case P_TRUSTED_PROXY:
+        f->cfg.host = "::"; /* IPv4 peers arrive as ::ffff:127.0.0.1 */
+        f->cfg.trusted_proxies = "127.0.0.1, ::1";
+        break;
     case P_FEW_CONNECTIONS:
         f->cfg.max_connections = 4;
         f->cfg.worker_threads = 16;
@@ -460,6 +476,7 @@ static int fx_setup(void **state, enum preset p)
         {"GET", "/late", h_late, f, 1},
         {"GET", "/late/async", h_late_async, f, 0},
         {"GET", "/never", h_never, f, 0},
+        {"GET", "/client", h_client, f, 0},
     };
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
         srv_route_opts o;
@@ -509,6 +526,7 @@ static int setup_many_workers(void **state)
 }
 static int setup_ipv6_any(void **state) { return fx_setup(state, P_IPV6_ANY); }
 static int setup_two_workers(void **state) { return fx_setup(state, P_TWO_WORKERS); }
+static int setup_trusted_proxy(void **state) { return fx_setup(state, P_TRUSTED_PROXY); }
 static int setup_few_connections(void **state)
 {
     return fx_setup(state, P_FEW_CONNECTIONS);
@@ -1125,6 +1143,8 @@ long long trickle(rc_conn *c, const void *first, size_t flen,
 
 #define HTTP_CASES                                                          \
     cmocka_unit_test_setup_teardown(test_request_accessors, setup_default, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_forwarded_untrusted, setup_default, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_forwarded_trusted, setup_trusted_proxy, fx_teardown), \
     cmocka_unit_test_setup_teardown(test_ipv6, setup_ipv6_any, fx_teardown), \
     cmocka_unit_test_setup_teardown(test_get_query, setup_default, fx_teardown), \
     cmocka_unit_test_setup_teardown(test_head, setup_default, fx_teardown), \
@@ -1167,6 +1187,8 @@ static int conformance_tls_main(void)
     const struct CMUnitTest http[] = {
         cmocka_unit_test_setup_teardown(test_engine_identity_tls, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_request_accessors, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_forwarded_untrusted, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_forwarded_trusted, setup_trusted_proxy, fx_teardown),
         cmocka_unit_test_setup_teardown(test_ipv6, setup_ipv6_any, fx_teardown),
         cmocka_unit_test_setup_teardown(test_get_query, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_head, setup_default, fx_teardown),

@@ -168,6 +168,7 @@ const char *url_scheme(void);
 
 unsigned engine_caps(void);
 void h_hello(srv_request *req, void *ctx);
+void h_client(srv_request *req, void *ctx);
 int fx_wait(fx *f, const unsigned *counter, unsigned target,
             int timeout_ms);
 unsigned fx_read(fx *f, const unsigned *counter);
@@ -228,6 +229,8 @@ long long trickle(rc_conn *c, const void *first, size_t flen,
 /* Cases: conformance_http.c                                          */
 /* ------------------------------------------------------------------ */
 
+void test_forwarded_untrusted(void **state);
+void test_forwarded_trusted(void **state);
 void test_engine_identity(void **state);
 void test_request_accessors(void **state);
 void test_ipv6(void **state);

@@ -240,7 +240,8 @@ srv_server *fake_start(fake *f, const srv_config *cfg)
 static void fake_req_free_strings(fake_req *r)
 {
     char **fields[] = {&r->method_seen, &r->path_seen,  &r->target_seen, &r->protocol_seen,
-                       &r->peer_seen,   &r->body_seen,  &r->body_out,    &r->head};
+                       &r->peer_seen,   &r->body_seen,  &r->body_out,    &r->head,
+                       &r->client_seen, &r->scheme_seen, &r->host_seen};
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
         free(*fields[i]);
         *fields[i] = NULL;
@@ -349,6 +350,9 @@ void fake_handler(srv_request *req, void *ctx)
     r->target_seen = dup0(srv_request_target(req));
     r->protocol_seen = dup0(srv_request_protocol(req));
     r->peer_seen = dup0(srv_request_peer(req));
+    r->client_seen = dup0(srv_request_client_addr(req));
+    r->scheme_seen = dup0(srv_request_scheme(req));
+    r->host_seen = srv_request_host(req) ? dup0(srv_request_host(req)) : NULL;
     size_t blen = 0;
     const char *body = srv_request_body(req, &blen);
     r->body_seen = body ? dupn(body, blen) : NULL;

@@ -76,6 +76,7 @@ typedef struct fake_req {
     void *handler_ctx;
     srv_server *req_server;
     char *method_seen, *path_seen, *target_seen, *protocol_seen, *peer_seen;
+    char *client_seen, *scheme_seen, *host_seen; /* host_seen NULL: none */
     char *body_seen;
     size_t body_seen_len;
     size_t query_count;
