@@ -205,8 +205,11 @@ typedef struct srv_config {
     size_t max_uri_bytes;
     /* Request body over this: 413. Default 2 MiB (Tomcat's maxPostSize). */
     size_t max_body_bytes;
-    /* Non-zero: one Common Log Format line per response on stderr.
-     * Default 0 (off). */
+    /* One line per response: SRV_ACCESS_LOG_OFF (0), _COMMON (1, Apache's
+     * Common Log Format), _COMBINED (2, Common + Referer and User-Agent)
+     * or _JSON (3, one JSON object per line), to stderr or to
+     * access_log_path. The first field is srv_request_client_addr (the
+     * client behind trusted_proxies). Default 0 (off). */
     int access_log;
     /* Value of the Server response header; NULL sends none. Copied.
      * Default "libsrv". */
@@ -272,7 +275,20 @@ typedef struct srv_config {
      * refuses (SRV_EINVAL) an entry that is not an address or block.
      * Copied. Default NULL (no proxy trusted: the client is the peer). */
     const char *trusted_proxies;
+    /* The access log's file, opened for appending (created 0644) by
+     * srv_server_start, which refuses (SRV_ESYS, naming the file and why)
+     * one it cannot open; reopened by srv_server_reopen_log and SIGUSR1 in
+     * srv_server_run, for logrotate. Copied. Default NULL (stderr). */
+    const char *access_log_path;
 } srv_config;
+
+/* srv_config.access_log values. */
+enum {
+    SRV_ACCESS_LOG_OFF = 0,
+    SRV_ACCESS_LOG_COMMON = 1,
+    SRV_ACCESS_LOG_COMBINED = 2,
+    SRV_ACCESS_LOG_JSON = 3
+};
 
 /* srv_config.tls_min_version values (the TLS wire version numbers). */
 enum { SRV_TLS_1_2 = 0x0303, SRV_TLS_1_3 = 0x0304 };
@@ -438,7 +454,8 @@ int srv_server_stop(srv_server *srv, unsigned grace_ms);
  * srv_server_run: start the server if it is not running, wait for SIGINT or
  * SIGTERM, then srv_server_stop(srv, grace_ms). On SIGHUP a server with TLS
  * reloads its certificate (srv_server_reload_tls; a failure is reported on
- * stderr and the old certificate stays) and keeps running. Installs its own
+ * stderr and the old certificate stays) and keeps running; on SIGUSR1 it
+ * reopens the access log file (srv_server_reopen_log). Installs its own
  * handlers for those signals while it waits and restores the previous ones
  * before it returns. Returns 0 or the error of start/stop. Controlling thread only.
  */
@@ -456,6 +473,16 @@ int srv_server_run(srv_server *srv, unsigned grace_ms);
  * Any thread while the server runs (not concurrently with stop or free).
  */
 int srv_server_reload_tls(srv_server *srv);
+
+/*
+ * srv_server_reopen_log: reopen access_log_path (after logrotate moved it):
+ * lines written from then on go to a file of that name, created if need
+ * be; no line is lost or split across the swap. A failure (SRV_ESYS,
+ * srv_server_last_error names the file and why) keeps the current file.
+ * 0 and nothing done when the log goes to stderr. srv_server_run calls it
+ * on SIGUSR1. Any thread, while the server is running.
+ */
+int srv_server_reopen_log(srv_server *srv);
 
 /*
  * srv_server_free: stop the server if it runs (grace 0), wait for running

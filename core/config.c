@@ -85,7 +85,7 @@ const srv__config_field srv__config_fields[] = {
     /* Bodies are buffered in memory; the cap also keeps size arithmetic on
      * network-supplied lengths far from overflow. */
     SRV__FIELD(max_body_bytes, SRV__FIELD_SIZE, 0, SRV__MAX_BYTES, NULL),
-    SRV__FIELD(access_log, SRV__FIELD_BOOL, 0, 1, "0 (off)"),
+    SRV__FIELD(access_log, SRV__FIELD_ACCESS_LOG, 0, 3, NULL),
     SRV__FIELD(server_name, SRV__FIELD_STRING, 0, 0, NULL),
     SRV__FIELD(worker_threads_min, SRV__FIELD_UINT, 0, SRV__MAX_THREADS, NULL),
     SRV__FIELD(worker_idle_timeout_ms, SRV__FIELD_UINT, 1, SRV__MAX_TIMEOUT_MS, NULL),
@@ -99,6 +99,7 @@ const srv__config_field srv__config_fields[] = {
     SRV__FIELD(tls_ciphers, SRV__FIELD_STRING, 0, 0, NULL),
     SRV__FIELD(tls_client_ca_file, SRV__FIELD_STRING, 0, 0, NULL),
     SRV__FIELD(trusted_proxies, SRV__FIELD_STRING, 0, 0, NULL),
+    SRV__FIELD(access_log_path, SRV__FIELD_STRING, 0, 0, NULL),
 };
 const size_t srv__config_field_count = sizeof srv__config_fields / sizeof srv__config_fields[0];
 
@@ -107,7 +108,8 @@ unsigned long long srv__config_field_get(const srv_config *c, const srv__config_
     const char *p = (const char *)c + f->offset;
     switch (f->kind) {
     case SRV__FIELD_INT:
-    case SRV__FIELD_BOOL: {
+    case SRV__FIELD_BOOL:
+    case SRV__FIELD_ACCESS_LOG: {
         int v;
         memcpy(&v, p, sizeof v);
         return v < 0 ? ULLONG_MAX : (unsigned long long)v; /* negative: out of any range */
@@ -134,6 +136,8 @@ void srv__config_field_range(const srv__config_field *f, char *buf, size_t cap)
 {
     if (f->kind == SRV__FIELD_BOOL)
         snprintf(buf, cap, "use 0 (off) or 1 (on)");
+    else if (f->kind == SRV__FIELD_ACCESS_LOG)
+        snprintf(buf, cap, "use off, common, combined or json (0 to 3)");
     else if (f->kind == SRV__FIELD_TLS_VERSION)
         snprintf(buf, cap, "use SRV_TLS_1_2 (0x0303) or SRV_TLS_1_3 (0x0304)");
     else if (f->note != NULL)
@@ -158,8 +162,8 @@ int srv__config_validate(srv_server *srv)
         /* Strings are checked below, the TLS fields by srv__tls_start; a
          * flag is on for any non-zero value. */
         if (f->kind == SRV__FIELD_STRING || f->kind == SRV__FIELD_TLS_VERSION ||
-            f->kind == SRV__FIELD_BOOL)
-            continue;
+            f->kind == SRV__FIELD_BOOL || f->kind == SRV__FIELD_ACCESS_LOG)
+            continue; /* access_log: by srv__access_log_start */
         unsigned long long v = srv__config_field_get(c, f);
         if (v < f->min || v > f->max) {
             char range[96];

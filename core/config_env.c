@@ -107,6 +107,20 @@ static int srv__env_field(srv_config *cfg, const srv__config_field *f, const cha
         memcpy(p, &v, sizeof v);
         return 0;
     }
+    case SRV__FIELD_ACCESS_LOG: {
+        static const char *const names[] = {"off", "common", "combined", "json"};
+        int v = -1, b;
+        for (int i = 0; i < 4; i++)
+            if (strcasecmp(text, names[i]) == 0 || (text[0] == '0' + i && text[1] == '\0'))
+                v = i;
+        if (v < 0 && srv__env_bool(text, &b) == 0)
+            v = b ? SRV_ACCESS_LOG_COMMON : SRV_ACCESS_LOG_OFF; /* on/off as before 0.4 */
+        if (v < 0)
+            return srv__env_fail(err, cap, "%s=\"%s\" is not valid: use off, common, combined "
+                                 "or json (or 0 to 3; on/off)", var, text);
+        memcpy(p, &v, sizeof v);
+        return 0;
+    }
     case SRV__FIELD_TLS_VERSION: {
         unsigned v;
         if (strcmp(text, "1.2") == 0 || strcasecmp(text, "TLSv1.2") == 0)

@@ -34,7 +34,8 @@ srv_server *srv_server_new(const srv_engine *engine, const srv_config *cfg)
         goto fail;
     srv->cfg.host = srv->host;
     srv->cfg.server_name = srv->server_name;
-    if (srv__tls_init(srv) != 0 || srv__forwarded_init(srv) != 0)
+    if (srv__tls_init(srv) != 0 || srv__forwarded_init(srv) != 0 ||
+        srv__access_log_init(srv) != 0)
         goto fail;
     atomic_init(&srv->state, SRV__NEW);
     atomic_init(&srv->port, srv->cfg.port);
@@ -49,6 +50,7 @@ srv_server *srv_server_new(const srv_engine *engine, const srv_config *cfg)
 fail:
     srv__tls_free(srv);
     srv__forwarded_free(srv);
+    srv__access_log_free(srv);
     free(srv->host);
     free(srv->server_name);
     free(srv);
@@ -104,6 +106,8 @@ int srv_server_start(srv_server *srv)
         rc = srv__tls_start(srv);
     if (rc == 0)
         rc = srv__forwarded_start(srv);
+    if (rc == 0)
+        rc = srv__access_log_start(srv);
     if (rc != 0)
         return rc;
 
@@ -205,7 +209,7 @@ int srv_server_run(srv_server *srv, unsigned grace_ms)
         srv__server_set_error(srv, "cannot create the signal pipe: %s", strerror(errno));
         return SRV_ESYS;
     }
-    struct sigaction sa, old_int, old_term, old_hup;
+    struct sigaction sa, old_int, old_term, old_hup, old_usr1;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = srv__on_signal;
     sigemptyset(&sa.sa_mask);
@@ -213,6 +217,7 @@ int srv_server_run(srv_server *srv, unsigned grace_ms)
     sigaction(SIGTERM, &sa, &old_term);
     if (srv->tls != NULL) /* SIGHUP reloads the certificate (nginx's habit) */
         sigaction(SIGHUP, &sa, &old_hup);
+    sigaction(SIGUSR1, &sa, &old_usr1); /* reopen the access log (logrotate) */
 
     for (;;) {
         unsigned char b;
@@ -226,6 +231,12 @@ int srv_server_run(srv_server *srv, unsigned grace_ms)
                         "stays: %s\n", srv_server_last_error(srv));
             continue;
         }
+        if (r == 1 && b == SIGUSR1) {
+            if (srv_server_reopen_log(srv) != 0)
+                fprintf(stderr, "libsrv: SIGUSR1: access log reopen failed, the current file "
+                        "stays: %s\n", srv_server_last_error(srv));
+            continue;
+        }
         break;
     }
 
@@ -233,6 +244,7 @@ int srv_server_run(srv_server *srv, unsigned grace_ms)
     sigaction(SIGTERM, &old_term, NULL);
     if (srv->tls != NULL)
         sigaction(SIGHUP, &old_hup, NULL);
+    sigaction(SIGUSR1, &old_usr1, NULL);
     close(srv__signal_pipe[0]);
     close(srv__signal_pipe[1]);
     srv__signal_pipe[0] = srv__signal_pipe[1] = -1;
@@ -259,6 +271,7 @@ void srv_server_free(srv_server *srv)
     srv__inflight_destroy(&srv->inflight);
     srv__tls_free(srv);
     srv__forwarded_free(srv);
+    srv__access_log_free(srv);
     free(srv->host);
     free(srv->server_name);
     free(srv);

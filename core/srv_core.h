@@ -177,6 +177,8 @@ struct srv_server {
     struct srv__tls *tls; /* tls.c: NULL when no certificate is configured */
     struct srv__proxies *proxies; /* forwarded.c: NULL when none is trusted */
     char *trusted_proxies;        /* forwarded.c: the configured list, copied */
+    int log_fd;                   /* access_log.c: the log file, -1: stderr */
+    char *log_path;               /* access_log.c: access_log_path, copied */
 };
 
 /* The server's state, read by every layer (written by server.c only). */
@@ -335,7 +337,12 @@ int srv__target_parse(srv_request *req, const char *target, size_t len);
 size_t srv__percent_decode(const char *s, size_t n, char *out,
                            bool plus_is_space);
 
-/* Access log line for a delivered response (access_log.c). */
+/* Access log (access_log.c): copy the path (srv_server_new); check the
+ * format and open the file (srv_server_start: SRV_EINVAL, SRV_ESYS);
+ * close and free (srv_server_free); a line for a delivered response. */
+int srv__access_log_init(srv_server *srv);
+int srv__access_log_start(srv_server *srv);
+void srv__access_log_free(srv_server *srv);
 void srv__access_log(const srv_request *req);
 
 /* ---- TLS (tls.c, and its backend tls_openssl.c or tls_none.c) ---------- */
@@ -375,6 +382,7 @@ typedef enum srv__field_kind {
     SRV__FIELD_UINT,
     SRV__FIELD_SIZE,
     SRV__FIELD_BOOL,       /* an int, zero or not */
+    SRV__FIELD_ACCESS_LOG, /* an int, SRV_ACCESS_LOG_* */
     SRV__FIELD_TLS_VERSION /* an unsigned, SRV_TLS_1_2 or SRV_TLS_1_3 */
 } srv__field_kind;
 typedef struct srv__config_field {

@@ -150,7 +150,9 @@ static void usage(FILE *out)
             "                         from these addresses or CIDR blocks only\n"
             "                         (e.g. 127.0.0.1,10.0.0.0/8); the access log then shows\n"
             "                         the client behind them\n"
-            "  --access-log           one Common Log Format line per response on stderr\n"
+            "  --access-log[=FORMAT]  one line per response: common (the default), combined\n"
+            "                         (+ Referer, User-Agent) or json; on stderr unless\n"
+            "  --access-log-file PATH ... this file (SIGUSR1 reopens it, for logrotate)\n"
             "  --help                 show this help\n"
             "\n"
             "Environment: every server setting (a srv_config field, see srv.h) is read\n"
@@ -215,7 +217,19 @@ int main(int argc, char **argv)
             continue;
         }
         if (strcmp(flag, "--access-log") == 0) {
-            cfg.access_log = 1;
+            cfg.access_log = SRV_ACCESS_LOG_COMMON;
+            continue;
+        }
+        if (strncmp(flag, "--access-log=", 13) == 0) {
+            static const char *const formats[] = {"off", "common", "combined", "json"};
+            int mode = -1;
+            for (int k = 0; k < 4; k++)
+                if (strcmp(flag + 13, formats[k]) == 0)
+                    mode = k;
+            if (mode < 0)
+                bad_usage("--access-log='%s' is not valid: use common, combined, json or off",
+                          flag + 13);
+            cfg.access_log = mode;
             continue;
         }
         int takes_value = strcmp(flag, "--engine") == 0 || strcmp(flag, "--host") == 0 ||
@@ -224,7 +238,8 @@ int main(int argc, char **argv)
                           strcmp(flag, "--max-connections") == 0 ||
                           strcmp(flag, "--sleep-ms") == 0 || strcmp(flag, "--handlers") == 0 ||
                           strcmp(flag, "--tls-cert") == 0 || strcmp(flag, "--tls-key") == 0 ||
-                          strcmp(flag, "--trusted-proxies") == 0;
+                          strcmp(flag, "--trusted-proxies") == 0 ||
+                          strcmp(flag, "--access-log-file") == 0;
         if (!takes_value)
             bad_usage("unknown option '%s'", flag);
         if (i + 1 >= argc)
@@ -249,6 +264,8 @@ int main(int argc, char **argv)
             cfg.tls_key_file = val;
         else if (strcmp(flag, "--trusted-proxies") == 0)
             cfg.trusted_proxies = val;
+        else if (strcmp(flag, "--access-log-file") == 0)
+            cfg.access_log_path = val;
         else if (strcmp(flag, "--handlers") == 0) {
             if (strcmp(val, "auto") == 0)
                 handlers = HANDLERS_AUTO;

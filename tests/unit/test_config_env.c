@@ -81,6 +81,8 @@ static void test_every_field(void **state)
     setenv("SRV_TLS_MIN_VERSION", "1.3", 1);
     setenv("SRV_TLS_CIPHERS", "ECDHE+AESGCM", 1);
     setenv("SRV_TLS_CLIENT_CA_FILE", "/etc/x/ca.pem", 1);
+    setenv("SRV_TRUSTED_PROXIES", "10.0.0.0/8", 1);
+    setenv("SRV_ACCESS_LOG_PATH", "/var/log/x.log", 1);
     setenv("SRV_ENGINE", "h2o", 1); /* srv_engine_select's: not an error */
     setenv("SRV_MHD_LOG", "1", 1);  /* mhd's diagnostics: not an error */
     srv_config cfg;
@@ -114,6 +116,29 @@ static void test_every_field(void **state)
     assert_int_equal(cfg.tls_min_version, SRV_TLS_1_3);
     assert_string_equal(cfg.tls_ciphers, "ECDHE+AESGCM");
     assert_string_equal(cfg.tls_client_ca_file, "/etc/x/ca.pem");
+    assert_string_equal(cfg.trusted_proxies, "10.0.0.0/8");
+    assert_string_equal(cfg.access_log_path, "/var/log/x.log");
+}
+
+/* The access log's formats by name or number; on/off as before 0.4. */
+static void test_access_log_values(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text;
+        int want;
+    } cases[] = {{"off", 0}, {"common", 1}, {"COMBINED", 2}, {"json", 3}, {"0", 0},
+                 {"2", 2},   {"on", 1},     {"true", 1},     {"no", 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        setenv("SRV_ACCESS_LOG", cases[i].text, 1);
+        srv_config cfg;
+        srv_config_init(&cfg);
+        char err[256];
+        assert_int_equal(from_env(&cfg, err, sizeof err), 0);
+        if (cfg.access_log != cases[i].want)
+            fail_msg("SRV_ACCESS_LOG=%s gave %d, want %d", cases[i].text, cfg.access_log,
+                     cases[i].want);
+    }
 }
 
 /* A bad value: SRV_EINVAL, and the message names the variable, the value
@@ -154,7 +179,8 @@ static void test_bad_values(void **state)
     expect_bad("SRV_MAX_HEADER_BYTES", "8KB", "units K, M, G");
     expect_bad("SRV_MAX_BODY_BYTES", "99999999999G", "not a whole number");
     expect_bad("SRV_MAX_CONNECTIONS", "1K", "not a whole number"); /* units only for bytes */
-    expect_bad("SRV_ACCESS_LOG", "maybe", "use 1, true, yes, on");
+    expect_bad("SRV_ACCESS_LOG", "maybe", "use off, common, combined or json");
+    expect_bad("SRV_ACCESS_LOG", "4", "use off, common, combined or json");
     expect_bad("SRV_TLS_MIN_VERSION", "1.1", "use 1.2 or 1.3");
     expect_bad("SRV_HOST", "localhost", "not a numeric IPv4 or IPv6 address");
     expect_bad("SRV_HOST", "", "not a numeric IPv4 or IPv6 address");
@@ -286,6 +312,7 @@ int main(void)
         cmocka_unit_test_setup(test_unset_leaves_defaults, clean_env),
         cmocka_unit_test_setup(test_every_field, clean_env),
         cmocka_unit_test_setup(test_bad_values, clean_env),
+        cmocka_unit_test_setup(test_access_log_values, clean_env),
         cmocka_unit_test_setup(test_unknown_variable_message, clean_env),
         cmocka_unit_test_setup(test_empty_strings, clean_env),
         cmocka_unit_test_setup(test_ranges_agree_with_start, clean_env),
