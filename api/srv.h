@@ -280,7 +280,32 @@ typedef struct srv_config {
      * one it cannot open; reopened by srv_server_reopen_log and SIGUSR1 in
      * srv_server_run, for logrotate. Copied. Default NULL (stderr). */
     const char *access_log_path;
+    /* Non-zero: SO_REUSEPORT on the listening socket, so several processes
+     * (each its own listener on the same host and port) share the port
+     * and the kernel spreads new connections over them (nginx's
+     * reuseport). Default 0. */
+    int reuse_port;
+    /* -1: bind host:port (the default). Otherwise an already listening
+     * TCP socket to serve instead - inherited from systemd socket
+     * activation (srv_systemd_listen_fd) or a supervisor, so a restart
+     * never refuses a connection: host, port and backlog are then the
+     * socket's. srv_server_start refuses (SRV_EINVAL) a descriptor that
+     * is not a listening TCP socket. The server serves a duplicate and
+     * closes that when it stops; the caller keeps listen_fd, so the socket
+     * (and connections queued on it) outlives the server, for the next
+     * process to serve. */
+    int listen_fd;
 } srv_config;
+
+/*
+ * srv_systemd_listen_fd: the listening socket systemd passed to this
+ * process by socket activation (LISTEN_PID is ours and LISTEN_FDS is at
+ * least 1: the first one, fd 3), for srv_config.listen_fd; -1 when there
+ * is none. Unsets LISTEN_PID, LISTEN_FDS and LISTEN_FDNAMES so child
+ * processes do not take it for theirs (sd_listen_fds(1)). Call it once, at
+ * start-up, before threads are started (it changes the environment).
+ */
+int srv_systemd_listen_fd(void);
 
 /* srv_config.access_log values. */
 enum {

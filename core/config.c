@@ -56,6 +56,7 @@ void srv__config_defaults(srv_config *cfg)
     cfg->max_queued = 10000;
     cfg->nonblocking_warn_ms = 200;
     cfg->tls_min_version = SRV_TLS_1_2;
+    cfg->listen_fd = -1;
 }
 
 /* Upper bounds that catch unit mix-ups (seconds for ms, bytes for KiB)
@@ -100,6 +101,8 @@ const srv__config_field srv__config_fields[] = {
     SRV__FIELD(tls_client_ca_file, SRV__FIELD_STRING, 0, 0, NULL),
     SRV__FIELD(trusted_proxies, SRV__FIELD_STRING, 0, 0, NULL),
     SRV__FIELD(access_log_path, SRV__FIELD_STRING, 0, 0, NULL),
+    SRV__FIELD(reuse_port, SRV__FIELD_BOOL, 0, 1, NULL),
+    SRV__FIELD(listen_fd, SRV__FIELD_FD, 0, INT_MAX, NULL),
 };
 const size_t srv__config_field_count = sizeof srv__config_fields / sizeof srv__config_fields[0];
 
@@ -109,7 +112,8 @@ unsigned long long srv__config_field_get(const srv_config *c, const srv__config_
     switch (f->kind) {
     case SRV__FIELD_INT:
     case SRV__FIELD_BOOL:
-    case SRV__FIELD_ACCESS_LOG: {
+    case SRV__FIELD_ACCESS_LOG:
+    case SRV__FIELD_FD: {
         int v;
         memcpy(&v, p, sizeof v);
         return v < 0 ? ULLONG_MAX : (unsigned long long)v; /* negative: out of any range */
@@ -162,8 +166,9 @@ int srv__config_validate(srv_server *srv)
         /* Strings are checked below, the TLS fields by srv__tls_start; a
          * flag is on for any non-zero value. */
         if (f->kind == SRV__FIELD_STRING || f->kind == SRV__FIELD_TLS_VERSION ||
-            f->kind == SRV__FIELD_BOOL || f->kind == SRV__FIELD_ACCESS_LOG)
-            continue; /* access_log: by srv__access_log_start */
+            f->kind == SRV__FIELD_BOOL || f->kind == SRV__FIELD_ACCESS_LOG ||
+            f->kind == SRV__FIELD_FD)
+            continue; /* access_log: by srv__access_log_start; listen_fd: by srv__listen */
         unsigned long long v = srv__config_field_get(c, f);
         if (v < f->min || v > f->max) {
             char range[96];

@@ -135,6 +135,7 @@ static int srv__env_field(srv_config *cfg, const srv__config_field *f, const cha
     case SRV__FIELD_INT:
     case SRV__FIELD_UINT:
     case SRV__FIELD_SIZE:
+    case SRV__FIELD_FD: /* a descriptor number; -1 is the unset default */
         break;
     }
     unsigned long long v;
@@ -146,7 +147,7 @@ static int srv__env_field(srv_config *cfg, const srv__config_field *f, const cha
                              sized ? " of bytes (units K, M, G allowed)" : "", range);
     if (v < f->min || v > f->max)
         return srv__env_fail(err, cap, "%s=\"%s\" is out of range: %s", var, text, range);
-    if (f->kind == SRV__FIELD_INT) {
+    if (f->kind == SRV__FIELD_INT || f->kind == SRV__FIELD_FD) {
         int iv = (int)v;
         memcpy(p, &iv, sizeof iv);
     } else if (f->kind == SRV__FIELD_UINT) {

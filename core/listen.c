@@ -4,14 +4,79 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
+/* srv_config.listen_fd: a socket someone else bound (systemd, a
+ * supervisor). Checked, made what the engine asked for, and its port
+ * recorded. */
+static int srv__listen_inherited(srv_server *srv, unsigned flags)
+{
+    int fd = srv->cfg.listen_fd, type = 0, listening = 0;
+    socklen_t len = sizeof type;
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM) {
+        srv__server_set_error(srv, "listen_fd %d is not a stream socket: %s", fd,
+                              errno == ENOTSOCK || errno == EBADF ? strerror(errno)
+                                                                   : "wrong socket type");
+        return SRV_EINVAL;
+    }
+    len = sizeof listening;
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening) {
+        srv__server_set_error(srv, "listen_fd %d is a socket that is not listening (call "
+                              "listen() on it first)", fd);
+        return SRV_EINVAL;
+    }
+    struct sockaddr_storage ss;
+    len = sizeof ss;
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0 ||
+        (ss.ss_family != AF_INET && ss.ss_family != AF_INET6)) {
+        srv__server_set_error(srv, "listen_fd %d is not a TCP/IP socket", fd);
+        return SRV_EINVAL;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, (flags & SRV__LISTEN_NONBLOCK) ? fl | O_NONBLOCK
+                                                                   : fl & ~O_NONBLOCK) != 0) {
+        srv__server_set_error(srv, "listen_fd %d: fcntl: %s", fd, strerror(errno));
+        return SRV_ESYS;
+    }
+    /* The engine owns what it gets (it closes it at stop); the caller keeps
+     * its own descriptor, so the socket outlives this server (systemd,
+     * or a supervisor handing it to the next process). */
+    int dup = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (dup < 0) {
+        srv__server_set_error(srv, "listen_fd %d: cannot duplicate it: %s", fd, strerror(errno));
+        return SRV_ESYS;
+    }
+    srv__server_set_port(srv, ntohs(ss.ss_family == AF_INET
+                                        ? ((struct sockaddr_in *)&ss)->sin_port
+                                        : ((struct sockaddr_in6 *)&ss)->sin6_port));
+    return dup;
+}
+
+int srv_systemd_listen_fd(void)
+{
+    const char *pid = getenv("LISTEN_PID"), *fds = getenv("LISTEN_FDS");
+    int fd = -1;
+    if (pid != NULL && fds != NULL && strtol(pid, NULL, 10) == (long)getpid() &&
+        strtol(fds, NULL, 10) >= 1)
+        fd = 3; /* SD_LISTEN_FDS_START */
+    unsetenv("LISTEN_PID");
+    unsetenv("LISTEN_FDS");
+    unsetenv("LISTEN_FDNAMES");
+    return fd;
+}
+
 int srv__listen(srv_server *srv, unsigned flags)
 {
     const srv_config *c = &srv->cfg;
+    if (c->listen_fd >= 0)
+        return srv__listen_inherited(srv, flags);
+    if (c->reuse_port)
+        flags |= SRV__LISTEN_REUSEPORT;
     struct sockaddr_storage ss;
     socklen_t sslen;
     memset(&ss, 0, sizeof ss);

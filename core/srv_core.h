@@ -383,6 +383,7 @@ typedef enum srv__field_kind {
     SRV__FIELD_SIZE,
     SRV__FIELD_BOOL,       /* an int, zero or not */
     SRV__FIELD_ACCESS_LOG, /* an int, SRV_ACCESS_LOG_* */
+    SRV__FIELD_FD,         /* an int, -1 (none) or a descriptor */
     SRV__FIELD_TLS_VERSION /* an unsigned, SRV_TLS_1_2 or SRV_TLS_1_3 */
 } srv__field_kind;
 typedef struct srv__config_field {

@@ -991,13 +991,23 @@ fail:
     return rc;
 }
 
+/* Stop listening at once, on every loop's dup - unless the socket was
+ * handed to us (srv_config.listen_fd): shutdown acts on the socket, not
+ * the descriptor, and that one must keep listening for the next process
+ * (its backlog holds connections for it); each loop closes its dup. */
+static void eh2o_listener_shutdown(eh2o_server *s)
+{
+    if (srv__server_config(s->srv)->listen_fd < 0)
+        shutdown(s->listen_fd, SHUT_RDWR);
+}
+
 static void eh2o_quiesce(void *state)
 {
     eh2o_server *s = state;
     /* Refuse new connects now, on every loop's dup at once (accept then fails with EINVAL);
      * each loop closes its own dup when it wakes up. */
     atomic_store(&s->quiesce_req, 1); /* first: a loop woken by the shutdown sees it */
-    shutdown(s->listen_fd, SHUT_RDWR);
+    eh2o_listener_shutdown(s);
     for (unsigned i = 0; i < s->nthreads; i++)
         eh2o_wake(&s->threads[i]);
 }
@@ -1005,7 +1015,7 @@ static void eh2o_quiesce(void *state)
 static void eh2o_stop(void *state)
 {
     eh2o_server *s = state;
-    shutdown(s->listen_fd, SHUT_RDWR);
+    eh2o_listener_shutdown(s);
     eh2o_stop_threads(s, s->nthreads);
 }
 

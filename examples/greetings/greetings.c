@@ -9,6 +9,8 @@
 
 #include <srv.h>
 
+#include "supervisor.h"
+
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
@@ -153,6 +155,9 @@ static void usage(FILE *out)
             "  --access-log[=FORMAT]  one line per response: common (the default), combined\n"
             "                         (+ Referer, User-Agent) or json; on stderr unless\n"
             "  --access-log-file PATH ... this file (SIGUSR1 reopens it, for logrotate)\n"
+            "  --processes N          N processes serve the port (SO_REUSEPORT; needs a fixed\n"
+            "                         --port), a parent restarts one that dies and stops\n"
+            "                         them all gracefully on SIGTERM (default 1)\n"
             "  --help                 show this help\n"
             "\n"
             "Environment: every server setting (a srv_config field, see srv.h) is read\n"
@@ -160,6 +165,9 @@ static void usage(FILE *out)
             "SRV_WORKER_THREADS=50, SRV_MAX_BODY_BYTES=4M, SRV_ACCESS_LOG=on,\n"
             "SRV_TLS_CERT_FILE=..., SRV_HEADER_TIMEOUT_MS=5000...; SRV_ENGINE picks the\n"
             "engine. A bad value or an unknown SRV_ variable stops greetings with a message.\n"
+            "\n"
+            "Socket activation: a listening socket passed by systemd (LISTEN_FDS) is served\n"
+            "instead of binding --host/--port.\n"
             "\n"
             "Engines built in: ");
     print_engines(out);
@@ -197,6 +205,7 @@ int main(int argc, char **argv)
     const char *engine_name = NULL;
     greetings app = {.sleep_ms = 1000, .async = 0};
     enum handlers handlers = HANDLERS_AUTO;
+    unsigned processes = 1;
     srv_config cfg;
     srv_config_init(&cfg);
     char env_err[256];
@@ -239,7 +248,8 @@ int main(int argc, char **argv)
                           strcmp(flag, "--sleep-ms") == 0 || strcmp(flag, "--handlers") == 0 ||
                           strcmp(flag, "--tls-cert") == 0 || strcmp(flag, "--tls-key") == 0 ||
                           strcmp(flag, "--trusted-proxies") == 0 ||
-                          strcmp(flag, "--access-log-file") == 0;
+                          strcmp(flag, "--access-log-file") == 0 ||
+                          strcmp(flag, "--processes") == 0;
         if (!takes_value)
             bad_usage("unknown option '%s'", flag);
         if (i + 1 >= argc)
@@ -266,6 +276,8 @@ int main(int argc, char **argv)
             cfg.trusted_proxies = val;
         else if (strcmp(flag, "--access-log-file") == 0)
             cfg.access_log_path = val;
+        else if (strcmp(flag, "--processes") == 0)
+            processes = (unsigned)parse_number(flag, val, 1, 256);
         else if (strcmp(flag, "--handlers") == 0) {
             if (strcmp(val, "auto") == 0)
                 handlers = HANDLERS_AUTO;
@@ -307,6 +319,18 @@ int main(int argc, char **argv)
         print_engines(stderr);
         fprintf(stderr, "\n");
         return 2;
+    }
+
+    /* systemd socket activation: serve the socket it holds for us. */
+    int inherited = srv_systemd_listen_fd();
+    if (inherited >= 0 && cfg.listen_fd < 0)
+        cfg.listen_fd = inherited;
+    if (processes > 1) {
+        if (cfg.listen_fd < 0 && cfg.port == 0)
+            bad_usage("--processes %u needs a fixed --port: each process binds it with "
+                      "SO_REUSEPORT (port 0 would give each its own port)", processes);
+        cfg.reuse_port = 1;
+        greetings_supervise(processes); /* returns in each child */
     }
 
     /* Keep the core's request timeout (503) well above the greeting delay. */

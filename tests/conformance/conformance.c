@@ -1404,6 +1404,15 @@ int main(int argc, char **argv)
              g_engine_name, run);
     failed += cmocka_run_group_tests_name(name, ka_bad_line, group_h1, NULL);
 
+    const struct CMUnitTest listen_from_outside[] = {
+        cmocka_unit_test(test_listen_fd_inherited),
+        cmocka_unit_test(test_listen_fd_refused),
+        cmocka_unit_test(test_reuse_port),
+    };
+    snprintf(name, sizeof name, "conformance %s%s: inherited listener, SO_REUSEPORT",
+             g_engine_name, run);
+    failed += cmocka_run_group_tests_name(name, listen_from_outside, NULL, NULL);
+
     const struct CMUnitTest input_bound[] = {
         cmocka_unit_test_setup_teardown(test_input_bound_pipeline_never_read, setup_default,
                                         fx_teardown),

@@ -229,6 +229,9 @@ long long trickle(rc_conn *c, const void *first, size_t flen,
 /* Cases: conformance_http.c                                          */
 /* ------------------------------------------------------------------ */
 
+void test_listen_fd_inherited(void **state);
+void test_listen_fd_refused(void **state);
+void test_reuse_port(void **state);
 void test_forwarded_untrusted(void **state);
 void test_forwarded_trusted(void **state);
 void test_engine_identity(void **state);
