@@ -83,6 +83,8 @@ static void test_every_field(void **state)
     setenv("SRV_TLS_CLIENT_CA_FILE", "/etc/x/ca.pem", 1);
     setenv("SRV_TRUSTED_PROXIES", "10.0.0.0/8", 1);
     setenv("SRV_ACCESS_LOG_PATH", "/var/log/x.log", 1);
+    setenv("SRV_REUSE_PORT", "on", 1);
+    setenv("SRV_LISTEN_FD", "3", 1);
     setenv("SRV_ENGINE", "h2o", 1); /* srv_engine_select's: not an error */
     setenv("SRV_MHD_LOG", "1", 1);  /* mhd's diagnostics: not an error */
     srv_config cfg;
@@ -118,6 +120,8 @@ static void test_every_field(void **state)
     assert_string_equal(cfg.tls_client_ca_file, "/etc/x/ca.pem");
     assert_string_equal(cfg.trusted_proxies, "10.0.0.0/8");
     assert_string_equal(cfg.access_log_path, "/var/log/x.log");
+    assert_int_equal(cfg.reuse_port, 1);
+    assert_int_equal(cfg.listen_fd, 3);
 }
 
 /* The access log's formats by name or number; on/off as before 0.4. */
@@ -182,6 +186,8 @@ static void test_bad_values(void **state)
     expect_bad("SRV_ACCESS_LOG", "maybe", "use off, common, combined or json");
     expect_bad("SRV_ACCESS_LOG", "4", "use off, common, combined or json");
     expect_bad("SRV_TLS_MIN_VERSION", "1.1", "use 1.2 or 1.3");
+    expect_bad("SRV_LISTEN_FD", "-1", "not a whole number"); /* unset means -1 */
+    expect_bad("SRV_LISTEN_FD", "3x", "not a whole number");
     expect_bad("SRV_HOST", "localhost", "not a numeric IPv4 or IPv6 address");
     expect_bad("SRV_HOST", "", "not a numeric IPv4 or IPv6 address");
     /* A typo is an error, not a silently ignored setting. */
