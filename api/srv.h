@@ -295,6 +295,20 @@ typedef struct srv_config {
      * (and connections queued on it) outlives the server, for the next
      * process to serve. */
     int listen_fd;
+    /* Non-NULL: a built-in GET route at this path (e.g. "/ready") for load
+     * balancers and readiness probes: 200 "ready" while the server runs
+     * and every srv_ready_check_add check passes, 503 "not ready: <why>"
+     * before the start completes, during the drain and from the moment a
+     * stop begins, or when a check fails. srv_server_start refuses
+     * (SRV_EEXIST) a path the application routes GET on itself. Copied.
+     * Default NULL (no such route). */
+    const char *ready_path;
+    /* srv_server_stop first drains for this long: the server goes on
+     * accepting and serving everything while ready_path answers 503, so
+     * a load balancer takes the instance out before its listener closes
+     * (a Kubernetes preStop delay, built in); then the graceful stop
+     * proceeds with its own grace period. Default 0 (no drain). */
+    unsigned drain_ms;
 } srv_config;
 
 /*
@@ -508,6 +522,33 @@ int srv_server_reload_tls(srv_server *srv);
  * on SIGUSR1. Any thread, while the server is running.
  */
 int srv_server_reopen_log(srv_server *srv);
+
+/*
+ * A readiness check: return 0 when the part of the application it watches
+ * can serve (a database reachable, a cache warmed), non-zero when not,
+ * saying why in `why` (why_size bytes, NUL-terminated; may be left empty).
+ * Called for each request to ready_path and by srv_server_ready, from an
+ * engine thread or a worker, possibly from several threads at once: keep
+ * it quick and thread-safe. With checks registered, ready_path runs on the
+ * worker pool (a check may block briefly); without, on the I/O thread.
+ */
+typedef int (*srv_ready_check_fn)(void *ctx, char *why, size_t why_size);
+
+/*
+ * srv_ready_check_add: register a readiness check under `name` (copied;
+ * shown in the 503 body: "not ready: db: connection refused"). Checks run
+ * in registration order, the first failure answers. Before
+ * srv_server_start, controlling thread. SRV_EINVAL (NULL or empty name,
+ * NULL check), SRV_ESTATE (already started), SRV_ENOMEM.
+ */
+int srv_ready_check_add(srv_server *srv, const char *name, srv_ready_check_fn check, void *ctx);
+
+/*
+ * srv_server_ready: 1 when ready_path would answer 200 now (running, not
+ * draining or stopping, every check passing), else 0. Runs the checks.
+ * Any thread.
+ */
+int srv_server_ready(const srv_server *srv);
 
 /*
  * srv_server_free: stop the server if it runs (grace 0), wait for running

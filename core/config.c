@@ -103,6 +103,8 @@ const srv__config_field srv__config_fields[] = {
     SRV__FIELD(access_log_path, SRV__FIELD_STRING, 0, 0, NULL),
     SRV__FIELD(reuse_port, SRV__FIELD_BOOL, 0, 1, NULL),
     SRV__FIELD(listen_fd, SRV__FIELD_FD, 0, INT_MAX, NULL),
+    SRV__FIELD(ready_path, SRV__FIELD_STRING, 0, 0, NULL),
+    SRV__FIELD(drain_ms, SRV__FIELD_UINT, 0, SRV__MAX_TIMEOUT_MS, "0 (no drain)"),
 };
 const size_t srv__config_field_count = sizeof srv__config_fields / sizeof srv__config_fields[0];
 

@@ -35,7 +35,7 @@ srv_server *srv_server_new(const srv_engine *engine, const srv_config *cfg)
     srv->cfg.host = srv->host;
     srv->cfg.server_name = srv->server_name;
     if (srv__tls_init(srv) != 0 || srv__forwarded_init(srv) != 0 ||
-        srv__access_log_init(srv) != 0)
+        srv__access_log_init(srv) != 0 || srv__health_init(srv) != 0)
         goto fail;
     atomic_init(&srv->state, SRV__NEW);
     atomic_init(&srv->port, srv->cfg.port);
@@ -51,6 +51,7 @@ fail:
     srv__tls_free(srv);
     srv__forwarded_free(srv);
     srv__access_log_free(srv);
+    srv__health_free(srv);
     free(srv->host);
     free(srv->server_name);
     free(srv);
@@ -108,6 +109,8 @@ int srv_server_start(srv_server *srv)
         rc = srv__forwarded_start(srv);
     if (rc == 0)
         rc = srv__access_log_start(srv);
+    if (rc == 0)
+        rc = srv__health_start(srv);
     if (rc != 0)
         return rc;
 
@@ -161,6 +164,11 @@ int srv_server_stop(srv_server *srv, unsigned grace_ms)
     if (srv == NULL)
         return SRV_EINVAL;
     int expected = SRV__RUNNING;
+    /* Drain first (still RUNNING: everything is served, only readiness
+     * says no), so a load balancer stops sending before the listener
+     * closes. */
+    if (atomic_load(&srv->state) == SRV__RUNNING)
+        srv__health_drain(srv);
     if (!atomic_compare_exchange_strong(&srv->state, &expected, SRV__STOPPING))
         return SRV_ESTATE;
 
@@ -272,6 +280,7 @@ void srv_server_free(srv_server *srv)
     srv__tls_free(srv);
     srv__forwarded_free(srv);
     srv__access_log_free(srv);
+    srv__health_free(srv);
     free(srv->host);
     free(srv->server_name);
     free(srv);

@@ -179,6 +179,10 @@ struct srv_server {
     char *trusted_proxies;        /* forwarded.c: the configured list, copied */
     int log_fd;                   /* access_log.c: the log file, -1: stderr */
     char *log_path;               /* access_log.c: access_log_path, copied */
+    atomic_bool draining;         /* health.c: a stop's drain phase */
+    struct srv__ready_check *ready_checks; /* health.c */
+    size_t ready_check_count;
+    char *ready_path;             /* health.c: cfg.ready_path, copied */
 };
 
 /* The server's state, read by every layer (written by server.c only). */
@@ -361,6 +365,16 @@ void srv__tls_free(srv_server *srv);
 int srv__tls_backend_build(srv_server *srv, void **ctx);
 void srv__tls_backend_ref(void *ctx);
 void srv__tls_backend_unref(void *ctx);
+
+/* ---- readiness and drain (health.c) ----------------------------------- */
+
+/* srv_server_new: copy ready_path; srv_server_start: route it (SRV_EEXIST,
+ * SRV_EINVAL with srv->error set); srv_server_stop: the drain phase (ready
+ * answers 503 while everything is served, for drain_ms); free. */
+int srv__health_init(srv_server *srv);
+int srv__health_start(srv_server *srv);
+void srv__health_drain(srv_server *srv);
+void srv__health_free(srv_server *srv);
 
 /* ---- trusted proxies (forwarded.c) ------------------------------------ */
 

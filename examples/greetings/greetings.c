@@ -128,7 +128,8 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: greetings [options]\n"
-            "Serves GET /greetings?name=NAME and GET /health.\n"
+            "Serves GET /greetings?name=NAME, GET /health (liveness) and GET /ready\n"
+            "(readiness: 503 while starting, draining or stopping).\n"
             "\n"
             "  --engine NAME          engine to run (default: $SRV_ENGINE, else the default)\n"
             "  --host ADDR            numeric IPv4/IPv6 address to bind (default 0.0.0.0)\n"
@@ -155,6 +156,9 @@ static void usage(FILE *out)
             "  --access-log[=FORMAT]  one line per response: common (the default), combined\n"
             "                         (+ Referer, User-Agent) or json; on stderr unless\n"
             "  --access-log-file PATH ... this file (SIGUSR1 reopens it, for logrotate)\n"
+            "  --drain-ms N           on SIGTERM, first keep serving N ms while GET /ready\n"
+            "                         answers 503, so a load balancer drains this instance\n"
+            "                         (default 0)\n"
             "  --processes N          N processes serve the port (SO_REUSEPORT; needs a fixed\n"
             "                         --port), a parent restarts one that dies and stops\n"
             "                         them all gracefully on SIGTERM (default 1)\n"
@@ -208,6 +212,7 @@ int main(int argc, char **argv)
     unsigned processes = 1;
     srv_config cfg;
     srv_config_init(&cfg);
+    cfg.ready_path = "/ready"; /* for load balancers; SRV_READY_PATH may move it */
     char env_err[256];
     if (srv_config_from_env(&cfg, "SRV_", env_err, sizeof env_err) != 0) {
         fprintf(stderr, "greetings: %s\nUnset or fix the variable; 'greetings --help' lists "
@@ -249,7 +254,7 @@ int main(int argc, char **argv)
                           strcmp(flag, "--tls-cert") == 0 || strcmp(flag, "--tls-key") == 0 ||
                           strcmp(flag, "--trusted-proxies") == 0 ||
                           strcmp(flag, "--access-log-file") == 0 ||
-                          strcmp(flag, "--processes") == 0;
+                          strcmp(flag, "--processes") == 0 || strcmp(flag, "--drain-ms") == 0;
         if (!takes_value)
             bad_usage("unknown option '%s'", flag);
         if (i + 1 >= argc)
@@ -278,6 +283,8 @@ int main(int argc, char **argv)
             cfg.access_log_path = val;
         else if (strcmp(flag, "--processes") == 0)
             processes = (unsigned)parse_number(flag, val, 1, 256);
+        else if (strcmp(flag, "--drain-ms") == 0)
+            cfg.drain_ms = (unsigned)parse_number(flag, val, 0, 3600000);
         else if (strcmp(flag, "--handlers") == 0) {
             if (strcmp(val, "auto") == 0)
                 handlers = HANDLERS_AUTO;

@@ -1413,6 +1413,13 @@ int main(int argc, char **argv)
              g_engine_name, run);
     failed += cmocka_run_group_tests_name(name, listen_from_outside, NULL, NULL);
 
+    const struct CMUnitTest readiness[] = {
+        cmocka_unit_test(test_ready_and_drain),
+        cmocka_unit_test(test_ready_checks),
+    };
+    snprintf(name, sizeof name, "conformance %s%s: readiness and drain", g_engine_name, run);
+    failed += cmocka_run_group_tests_name(name, readiness, NULL, NULL);
+
     const struct CMUnitTest input_bound[] = {
         cmocka_unit_test_setup_teardown(test_input_bound_pipeline_never_read, setup_default,
                                         fx_teardown),
