@@ -309,6 +309,12 @@ typedef struct srv_config {
      * (a Kubernetes preStop delay, built in); then the graceful stop
      * proceeds with its own grace period. Default 0 (no drain). */
     unsigned drain_ms;
+    /* Non-NULL: a built-in GET route at this path (e.g. "/metrics") that
+     * answers srv_metrics_render's Prometheus text. srv_server_start
+     * refuses (SRV_EEXIST) a path the application routes GET on itself.
+     * Copied. Default NULL (no such route; srv_metrics_render works
+     * anyway). */
+    const char *metrics_path;
 } srv_config;
 
 /*
@@ -549,6 +555,24 @@ int srv_ready_check_add(srv_server *srv, const char *name, srv_ready_check_fn ch
  * Any thread.
  */
 int srv_server_ready(const srv_server *srv);
+
+/*
+ * srv_metrics_render: the server's metrics in the Prometheus text
+ * exposition format 0.0.4 into buf (cap bytes, NUL-terminated when cap >
+ * 0; buf may be NULL with cap 0 to measure). Returns the length of the
+ * whole text, like snprintf: a return >= cap means it was cut. Families:
+ * srv_info{engine,version}; srv_requests_total{route,method,status="2xx"}
+ * and srv_request_duration_seconds{route,method} (a histogram, buckets
+ * 5 ms to 10 s), per registered route, route="" for requests no route
+ * matched (404, 405, 400s); srv_requests_in_flight, srv_connections_open,
+ * srv_connections_total, srv_workers{state="busy"|"idle"},
+ * srv_queue_length, srv_queue_rejected_total, srv_timeouts_total,
+ * srv_responses_dropped_total, srv_slow_nonblocking_total,
+ * srv_received_bytes_total, srv_sent_body_bytes_total. Counting costs the
+ * request path a few relaxed atomic additions, no lock. Any thread, any
+ * time after srv_server_new (counters are zero before start).
+ */
+size_t srv_metrics_render(const srv_server *srv, char *buf, size_t cap);
 
 /*
  * srv_server_free: stop the server if it runs (grace 0), wait for running

@@ -104,13 +104,7 @@ static void srv__json_string(char *out, size_t cap, const char *s, size_t max)
 int srv__access_log_init(srv_server *srv)
 {
     srv->log_fd = -1;
-    if (srv->cfg.access_log_path == NULL)
-        return 0;
-    srv->log_path = strdup(srv->cfg.access_log_path);
-    if (srv->log_path == NULL)
-        return SRV_ENOMEM;
-    srv->cfg.access_log_path = srv->log_path;
-    return 0;
+    return srv__config_own(&srv->log_path, &srv->cfg.access_log_path);
 }
 
 static int srv__log_open(srv_server *srv, int *fd)

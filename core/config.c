@@ -21,6 +21,17 @@ void srv_config_init_sized(srv_config *cfg, size_t size)
     cfg->size = size;
 }
 
+int srv__config_own(char **copy, const char **field)
+{
+    if (*field == NULL)
+        return 0;
+    *copy = strdup(*field);
+    if (*copy == NULL)
+        return SRV_ENOMEM;
+    *field = *copy;
+    return 0;
+}
+
 int srv__config_copy(srv_config *out, const srv_config *in)
 {
     srv__config_defaults(out);
@@ -105,6 +116,7 @@ const srv__config_field srv__config_fields[] = {
     SRV__FIELD(listen_fd, SRV__FIELD_FD, 0, INT_MAX, NULL),
     SRV__FIELD(ready_path, SRV__FIELD_STRING, 0, 0, NULL),
     SRV__FIELD(drain_ms, SRV__FIELD_UINT, 0, SRV__MAX_TIMEOUT_MS, "0 (no drain)"),
+    SRV__FIELD(metrics_path, SRV__FIELD_STRING, 0, 0, NULL),
 };
 const size_t srv__config_field_count = sizeof srv__config_fields / sizeof srv__config_fields[0];
 

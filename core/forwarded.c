@@ -95,13 +95,7 @@ static bool srv__proxies_trust(const struct srv__proxies *p, int family, const u
 
 int srv__forwarded_init(srv_server *srv)
 {
-    if (srv->cfg.trusted_proxies == NULL)
-        return 0;
-    srv->trusted_proxies = strdup(srv->cfg.trusted_proxies);
-    if (srv->trusted_proxies == NULL)
-        return SRV_ENOMEM;
-    srv->cfg.trusted_proxies = srv->trusted_proxies;
-    return 0;
+    return srv__config_own(&srv->trusted_proxies, &srv->cfg.trusted_proxies);
 }
 
 int srv__forwarded_start(srv_server *srv)

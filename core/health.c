@@ -87,15 +87,11 @@ int srv__health_start(srv_server *srv)
         srv__server_set_error(srv, "ready_path \"%s\" must start with '/'", path);
         return SRV_EINVAL;
     }
-    srv_route_opts o;
-    srv_route_opts_init(&o);
-    o.method = "GET";
-    o.path = path;
-    o.handler = srv__ready_handler;
-    o.ctx = srv;
     /* Cheap and never blocking - unless the application's checks may
      * (a database ping): then on a worker like any blocking handler. */
-    o.flags = srv->ready_check_count == 0 ? SRV_ROUTE_NONBLOCKING : 0;
+    srv_route_opts o = {.size = sizeof o, .method = "GET", .path = path,
+                        .handler = srv__ready_handler, .ctx = srv,
+                        .flags = srv->ready_check_count == 0 ? SRV_ROUTE_NONBLOCKING : 0};
     int rc = srv__router_add(&srv->router, &o);
     if (rc != 0)
         srv__server_set_error(srv, "ready_path \"%s\": %s", path,
@@ -130,11 +126,5 @@ void srv__health_free(srv_server *srv)
 int srv__health_init(srv_server *srv)
 {
     atomic_init(&srv->draining, false);
-    if (srv->cfg.ready_path == NULL)
-        return 0;
-    srv->ready_path = strdup(srv->cfg.ready_path);
-    if (srv->ready_path == NULL)
-        return SRV_ENOMEM;
-    srv->cfg.ready_path = srv->ready_path;
-    return 0;
+    return srv__config_own(&srv->ready_path, &srv->cfg.ready_path);
 }

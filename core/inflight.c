@@ -188,6 +188,7 @@ static void srv__deliver(srv_request *req)
         atomic_fetch_add(&srv->responses[cls - 1], 1);
     if (srv->cfg.access_log)
         srv__access_log(req);
+    srv__metrics_observe(req);
     srv__engine_respond(srv, req);
     /* req may be gone now: the engine may have written and released it. */
     srv__counter_drop(srv, &srv->inflight.delivering);

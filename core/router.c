@@ -39,6 +39,22 @@ int srv__router_add(srv__router *r, const srv_route_opts *opts)
     return 0;
 }
 
+size_t srv__router_count(const srv__router *r)
+{
+    return r->count;
+}
+
+void srv__router_at(const srv__router *r, size_t i, const char **method, const char **path)
+{
+    *method = r->routes[i].method;
+    *path = r->routes[i].path;
+}
+
+size_t srv__router_index(const srv__router *r, const srv__route *rt)
+{
+    return (size_t)(rt - r->routes);
+}
+
 const srv__route *srv__router_find(const srv__router *r, const char *method,
                                    const char *path, bool *path_known)
 {

@@ -35,7 +35,8 @@ srv_server *srv_server_new(const srv_engine *engine, const srv_config *cfg)
     srv->cfg.host = srv->host;
     srv->cfg.server_name = srv->server_name;
     if (srv__tls_init(srv) != 0 || srv__forwarded_init(srv) != 0 ||
-        srv__access_log_init(srv) != 0 || srv__health_init(srv) != 0)
+        srv__access_log_init(srv) != 0 || srv__health_init(srv) != 0 ||
+        srv__config_own(&srv->metrics_path, &srv->cfg.metrics_path) != 0)
         goto fail;
     atomic_init(&srv->state, SRV__NEW);
     atomic_init(&srv->port, srv->cfg.port);
@@ -52,6 +53,7 @@ fail:
     srv__forwarded_free(srv);
     srv__access_log_free(srv);
     srv__health_free(srv);
+    free(srv->metrics_path);
     free(srv->host);
     free(srv->server_name);
     free(srv);
@@ -111,6 +113,10 @@ int srv_server_start(srv_server *srv)
         rc = srv__access_log_start(srv);
     if (rc == 0)
         rc = srv__health_start(srv);
+    if (rc == 0)
+        rc = srv__metrics_route(srv);
+    if (rc == 0)
+        rc = srv__metrics_start(srv); /* last: every route is known */
     if (rc != 0)
         return rc;
 
@@ -281,6 +287,8 @@ void srv_server_free(srv_server *srv)
     srv__forwarded_free(srv);
     srv__access_log_free(srv);
     srv__health_free(srv);
+    srv__metrics_free(srv);
+    free(srv->metrics_path);
     free(srv->host);
     free(srv->server_name);
     free(srv);
@@ -296,35 +304,6 @@ int srv_after(srv_server *srv, unsigned ms, void (*fn)(void *arg), void *arg)
     if (state != SRV__RUNNING && state != SRV__STOPPING)
         return SRV_ESTATE;
     return srv__timer_add(&srv->timer, ms, fn, arg);
-}
-
-void srv_server_stats_sized(const srv_server *srv, srv_stats *dst, size_t size)
-{
-    if (srv == NULL || dst == NULL || size > SRV__STRUCT_MAX_SIZE)
-        return;
-    srv_server *s = (srv_server *)srv;
-    srv_stats st, *out = &st;
-    memset(out, 0, sizeof *out);
-    out->requests = atomic_load(&s->requests);
-    out->responses_1xx = atomic_load(&s->responses[0]);
-    out->responses_2xx = atomic_load(&s->responses[1]);
-    out->responses_3xx = atomic_load(&s->responses[2]);
-    out->responses_4xx = atomic_load(&s->responses[3]);
-    out->responses_5xx = atomic_load(&s->responses[4]);
-    out->timeouts = atomic_load(&s->timeouts);
-    out->dropped = atomic_load(&s->dropped);
-    out->connections_total = atomic_load(&s->connections_total);
-    out->connections_open = atomic_load(&s->connections_open);
-    out->workers_busy = atomic_load(&s->pool.busy);
-    out->workers = atomic_load(&s->pool.alive_now);
-    out->queued = atomic_load(&s->pool.queued_now);
-    out->rejected = atomic_load(&s->pool.rejected);
-    out->slow_nonblocking = atomic_load(&s->slow_nonblocking);
-    out->requests_in_flight = srv__inflight_count(s);
-    /* Only what the caller's srv_stats has room for; a newer, larger one
-     * gets zeros past ours. */
-    memset(dst, 0, size);
-    memcpy(dst, out, size < sizeof st ? size : sizeof st);
 }
 
 const srv_config *srv__server_config(const srv_server *srv)

@@ -41,6 +41,11 @@ typedef struct srv__router {
 } srv__router;
 
 int srv__router_add(srv__router *r, const srv_route_opts *opts);
+/* The routes by index, 0 to count - 1, in a fixed order once started
+ * (metrics.c keeps its counters by that index). */
+size_t srv__router_count(const srv__router *r);
+void srv__router_at(const srv__router *r, size_t i, const char **method, const char **path);
+size_t srv__router_index(const srv__router *r, const srv__route *rt);
 /* The route for method+path; HEAD falls back to GET. *path_known tells
  * whether any method is routed for the path (405 rather than 404). */
 const srv__route *srv__router_find(const srv__router *r, const char *method,
@@ -183,6 +188,8 @@ struct srv_server {
     struct srv__ready_check *ready_checks; /* health.c */
     size_t ready_check_count;
     char *ready_path;             /* health.c: cfg.ready_path, copied */
+    struct srv__metrics *metrics; /* metrics.c: from start on */
+    char *metrics_path;           /* metrics.c: cfg.metrics_path, copied */
 };
 
 /* The server's state, read by every layer (written by server.c only). */
@@ -366,6 +373,30 @@ int srv__tls_backend_build(srv_server *srv, void **ctx);
 void srv__tls_backend_ref(void *ctx);
 void srv__tls_backend_unref(void *ctx);
 
+/* ---- metrics (metrics_count.c counts, metrics.c renders) --------------- */
+
+#define SRV__METRICS_BUCKETS 11
+extern const double srv__metrics_buckets[SRV__METRICS_BUCKETS]; /* seconds */
+typedef struct srv__route_metrics {
+    const char *method, *path; /* the route's (NULL: requests no route matched) */
+    atomic_ullong by_class[5]; /* 1xx..5xx */
+    atomic_ullong bucket[SRV__METRICS_BUCKETS + 1]; /* non-cumulative; the last is +Inf */
+    atomic_ullong sum_us;
+} srv__route_metrics;
+struct srv__metrics {
+    size_t n; /* routes + 1: the last slot counts unmatched requests */
+    atomic_ullong bytes_in, bytes_out;
+    srv__route_metrics route[];
+};
+
+/* srv_server_start: route metrics_path (before the table: it is a route
+ * too), then size the per-route table once every route is known;
+ * srv__deliver: count a response; srv_server_free. */
+int srv__metrics_route(srv_server *srv);
+int srv__metrics_start(srv_server *srv);
+void srv__metrics_observe(const srv_request *req);
+void srv__metrics_free(srv_server *srv);
+
 /* ---- readiness and drain (health.c) ----------------------------------- */
 
 /* srv_server_new: copy ready_path; srv_server_start: route it (SRV_EEXIST,
@@ -425,6 +456,10 @@ int srv__config_validate(srv_server *srv);
 #define SRV__CONFIG_MAX_SIZE ((size_t)4096)
 #define SRV__ROUTE_OPTS_MIN_SIZE (offsetof(srv_route_opts, flags) + sizeof(unsigned))
 #define SRV__STRUCT_MAX_SIZE ((size_t)4096)
+/* Own a configured string: *copy = strdup(*field), and *field (a field of
+ * srv->cfg) points at it from then on; the caller frees *copy. NULL stays
+ * NULL. 0 or SRV_ENOMEM. */
+int srv__config_own(char **copy, const char **field);
 /* Every default, into a full-size struct. */
 void srv__config_defaults(srv_config *cfg);
 /* *out = defaults overlaid with the first in->size bytes of *in (NULL: the

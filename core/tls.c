@@ -19,17 +19,6 @@ struct srv__tls {
     char *cert_file, *key_file, *cert_pem, *key_pem, *ciphers, *client_ca_file;
 };
 
-static int srv__tls_dup(char **out, const char **field)
-{
-    if (*field == NULL)
-        return 0;
-    *out = strdup(*field);
-    if (*out == NULL)
-        return SRV_ENOMEM;
-    *field = *out;
-    return 0;
-}
-
 int srv__tls_init(srv_server *srv)
 {
     srv_config *c = &srv->cfg;
@@ -48,10 +37,12 @@ int srv__tls_init(srv_server *srv)
     }
     atomic_init(&t->generation, 0);
     srv->tls = t;
-    if (srv__tls_dup(&t->cert_file, &c->tls_cert_file) || srv__tls_dup(&t->key_file, &c->tls_key_file) ||
-        srv__tls_dup(&t->cert_pem, &c->tls_cert_pem) || srv__tls_dup(&t->key_pem, &c->tls_key_pem) ||
-        srv__tls_dup(&t->ciphers, &c->tls_ciphers) ||
-        srv__tls_dup(&t->client_ca_file, &c->tls_client_ca_file))
+    if (srv__config_own(&t->cert_file, &c->tls_cert_file) ||
+        srv__config_own(&t->key_file, &c->tls_key_file) ||
+        srv__config_own(&t->cert_pem, &c->tls_cert_pem) ||
+        srv__config_own(&t->key_pem, &c->tls_key_pem) ||
+        srv__config_own(&t->ciphers, &c->tls_ciphers) ||
+        srv__config_own(&t->client_ca_file, &c->tls_client_ca_file))
         return SRV_ENOMEM; /* srv__tls_free frees what was copied */
     return 0;
 }

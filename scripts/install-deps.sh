@@ -16,7 +16,7 @@ set -eu
 PACKAGES="build-essential meson ninja-build pkg-config curl
 libevent-dev libmicrohttpd-dev libh2o-evloop-dev libssl-dev openssl libgnutls28-dev
 libcmocka-dev libcurl4-openssl-dev
-hey nghttp2-client gnuplot-nox valgrind wrk procps
+hey nghttp2-client gnuplot-nox valgrind wrk procps python3-prometheus-client
 clang libclang-rt-14-dev"
 
 # libjakarta-annotation-api-java: Tomcat fails at context start without it.

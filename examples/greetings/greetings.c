@@ -129,7 +129,8 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: greetings [options]\n"
             "Serves GET /greetings?name=NAME, GET /health (liveness) and GET /ready\n"
-            "(readiness: 503 while starting, draining or stopping).\n"
+            "(readiness: 503 while starting, draining or stopping) and GET /metrics\n"
+            "(Prometheus).\n"
             "\n"
             "  --engine NAME          engine to run (default: $SRV_ENGINE, else the default)\n"
             "  --host ADDR            numeric IPv4/IPv6 address to bind (default 0.0.0.0)\n"
@@ -212,7 +213,8 @@ int main(int argc, char **argv)
     unsigned processes = 1;
     srv_config cfg;
     srv_config_init(&cfg);
-    cfg.ready_path = "/ready"; /* for load balancers; SRV_READY_PATH may move it */
+    cfg.ready_path = "/ready";     /* for load balancers; SRV_READY_PATH may move it */
+    cfg.metrics_path = "/metrics"; /* for Prometheus; SRV_METRICS_PATH may move it */
     char env_err[256];
     if (srv_config_from_env(&cfg, "SRV_", env_err, sizeof env_err) != 0) {
         fprintf(stderr, "greetings: %s\nUnset or fix the variable; 'greetings --help' lists "

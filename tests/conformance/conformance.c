@@ -1416,8 +1416,9 @@ int main(int argc, char **argv)
     const struct CMUnitTest readiness[] = {
         cmocka_unit_test(test_ready_and_drain),
         cmocka_unit_test(test_ready_checks),
+        cmocka_unit_test(test_metrics),
     };
-    snprintf(name, sizeof name, "conformance %s%s: readiness and drain", g_engine_name, run);
+    snprintf(name, sizeof name, "conformance %s%s: readiness, drain, metrics", g_engine_name, run);
     failed += cmocka_run_group_tests_name(name, readiness, NULL, NULL);
 
     const struct CMUnitTest input_bound[] = {

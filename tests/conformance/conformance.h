@@ -229,6 +229,7 @@ long long trickle(rc_conn *c, const void *first, size_t flen,
 /* Cases: conformance_http.c                                          */
 /* ------------------------------------------------------------------ */
 
+void test_metrics(void **state);
 void test_ready_and_drain(void **state);
 void test_ready_checks(void **state);
 void test_listen_fd_inherited(void **state);

@@ -5,6 +5,7 @@
  */
 #include "fake_engine.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -429,6 +430,24 @@ fake_req *fake_req_new(fake *f, const char *method, const char *target)
     r->content_type = "text/plain";
     r->resp_body = "ok";
     r->resp_len = SIZE_MAX;
+    return r;
+}
+
+fake_req *fake_req_from(fake *f, const char *target, const char *ip, int port, va_list ap)
+{
+    fake_req *r = fake_req_new(f, "GET", target);
+    r->peer_v4.sin_family = AF_INET;
+    r->peer_v4.sin_port = htons((uint16_t)port);
+    assert_int_equal(inet_pton(AF_INET, ip, &r->peer_v4.sin_addr), 1);
+    r->peer = (const struct sockaddr *)&r->peer_v4;
+    r->peer_len = sizeof r->peer_v4;
+    const char *name;
+    while ((name = va_arg(ap, const char *)) != NULL) {
+        assert_true(r->nheaders < FAKE_MAX_PAIRS);
+        r->headers[r->nheaders][0] = name;
+        r->headers[r->nheaders][1] = va_arg(ap, const char *);
+        r->nheaders++;
+    }
     return r;
 }
 

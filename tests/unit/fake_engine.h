@@ -15,7 +15,9 @@
 
 #include "srv_engine.h"
 
+#include <netinet/in.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -48,6 +50,7 @@ typedef struct fake_req {
     const char *body;                          /* request body, may be NULL */
     const struct sockaddr *peer;
     socklen_t peer_len;
+    struct sockaddr_in peer_v4;                /* fake_req_from's peer */
 
     enum fake_action action;
     int status;                                /* handler's answer, default 200 */
@@ -151,6 +154,9 @@ void fake_free(fake *f);
 
 /* A request record with the defaults above. */
 fake_req *fake_req_new(fake *f, const char *method, const char *target);
+/* fake_req_new for a GET from IPv4 peer ip:port with the header lines in
+ * ap: name, value, ..., NULL. */
+fake_req *fake_req_from(fake *f, const char *target, const char *ip, int port, va_list ap);
 /* Build the request (new, method, target, version, headers, headers_done,
  * body) and dispatch it; on a non-zero helper answer, srv__request_fail
  * with it instead. Returns that answer (0 when dispatched). */

@@ -66,20 +66,9 @@ static void start(lt *t, int mode, const char *path)
 /* GET target from 192.0.2.4 with the header pairs given (NULL-ended). */
 static void request(lt *t, const char *target, ...)
 {
-    fake_req *r = fake_req_new(t->f, "GET", target);
-    static struct sockaddr_in peer = {.sin_family = AF_INET};
-    peer.sin_port = htons(5555);
-    inet_pton(AF_INET, "192.0.2.4", &peer.sin_addr);
-    r->peer = (const struct sockaddr *)&peer;
-    r->peer_len = sizeof peer;
     va_list ap;
     va_start(ap, target);
-    const char *name;
-    while ((name = va_arg(ap, const char *)) != NULL) {
-        r->headers[r->nheaders][0] = name;
-        r->headers[r->nheaders][1] = va_arg(ap, const char *);
-        r->nheaders++;
-    }
+    fake_req *r = fake_req_from(t->f, target, "192.0.2.4", 5555, ap);
     va_end(ap);
     fake_send(r);
     /* The core writes the line before it hands the answer to the engine:

@@ -28,13 +28,6 @@ static int teardown(void **state)
     return 0;
 }
 
-static struct sockaddr_in v4(const char *ip, int port)
-{
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    assert_int_equal(inet_pton(AF_INET, ip, &a.sin_addr), 1);
-    return a;
-}
-
 static void start(fake *f, const char *trusted)
 {
     srv_config cfg;
@@ -53,18 +46,9 @@ typedef struct want {
  * ..., NULL); checks what the handler saw. */
 static void expect(fake *f, const char *ip, want w, ...)
 {
-    fake_req *r = fake_req_new(f, "GET", "/");
-    struct sockaddr_in peer = v4(ip, 40000);
-    r->peer = (const struct sockaddr *)&peer;
-    r->peer_len = sizeof peer;
     va_list ap;
     va_start(ap, w);
-    const char *name;
-    while ((name = va_arg(ap, const char *)) != NULL) {
-        r->headers[r->nheaders][0] = name;
-        r->headers[r->nheaders][1] = va_arg(ap, const char *);
-        r->nheaders++;
-    }
+    fake_req *r = fake_req_from(f, "/", ip, 40000, ap);
     va_end(ap);
     fake_send(r);
     assert_int_equal(fake_wait(r, FAKE_WAIT_MS), 200);
