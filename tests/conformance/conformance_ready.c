@@ -40,6 +40,7 @@ static int ready_start(ready_fx *r, unsigned drain_ms, int with_check)
     CHECK(srv_route(r->srv, "GET", "/hello", h_hello, NULL) == 0, "srv_route");
     if (with_check)
         CHECK(srv_ready_check_add(r->srv, "db", check_db, r) == 0, "srv_ready_check_add");
+    CHECK(srv_server_ready(r->srv) == 0, "srv_server_ready before start");
     int rc = srv_server_start(r->srv);
     r->port = rc == 0 ? srv_server_port(r->srv) : 0;
     return rc;
