@@ -1198,6 +1198,7 @@ static int conformance_tls_main(void)
         cmocka_unit_test_setup_teardown(test_raw_client_disconnect, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_raw_max_connections, setup_few_connections, fx_teardown),
         cmocka_unit_test_setup_teardown(test_raw_max_connections_readable, setup_few_connections, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_tls_refused_handshake_stalls, setup_few_connections, fx_teardown),
         cmocka_unit_test_setup_teardown(test_raw_chunk_size_0x, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_raw_error_answers_are_the_cores, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_graceful_stop, setup_default, fx_teardown),

@@ -383,5 +383,6 @@ int tls_raw_group_setup(void **state);
 int tls_raw_group_teardown(void **state);
 void test_tls_client_certificate(void **state);
 void test_tls_request_with_finished(void **state);
+void test_tls_refused_handshake_stalls(void **state);
 
 #endif /* SRV_CONFORMANCE_H */

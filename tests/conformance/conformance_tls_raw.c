@@ -321,3 +321,39 @@ void test_tls_request_with_finished(void **state)
     conn_expect(c, what, 0, 200, "hello", NULL);
     rc_close(c);
 }
+
+/* Past max_connections, a refused client that stalls its handshake is cut
+ * at the refusal's deadline (about 1 s on h2o; threadpool's refusal reads
+ * under the header deadline), and one still in its handshake when the
+ * server stops is closed by the stop (the fixture checks the clean stop;
+ * the ASan run, that nothing leaks). */
+void test_tls_refused_handshake_stalls(void **state)
+{
+    fx *f = *state;
+    enum { HELD = 4 };
+    rc_conn *held[HELD];
+    for (int i = 0; i < HELD; i++) {
+        held[i] = conn_open(f, "max_connections: first 4");
+        conn_send_str(held[i], "max_connections: first 4", "GET /hello HTTP/1.1\r\n" HOST "\r\n");
+        conn_expect(held[i], "max_connections: first 4", 0, 200, "hello", NULL);
+    }
+    static const unsigned char part[] = {0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00};
+    const char *what = "a refused client stalling its handshake";
+    rc_set_tls(NULL); /* raw bytes: part of a ClientHello, then silence */
+    rc_conn *c = conn_slot(f, what);
+    int rc = rc_connect(c, f->port, 3000);
+    rc_conn *last = conn_slot(f, "a refused client in its handshake at the stop");
+    int rc2 = rc_connect(last, f->port, 3000);
+    rc_set_tls(tls_raw_ctx);
+    CHECK(rc == RC_OK && rc2 == RC_OK, "[%s] connect: %s / %s", what, rc_strerror(rc),
+          rc_strerror(rc2));
+    conn_send(c, what, part, sizeof part);
+    long long t0 = rc_now_ms();
+    int w = rc_wait_close(c, T_HEADER_MS + 3000, NULL);
+    CHECK(w == RC_CLOSED || w == RC_RESET, "[%s] still open after %d ms: %s", what,
+          T_HEADER_MS + 3000, rc_strerror(w));
+    CHECK(rc_now_ms() - t0 >= 500, "[%s] closed after %lld ms, before any deadline", what,
+          rc_now_ms() - t0);
+    conn_send(last, what, part, sizeof part); /* left in its handshake for the stop */
+    rc_sleep_ms(50);
+}
