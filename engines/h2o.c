@@ -400,7 +400,7 @@ void eh2o_on_conn_close(void *data)
     free(c);
 }
 
-static void eh2o_refusal_close(eh2o_refusal *r)
+void eh2o_refusal_close(eh2o_refusal *r)
 {
     h2o_timeout_unlink(&r->timeout);
     h2o_linklist_unlink(&r->link);
@@ -534,6 +534,10 @@ static void eh2o_refusal_on_read(h2o_socket_t *sock, const char *err)
 static void eh2o_refusal_on_timeout(h2o_timeout_entry_t *entry)
 {
     eh2o_refusal *r = H2O_STRUCT_FROM_MEMBER(eh2o_refusal, timeout, entry);
+    if (r->tls_hs) { /* the handshake did not finish in time: it fails, then closes */
+        eh2o_tls_refusal_cut(r);
+        return;
+    }
     if (r->answered || r->sock->input->size == 0 || r->out != NULL) {
         eh2o_refusal_close(r);
         return;
@@ -556,7 +560,16 @@ static void eh2o_refuse(eh2o_thread *t, h2o_socket_t *sock)
     h2o_linklist_insert(&t->refusals, &r->link);
     r->timeout.cb = eh2o_refusal_on_timeout;
     h2o_timeout_link(t->loop, &t->refuse_timeout, &r->timeout);
-    h2o_socket_read_start(sock, eh2o_refusal_on_read);
+    /* Over TLS the 503 goes inside TLS, after the handshake (the deadline covers both). */
+    if (!eh2o_tls_refuse(t, r))
+        eh2o_refusal_read(r);
+}
+
+void eh2o_refusal_read(eh2o_refusal *r)
+{
+    h2o_socket_read_start(r->sock, eh2o_refusal_on_read);
+    if (r->sock->input->size != 0) /* over TLS: it came with the handshake's end */
+        eh2o_refusal_on_read(r->sock, NULL);
 }
 
 static void eh2o_on_accept(h2o_socket_t *listener, const char *err);
@@ -586,10 +599,7 @@ static void eh2o_on_accept(h2o_socket_t *listener, const char *err)
             break;
         }
         if (!srv__conn_admit(s->srv)) {
-            if (t->tls != NULL) /* a TLS client cannot read the cleartext 503 */
-                h2o_socket_close(sock);
-            else
-                eh2o_refuse(t, sock);
+            eh2o_refuse(t, sock);
             continue;
         }
         eh2o_conn *c = calloc(1, sizeof *c); /* zeroed: h2o_linklist_insert asserts unlinked */

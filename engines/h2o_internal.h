@@ -224,6 +224,7 @@ typedef struct eh2o_refusal {
     eh2o_thread *thread;
     char *out;    /* the core's 503 being written */
     int answered; /* the answer is out (or given up): the timeout closes */
+    int tls_hs;   /* in its TLS handshake (engines/h2o_tls.c) */
 } eh2o_refusal;
 
 /*
@@ -340,6 +341,12 @@ int eh2o_tls_accept(eh2o_thread *t, eh2o_conn *c);
 void eh2o_tls_conn_closed(eh2o_conn *c); /* from eh2o_on_conn_close */
 int eh2o_tls_handshaking(eh2o_conn *c);
 void eh2o_tls_close(eh2o_conn *c); /* cut a connection still in its handshake */
+/* Over TLS, a refused connection's handshake first (1; it then goes on with
+ * eh2o_refusal_read or eh2o_refusal_close), else 0. */
+int eh2o_tls_refuse(eh2o_thread *t, eh2o_refusal *r);
+void eh2o_tls_refusal_cut(eh2o_refusal *r); /* its deadline, in the handshake */
+void eh2o_refusal_read(eh2o_refusal *r);  /* engines/h2o.c: read the head to refuse */
+void eh2o_refusal_close(eh2o_refusal *r);
 
 /* engines/h2o_http2.c */
 eh2o_conn *eh2o_h2_conn(h2o_req_t *req);

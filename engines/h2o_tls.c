@@ -12,7 +12,9 @@
 
 #include <h2o/http1.h>
 
+#include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 
 struct eh2o_tls_thread {
@@ -81,6 +83,32 @@ static void eh2o_tls_on_timeout(h2o_timeout_entry_t *entry)
     eh2o_tls_cut(hs->c); /* a stalled handshake: cut at the header deadline */
 }
 
+/* A plain HTTP request sent to the TLS port gets nginx's kind of answer, in
+ * the clear, so that a person who typed http:// sees why (the same bytes as
+ * threadpool_tls.c). */
+static const char eh2o_tls_plain_400[] =
+    "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: 48\r\n"
+    "Connection: close\r\n\r\nThis port speaks HTTPS: use https:// to call it\n";
+
+/* After a failed handshake: when OpenSSL saw an HTTP request instead of a
+ * ClientHello (h2o leaves its error queued), write the 400 in the clear -
+ * what the socket takes now, never waiting - and half-close, so the close
+ * that follows sends a FIN after it (h2o has read what had arrived). */
+static void eh2o_tls_plain_http(h2o_socket_t *sock)
+{
+    unsigned long e = ERR_peek_last_error();
+    ERR_clear_error();
+    if (ERR_GET_LIB(e) != ERR_LIB_SSL || ERR_GET_REASON(e) != SSL_R_HTTP_REQUEST)
+        return;
+    int fd = h2o_socket_get_fd(sock);
+    if (fd < 0)
+        return;
+    ssize_t n = send(fd, eh2o_tls_plain_400, sizeof eh2o_tls_plain_400 - 1,
+                     MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)n; /* a full buffer or a gone client: the close says the rest */
+    shutdown(fd, SHUT_WR);
+}
+
 static void eh2o_tls_on_handshake(h2o_socket_t *sock, const char *err)
 {
     eh2o_conn *c = eh2o_sock_conn(sock);
@@ -91,6 +119,8 @@ static void eh2o_tls_on_handshake(h2o_socket_t *sock, const char *err)
     struct timeval connected_at = hs->connected_at;
     free(hs);
     if (err != NULL || t->quiesced) {
+        if (err != NULL)
+            eh2o_tls_plain_http(sock);
         h2o_socket_close(sock); /* eh2o_on_conn_close frees c */
         return;
     }
@@ -109,19 +139,31 @@ static void eh2o_tls_on_handshake(h2o_socket_t *sock, const char *err)
         eh2o_h2_begin(c); /* as for h2c: streams still arriving count for the stop's grace */
         return;
     }
+    /* Bytes that came with the client's Finished are already decrypted in
+     * sock->input (h2o decodes them before it calls us), and
+     * h2o_http1_accept would parse them at once, before the framing guard
+     * is in place: hide them from it, then hand them to the guard as the
+     * connection's first read, as in the clear. */
+    size_t early = sock->input->size;
+    sock->input->size = 0;
     h2o_http1_accept(&t->accept_ctx, sock, connected_at);
+    sock->input->size = early;
     if (sock->_cb.read != NULL) { /* as in the clear: the framing guard reads first */
         c->h1.reqread = sock->_cb.read;
         sock->_cb.read = eh2o_h1_on_read;
+        if (early != 0) {
+            sock->bytes_read = early;
+            eh2o_h1_on_read(sock, NULL); /* may close: c is not used after */
+            return;
+        }
+        eh2o_h1_bound_input(c);
     }
 }
 
-int eh2o_tls_accept(eh2o_thread *t, eh2o_conn *c)
+/* A reload: take the new context for connections from now on. */
+static void eh2o_tls_refresh(eh2o_thread *t)
 {
     eh2o_tls_thread *tt = t->tls;
-    if (tt == NULL)
-        return 0;
-    /* A reload: take the new context for connections from now on. */
     srv_server *srv = t->server->srv;
     if (srv__tls_generation(srv) != tt->gen) {
         unsigned gen = 0;
@@ -132,6 +174,14 @@ int eh2o_tls_accept(eh2o_thread *t, eh2o_conn *c)
             tt->gen = gen;
         }
     }
+}
+
+int eh2o_tls_accept(eh2o_thread *t, eh2o_conn *c)
+{
+    eh2o_tls_thread *tt = t->tls;
+    if (tt == NULL)
+        return 0;
+    eh2o_tls_refresh(t);
     eh2o_tls_hs *hs = calloc(1, sizeof *hs);
     if (hs == NULL) {
         h2o_socket_close(c->sock); /* out of memory: closed unanswered */
@@ -165,4 +215,36 @@ void eh2o_tls_close(eh2o_conn *c)
 {
     if (c->tls_hs != NULL)
         eh2o_tls_cut(c);
+}
+
+/* Past max_connections over TLS: the handshake, then the core's 503 inside
+ * TLS as in the clear (a TLS client cannot read a cleartext one), like
+ * threadpool. The refusal's deadline (EH2O_REFUSE_LINGER_MS) covers the
+ * handshake and the head. */
+static void eh2o_tls_on_refusal_handshake(h2o_socket_t *sock, const char *err)
+{
+    eh2o_refusal *r = sock->data;
+    r->tls_hs = 0;
+    if (err != NULL || r->thread->quiesced) {
+        eh2o_refusal_close(r);
+        return;
+    }
+    eh2o_refusal_read(r);
+}
+
+int eh2o_tls_refuse(eh2o_thread *t, eh2o_refusal *r)
+{
+    if (t->tls == NULL)
+        return 0;
+    eh2o_tls_refresh(t);
+    r->tls_hs = 1;
+    h2o_socket_ssl_handshake(r->sock, t->tls->ctx, NULL, eh2o_tls_on_refusal_handshake);
+    return 1;
+}
+
+void eh2o_tls_refusal_cut(eh2o_refusal *r)
+{
+    int fd = h2o_socket_get_fd(r->sock);
+    if (fd >= 0)
+        shutdown(fd, SHUT_RDWR); /* as eh2o_tls_cut: h2o's handshake fails and calls back */
 }

@@ -1228,6 +1228,46 @@ static int conformance_tls_main(void)
     snprintf(name, sizeof name, "conformance %s (TLS): handshake abuse, ALPN, reload, "
              "configuration", g_engine_name);
     failed += cmocka_run_group_tests_name(name, tls, group_h1, NULL);
+    /* The raw-socket cases inside TLS (conformance_tls_raw.c), and the two
+     * libcurl cases with a raw side connection. */
+    const struct CMUnitTest raw_tls[] = {
+        cmocka_unit_test_setup_teardown(test_raw_pipelined, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_post, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_chunked_extensions_trailers, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_head, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_expect_continue, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_http10, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_garbage_request_line, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_header_without_colon, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_headers_too_big, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_body_too_big, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_uri_too_long, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_content_length_and_te, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_unknown_transfer_coding, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_bad_content_length, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_bad_chunk_size, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_bad_version, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_nul_and_binary, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_truncated_half_close, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_slow_head, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_slowloris, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_idle_keepalive, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_client_disconnect, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_max_connections, setup_few_connections, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_max_connections_readable, setup_few_connections, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_tls_refused_handshake_stalls, setup_few_connections, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_chunk_size_0x, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_error_answers_are_the_cores, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_graceful_stop, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_stop_workers_busy, setup_two_workers, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_tls_request_with_finished, setup_default, fx_teardown),
+        cmocka_unit_test(test_tls_client_certificate),
+    };
+    snprintf(name, sizeof name, "conformance %s (TLS): raw-socket cases inside TLS, client "
+             "certificates",
+             g_engine_name);
+    failed += cmocka_run_group_tests_name(name, raw_tls, tls_raw_group_setup,
+                                          tls_raw_group_teardown);
     tls_remove_certs();
     return failed == 0 ? 0 : 1;
 }

@@ -388,4 +388,13 @@ void test_tls_pem_in_memory(void **state);
 void test_tls_sighup_reload(void **state);
 void test_tls_refused_by_engine(void **state);
 
+/* ------------------------------------------------------------------ */
+/* Cases: conformance_tls_raw.c (the raw cases over TLS)              */
+/* ------------------------------------------------------------------ */
+int tls_raw_group_setup(void **state);
+int tls_raw_group_teardown(void **state);
+void test_tls_client_certificate(void **state);
+void test_tls_request_with_finished(void **state);
+void test_tls_refused_handshake_stalls(void **state);
+
 #endif /* SRV_CONFORMANCE_H */

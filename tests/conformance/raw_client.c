@@ -18,7 +18,18 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
 #define RC_MAX_HEAD (1024 * 1024)
+
+/* rc_set_tls: the context new connections handshake with, or NULL. */
+static SSL_CTX *rc_tls_ctx;
+
+void rc_set_tls(struct ssl_ctx_st *ctx)
+{
+    rc_tls_ctx = ctx;
+}
 
 long long rc_now_ms(void)
 {
@@ -45,6 +56,7 @@ const char *rc_strerror(int rc)
     case RC_TRUNCATED: return "connection ended inside a response";
     case RC_REFUSED: return "connection refused";
     case RC_SYSERR: return "socket error";
+    case RC_TLS: return "TLS handshake failed";
     default: return "unknown";
     }
 }
@@ -59,6 +71,94 @@ static int remaining(long long deadline)
 {
     long long left = deadline - rc_now_ms();
     return left < 0 ? 0 : (int)left;
+}
+
+/* Wait until fd is readable (want_write 0) or writable, or the deadline:
+ * 0, or RC_TIMEOUT. */
+static int wait_fd(int fd, int want_write, long long deadline)
+{
+    for (;;) {
+        struct pollfd pf = {fd, want_write ? POLLOUT : POLLIN, 0};
+        int left = remaining(deadline);
+        if (left == 0)
+            return RC_TIMEOUT;
+        int n = poll(&pf, 1, left);
+        if (n > 0)
+            return 0;
+        if (n == 0)
+            return RC_TIMEOUT;
+        if (errno != EINTR)
+            return RC_SYSERR;
+    }
+}
+
+/* After an SSL call returned r <= 0: 1 to wait for the socket (where in
+ * *want_write), else the RC code the failure means: RC_CLOSED for the
+ * end of the stream, RC_RESET for a dead connection (a reset, an alert, a
+ * broken record), RC_SYSERR. */
+static int tls_failure(rc_conn *c, int r, int *want_write)
+{
+    int e = SSL_get_error(c->ssl, r);
+    int saved = errno;
+    ERR_clear_error();
+    switch (e) {
+    case SSL_ERROR_WANT_READ:
+        *want_write = 0;
+        return 1;
+    case SSL_ERROR_WANT_WRITE:
+        *want_write = 1;
+        return 1;
+    case SSL_ERROR_ZERO_RETURN: /* close_notify, or a bare TCP close */
+        return RC_CLOSED;
+    case SSL_ERROR_SYSCALL:
+        if (saved == EINTR) {
+            *want_write = 0;
+            return 1;
+        }
+        if (saved == 0)
+            return RC_CLOSED;
+        return saved == ECONNRESET || saved == EPIPE ? RC_RESET : RC_SYSERR;
+    default: /* SSL_ERROR_SSL: an alert or bytes that are not TLS */
+        return RC_RESET;
+    }
+}
+
+static int tls_handshake(rc_conn *c, long long deadline)
+{
+    c->ssl = SSL_new(rc_tls_ctx);
+    if (c->ssl == NULL || SSL_set_fd(c->ssl, c->fd) != 1) {
+        ERR_clear_error();
+        return RC_TLS;
+    }
+    SSL_set_connect_state(c->ssl);
+    for (;;) {
+        ERR_clear_error();
+        errno = 0;
+        int r = SSL_do_handshake(c->ssl);
+        if (r == 1)
+            return RC_OK;
+        int want_write = 0;
+        int f = tls_failure(c, r, &want_write);
+        if (f != 1) {
+            /* The server closed or reset inside the handshake: as a
+             * cleartext server that accepts and closes, the connection is
+             * made and the next read says RC_CLOSED / RC_RESET (a server
+             * past max_connections may do this). Anything else is a TLS
+             * failure. */
+            if (f == RC_CLOSED) {
+                c->eof = 1;
+                return RC_OK;
+            }
+            if (f == RC_RESET && errno == ECONNRESET) {
+                c->reset = 1;
+                return RC_OK;
+            }
+            return RC_TLS;
+        }
+        int w = wait_fd(c->fd, want_write, deadline);
+        if (w != 0)
+            return w;
+    }
 }
 
 int rc_connect(rc_conn *c, int port, int timeout_ms)
@@ -105,7 +205,7 @@ int rc_connect(rc_conn *c, int port, int timeout_ms)
         }
     }
     c->fd = fd;
-    return RC_OK;
+    return rc_tls_ctx ? tls_handshake(c, rc_now_ms() + timeout_ms) : RC_OK;
 }
 
 int rc_send(rc_conn *c, const void *data, size_t len, int timeout_ms)
@@ -114,6 +214,32 @@ int rc_send(rc_conn *c, const void *data, size_t len, int timeout_ms)
     const char *p = data;
     if (c->fd < 0)
         return RC_SYSERR;
+    if (c->ssl && len > 0 && (c->eof || c->reset)) {
+        c->reset = 1; /* the handshake ended in a close: as EPIPE in the clear */
+        return RC_RESET;
+    }
+    while (len > 0 && c->ssl) {
+        ERR_clear_error();
+        errno = 0;
+        int n = SSL_write(c->ssl, p, len > 1u << 30 ? 1 << 30 : (int)len);
+        if (n > 0) {
+            p += n;
+            len -= (size_t)n;
+            continue;
+        }
+        int want_write = 0;
+        int f = tls_failure(c, n, &want_write);
+        if (f == 1) {
+            int w = wait_fd(c->fd, want_write, deadline);
+            if (w != 0)
+                return w;
+            continue;
+        }
+        if (f == RC_SYSERR)
+            return RC_SYSERR;
+        c->reset = 1; /* the server closed: as EPIPE in the clear */
+        return RC_RESET;
+    }
     while (len > 0) {
         ssize_t n = send(c->fd, p, len, MSG_NOSIGNAL);
         if (n > 0) {
@@ -148,12 +274,19 @@ int rc_send_str(rc_conn *c, const char *s, int timeout_ms)
 
 void rc_shutdown_write(rc_conn *c)
 {
+    if (c->ssl) {
+        ERR_clear_error();
+        SSL_shutdown(c->ssl); /* our close_notify; theirs is read as EOF later */
+        ERR_clear_error();
+    }
     if (c->fd >= 0)
         shutdown(c->fd, SHUT_WR);
 }
 
 void rc_close(rc_conn *c)
 {
+    if (c->ssl)
+        SSL_free(c->ssl); /* no close_notify: a client that just goes away */
     if (c->fd >= 0)
         close(c->fd);
     free(c->buf);
@@ -180,6 +313,35 @@ static int fill(rc_conn *c, long long deadline)
             return RC_SYSERR;
         c->buf = nb;
         c->cap = cap;
+    }
+    while (c->ssl) {
+        ERR_clear_error();
+        errno = 0;
+        size_t room = c->cap - c->len;
+        int n = SSL_read(c->ssl, c->buf + c->len, room > 1u << 30 ? 1 << 30 : (int)room);
+        if (n > 0) {
+            c->len += (size_t)n;
+            c->received += (size_t)n;
+            c->buf[c->len] = '\0';
+            return n;
+        }
+        int want_write = 0;
+        int f = tls_failure(c, n, &want_write);
+        if (f == 1) {
+            int w = wait_fd(c->fd, want_write, deadline);
+            if (w != 0)
+                return w;
+            continue;
+        }
+        if (f == RC_CLOSED) {
+            c->eof = 1;
+            return 0;
+        }
+        if (f == RC_RESET) {
+            c->reset = 1;
+            return RC_RESET;
+        }
+        return RC_SYSERR;
     }
     for (;;) {
         ssize_t n = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);

@@ -20,11 +20,16 @@ enum {
     RC_BADRESP = -4,   /* bytes arrived that are not an HTTP/1.x response */
     RC_TRUNCATED = -5, /* the connection ended in the middle of a response */
     RC_REFUSED = -6,   /* connect: ECONNREFUSED */
-    RC_SYSERR = -7     /* any other socket error (see errno) */
+    RC_SYSERR = -7,    /* any other socket error (see errno) */
+    RC_TLS = -8        /* rc_connect over TLS: the handshake failed */
 };
+
+struct ssl_ctx_st; /* OpenSSL's SSL_CTX and SSL */
+struct ssl_st;
 
 typedef struct rc_conn {
     int fd;        /* -1 when not connected */
+    struct ssl_st *ssl; /* over TLS (rc_set_tls): the client's SSL, else NULL */
     char *buf;     /* bytes received and not yet consumed: buf[off..len) */
     size_t off, len, cap;
     int eof;       /* the peer closed its side (read returned 0) */
@@ -55,15 +60,25 @@ const char *rc_strerror(int rc);
 void rc_init(rc_conn *c);
 
 /* Connect to 127.0.0.1:port within timeout_ms. RC_OK, RC_REFUSED,
- * RC_TIMEOUT or RC_SYSERR. The socket is non-blocking from then on. */
+ * RC_TIMEOUT or RC_SYSERR. The socket is non-blocking from then on.
+ * With a TLS context set (rc_set_tls), the TLS handshake is made too,
+ * within the same timeout (RC_TLS when it fails), and every call below
+ * speaks through it: the same bytes, encrypted. A server that closes or
+ * resets inside the handshake gives RC_OK here and RC_CLOSED / RC_RESET
+ * to the next read, as a cleartext server that accepts and closes. */
 int rc_connect(rc_conn *c, int port, int timeout_ms);
+
+/* The OpenSSL client context rc_connect uses from now on (not owned), or
+ * NULL: plain TCP again. Process-wide: set it around a group of cases. */
+void rc_set_tls(struct ssl_ctx_st *ctx);
 
 /* Send all `len` bytes within timeout_ms. RC_OK, RC_RESET (the server
  * closed: EPIPE/ECONNRESET), RC_TIMEOUT (the server stopped reading). */
 int rc_send(rc_conn *c, const void *data, size_t len, int timeout_ms);
 int rc_send_str(rc_conn *c, const char *s, int timeout_ms);
 
-/* Half-close: no more bytes from us (shutdown SHUT_WR). */
+/* Half-close: no more bytes from us (shutdown SHUT_WR; over TLS a
+ * close_notify first). */
 void rc_shutdown_write(rc_conn *c);
 
 /* Close the socket and free the buffer; safe to call twice. */
