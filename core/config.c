@@ -54,6 +54,7 @@ void srv__config_defaults(srv_config *cfg)
     cfg->max_queued = 10000;
     cfg->nonblocking_warn_ms = 200;
     cfg->tls_min_version = SRV_TLS_1_2;
+    cfg->stream_buffer_bytes = 64u * 1024;
 }
 
 /* Upper bounds that catch unit mix-ups (seconds for ms, bytes for KiB)
@@ -117,6 +118,10 @@ int srv__config_validate(srv_server *srv)
                (size_t)SRV__MAX_BYTES);
     SRV__CHECK(c->max_header_bytes <= SRV__MAX_BYTES && c->max_uri_bytes <= SRV__MAX_BYTES,
                "max_header_bytes and max_uri_bytes must be at most %zu", (size_t)SRV__MAX_BYTES);
+
+    SRV__CHECK(c->stream_buffer_bytes >= 1024 && c->stream_buffer_bytes <= 64u * 1024 * 1024,
+               "stream_buffer_bytes %zu is out of range: use 1024 to %u", c->stream_buffer_bytes,
+               64u * 1024 * 1024);
 
     if (c->worker_threads_min > c->worker_threads)
         c->worker_threads_min = c->worker_threads;
