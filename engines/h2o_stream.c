@@ -96,8 +96,16 @@ static void eh2o_stream_pump(eh2o_stream *s, int first)
         s->finished = 1;
         s->detached = 1;
         srv__stream_detach(s->sreq);
-        eh2o_stream_send(s, NULL, 0,
-                         k == SRV__STREAM_END ? H2O_SEND_STATE_FINAL : H2O_SEND_STATE_ERROR, first);
+        h2o_send_state_t st = k == SRV__STREAM_END ? H2O_SEND_STATE_FINAL : H2O_SEND_STATE_ERROR;
+        eh2o_conn *c = eh2o_stream_h1(s->req);
+        if (k == SRV__STREAM_CUT && c != NULL) {
+            /* h2o 2.2.5's chunked encoder writes stray bytes for ERROR: shut the socket and
+             * let the last chunk's write fail instead, so h2o closes the connection itself
+             * and the client sees the body end without it. */
+            shutdown(h2o_socket_get_fd(c->sock), SHUT_RDWR);
+            st = H2O_SEND_STATE_FINAL;
+        }
+        eh2o_stream_send(s, NULL, 0, st, first);
     }
     eh2o_stream_unref(s);
 }
