@@ -368,9 +368,13 @@ void srv__stream_detach(srv_request *req)
     s->engine_waiting = false;
     s->lent = 0;
     s->lent_last = false;
-    /* Complete (END pulled) or not, the application learns at its next
-     * write; a stream it already ended has nothing more to learn. */
-    if (!s->app_ended || srv__stream_buffered(s) > 0)
+    /* Complete: everything written was taken and the application ended
+     * it, or wrote its whole known length (an engine may finish such a
+     * body before the application's end). Otherwise it was cut, and the
+     * application learns it at its next write or end. */
+    bool complete = srv__stream_buffered(s) == 0 && !s->lent_last &&
+                    (s->app_ended || (s->length >= 0 && s->written == (uint64_t)s->length));
+    if (!complete)
         s->closed = true;
     srv__stream_maybe_writable(s);
     pthread_mutex_unlock(&req->mu);

@@ -388,6 +388,14 @@ static int wait_no_inflight_srv(srv_server *srv, int timeout_ms)
     }
 }
 
+/* The application's end runs on its own thread: the client may have the
+ * whole body a moment before srv_stream_end returned. */
+static void st_wait_ended(void)
+{
+    for (int i = 0; i < 300 && atomic_load(&g_st.ended) != atomic_load(&g_st.started); i++)
+        sleep_ms(10);
+}
+
 /* ---- a libcurl reader ------------------------------------------------------ */
 
 typedef struct st_read {
@@ -488,6 +496,7 @@ void test_stream_events_spread(void **state)
     const char *want = "event: tick\nid: 1\ndata: event 1\ndata: of 5\n\n";
     CHECK(r.text.p != NULL && strncmp(r.text.p, want, strlen(want)) == 0,
           "first event framed as \"%s\", got \"%.60s\"", want, or_null(r.text.p));
+    st_wait_ended();
     CHECK_INT("streams ended cleanly (end rc)", atomic_load(&g_st.end_rc), 0);
     free(r.text.p);
 }
@@ -516,6 +525,7 @@ void test_stream_download_64m(void **state)
     long grew = r.held_max - r.held0;
     CHECK(grew < 24 * 1024, "memory grew by %ld KB while streaming 64 MiB (bound: 24 MiB)",
           grew);
+    st_wait_ended();
     CHECK_INT("end rc", atomic_load(&g_st.end_rc), 0);
 }
 
@@ -532,6 +542,7 @@ void test_stream_known_length(void **state)
     CHECK_INT("Content-Length", cl, 300000);
     CHECK_INT("bytes", r.got, 300000);
     CHECK(r.bad_at == 0, "byte %llu is not the pattern's", (unsigned long long)(r.bad_at - 1));
+    st_wait_ended();
     CHECK_INT("end rc", atomic_load(&g_st.end_rc), 0);
 
     st_read s = {.verify = 1};
@@ -540,6 +551,7 @@ void test_stream_known_length(void **state)
     CHECK(s.got <= 100000, "got %llu bytes of a body ended at 100000",
           (unsigned long long)s.got);
     CHECK(s.bad_at == 0, "byte %llu is not the pattern's", (unsigned long long)(s.bad_at - 1));
+    st_wait_ended();
     CHECK_INT("end rc of the short body", atomic_load(&g_st.end_rc), SRV_EINVAL);
     CHECK(wait_no_inflight_srv(f->srv, 3000), "the short stream is still in flight");
 }
