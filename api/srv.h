@@ -614,7 +614,8 @@ int srv_stream_write(srv_stream *stream, const void *data, size_t len);
  * buffer when none was refused; at once if it already does) or the stream
  * is closed (the next write then says SRV_ECLOSED). A later call
  * replaces a callback that has not run yet. The callback may write, end the
- * stream and register itself again. It is not called after srv_stream_end.
+ * stream and register itself again. A callback that has not started when
+ * srv_stream_end is called is never called.
  * Returns 0; SRV_EINVAL for a NULL argument or after srv_stream_end.
  */
 int srv_stream_on_writable(srv_stream *stream, void (*fn)(srv_stream *stream, void *arg),
