@@ -1171,6 +1171,21 @@ static int conformance_tls_main(void)
     snprintf(name, sizeof name, "conformance %s (TLS): handshake abuse, ALPN, reload, "
              "configuration", g_engine_name);
     failed += cmocka_run_group_tests_name(name, tls, group_h1, NULL);
+    if (engine_caps() & SRV_CAP_STREAM) { /* conformance_stream.c's libcurl cases */
+        const struct CMUnitTest streams[] = {
+            cmocka_unit_test_setup_teardown(test_stream_events_spread, st_setup, st_teardown),
+            cmocka_unit_test_setup_teardown(test_stream_download_64m, st_setup, st_teardown),
+            cmocka_unit_test_setup_teardown(test_stream_known_length, st_setup, st_teardown),
+            cmocka_unit_test_setup_teardown(test_stream_other_thread, st_setup, st_teardown),
+        };
+        snprintf(name, sizeof name, "conformance %s (TLS): streamed responses", g_engine_name);
+        failed += cmocka_run_group_tests_name(name, streams, group_h1, NULL);
+        if (engine_caps() & SRV_CAP_TLS_HTTP2) {
+            snprintf(name, sizeof name, "conformance %s (TLS): streamed responses over HTTP/2",
+                     g_engine_name);
+            failed += cmocka_run_group_tests_name(name, streams, group_h2, NULL);
+        }
+    }
     tls_remove_certs();
     return failed == 0 ? 0 : 1;
 }

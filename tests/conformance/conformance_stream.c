@@ -311,6 +311,10 @@ int st_setup(void **state)
     cfg.header_timeout_ms = T_HEADER_MS; /* also the send deadline */
     cfg.keepalive_timeout_ms = T_KEEPALIVE_MS;
     cfg.request_timeout_ms = T_REQUEST_MS;
+    if (g_tls) { /* the tls run: the libcurl cases over HTTPS */
+        cfg.tls_cert_file = g_tls_cert;
+        cfg.tls_key_file = g_tls_key;
+    }
     f->srv = srv_server_new(g_engine, &cfg);
     if (f->srv == NULL)
         return -1;
@@ -445,7 +449,7 @@ static CURLcode st_get(const sfx *f, const char *path, st_read *r, long *status,
                        char *te, size_t te_len, long long *cl)
 {
     char url[256];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", f->port, path);
+    snprintf(url, sizeof url, "%s://127.0.0.1:%d%s", url_scheme(), f->port, path);
     CURL *h = curl_easy_init();
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, st_on_data);
@@ -454,8 +458,14 @@ static CURLcode st_get(const sfx *f, const char *path, st_read *r, long *status,
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     /* A small receive window so the slow reader pushes back at once. */
     curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 16384L);
+    curl_easy_setopt(h, CURLOPT_PROXY, "");
     if (f->m->http2)
-        curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE);
+        curl_easy_setopt(h, CURLOPT_HTTP_VERSION, g_tls ? (long)CURL_HTTP_VERSION_2TLS
+                                                        : (long)CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE);
+    else
+        curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+    if (g_tls)
+        curl_easy_setopt(h, CURLOPT_CAINFO, g_tls_cert);
     struct curl_slist *hdrs = NULL;
     r->t0 = rc_now_ms();
     r->held0 = r->held_max = st_held_kb();
