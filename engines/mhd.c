@@ -1228,7 +1228,7 @@ static enum MHD_Result emhd_stream_send(emhd_req *er, struct MHD_Connection *con
     int64_t length = srv__response_stream_length(req);
     atomic_store(&er->sstate, EMHD_S_RUN);
     struct MHD_Response *r = MHD_create_response_from_callback(
-        length >= 0 ? (uint64_t)length : MHD_SIZE_UNKNOWN, 16384, emhd_stream_read, er, NULL);
+        length >= 0 ? (uint64_t)length : MHD_SIZE_UNKNOWN, 65536, emhd_stream_read, er, NULL);
     if (r == NULL)
         return MHD_NO;
     size_t count = srv__response_header_count(req);
