@@ -291,9 +291,9 @@ void srv_config_init_sized(srv_config *cfg, size_t size);
 /* ------------------------------------------------------------------ */
 
 /*
- * A handler answers one request. It must call srv_respond() exactly once,
- * either before it returns (blocking style) or later from any thread
- * (async style). `ctx` is the pointer given with the route.
+ * A handler answers one request. It must call srv_respond() (or start a
+ * streamed response, srv_stream_start) exactly once, either before it
+ * returns (blocking style) or later from any thread (async style). `ctx` is the pointer given with the route.
  * Where it runs depends on its route:
  * - an ordinary route's handler runs on a worker thread, never on an
  *   engine's I/O thread, and may block (sleep, wait on a database);
@@ -544,8 +544,8 @@ int srv_set_header(srv_request *req, const char *name, const char *value);
 /*
  * srv_respond: answer the request with a final `status` (200-599; interim
  * 1xx answers are the engine's), an optional Content-Type (NULL sends none) and `len` bytes of
- * body (copied; body may be NULL when len is 0). Call it exactly once per
- * request, from any thread, before or after the handler returns. After it
+ * body (copied; body may be NULL when len is 0). Call it (or
+ * srv_stream_start) exactly once per request, from any thread, before or after the handler returns. After it
  * returns the request belongs to libsrv again: do not touch `req`.
  * If the client went away meanwhile the response is dropped safely.
  * Returns 0 when the response was handed to the engine; SRV_ETIMEDOUT when
