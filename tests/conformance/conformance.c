@@ -1385,6 +1385,7 @@ int main(int argc, char **argv)
             cmocka_unit_test_setup_teardown(test_stream_other_thread, st_setup, st_teardown),
             cmocka_unit_test_setup_teardown(test_stream_http10, st_setup, st_teardown),
             cmocka_unit_test_setup_teardown(test_stream_chunked_keepalive, st_setup, st_teardown),
+            cmocka_unit_test_setup_teardown(test_stream_head, st_setup, st_teardown),
             cmocka_unit_test_setup_teardown(test_stream_vanished_client, st_setup, st_teardown),
             cmocka_unit_test_setup_teardown(test_stream_send_deadline, st_setup, st_teardown),
             cmocka_unit_test_setup_teardown(test_stream_graceful_stop, st_setup, st_teardown),

@@ -392,5 +392,6 @@ void test_stream_send_deadline(void **state);
 void test_stream_graceful_stop(void **state);
 void test_stream_other_thread(void **state);
 void test_stream_refused(void **state);
+void test_stream_head(void **state);
 
 #endif /* SRV_CONFORMANCE_H */

@@ -762,3 +762,29 @@ void test_stream_refused(void **state)
     CHECK_INT("status without SRV_CAP_STREAM", status, 501);
     CHECK_INT("started", atomic_load(&g_st.started), 0);
 }
+
+/* HEAD on a streamed route: the head only (Content-Length of a known
+ * length), writes dropped, and the connection serves the next request. */
+void test_stream_head(void **state)
+{
+    sfx *f = *state;
+    rc_conn c;
+    rc_init(&c);
+    CHECK_INT("connect", rc_connect(&c, f->port, 2000), RC_OK);
+    rc_send_str(&c, "HEAD /s/download?bytes=100000&length=1 HTTP/1.1\r\n" HOST "\r\n", 2000);
+    rc_response r;
+    int rc = rc_read_response(&c, &r, 1, 5000);
+    CHECK(rc == RC_OK, "HEAD of a stream: %s", rc_strerror(rc));
+    CHECK_INT("status", r.status, 200);
+    CHECK_STR("Content-Length", rc_header_get(&r, "Content-Length"), "100000");
+    CHECK_INT("body bytes", r.body_len, 0);
+    rc_response_free(&r);
+    rc_send_str(&c, "GET /s/plain HTTP/1.1\r\n" HOST "\r\n", 2000);
+    rc = rc_read_response(&c, &r, 0, 5000);
+    CHECK(rc == RC_OK, "the request after a HEAD of a stream: %s", rc_strerror(rc));
+    CHECK_STR("body after", r.body, "plain");
+    rc_response_free(&r);
+    rc_close(&c);
+    st_wait_ended();
+    CHECK_INT("end rc", atomic_load(&g_st.end_rc), 0);
+}
