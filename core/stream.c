@@ -370,10 +370,12 @@ void srv__stream_detach(srv_request *req)
     s->lent_last = false;
     /* Complete: everything written was taken and the application ended
      * it, or wrote its whole known length (an engine may finish such a
-     * body before the application's end). Otherwise it was cut, and the
-     * application learns it at its next write or end. */
-    bool complete = srv__stream_buffered(s) == 0 && !s->lent_last &&
-                    (s->app_ended || (s->length >= 0 && s->written == (uint64_t)s->length));
+     * body before the application's end), or there was no body to send.
+     * Otherwise it was cut, and the application learns it at its next
+     * write or end. */
+    bool complete = s->bodiless || /* HEAD, 204, 304: the head was all */
+                    (srv__stream_buffered(s) == 0 && !s->lent_last &&
+                     (s->app_ended || (s->length >= 0 && s->written == (uint64_t)s->length)));
     if (!complete)
         s->closed = true;
     srv__stream_maybe_writable(s);
