@@ -4,7 +4,9 @@
 #               single-engine build, and an out-of-tree install check
 #   make bench  the engine comparison (bench/compare): tables on stdout,
 #               CSV/JSON/charts in bench/results/<date-time>/; pass options
-#               with BENCH_ARGS, e.g. BENCH_ARGS="--engines h2o --no-hello"
+#               with BENCH_ARGS, e.g. BENCH_ARGS="--engines h2o --no-hello";
+#               then a 1 GiB streamed download per engine and nginx
+#               (bench/stream_measure.sh, STREAM_BUFFER bytes per stream)
 #   make fuzz   build the libFuzzer targets (clang, build-fuzz) and run each
 #               for FUZZ_SECONDS (default 60); see docs/RELIABILITY.md
 #   make stress the attack and soak scenarios on every engine, loopback
@@ -16,6 +18,7 @@ BENCH_ARGS ?=
 FUZZ_SECONDS ?= 60
 STRESS_SOAK_SECONDS ?= 600
 STRESS_ARGS ?=
+STREAM_BUFFER ?= 1048576
 
 .PHONY: all deps build run test install bench fuzz stress clean
 
@@ -36,6 +39,7 @@ test: deps
 
 bench: build
 	./bench/compare --build-dir $(BUILD) $(BENCH_ARGS)
+	./bench/stream_measure.sh $(BUILD) 1073741824 $(STREAM_BUFFER)
 
 fuzz: deps
 	FUZZ_SECONDS=$(FUZZ_SECONDS) ./scripts/fuzz.sh

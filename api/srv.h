@@ -65,7 +65,9 @@ extern "C" {
     X(EADDR, -12, "host is not a numeric IPv4 or IPv6 address")              \
     X(EBADREQ, -13, "malformed request")                                     \
     X(EHEADER, -14, "header name or value not allowed")                      \
-    X(ETLS, -15, "TLS certificate, key or setting refused")
+    X(ETLS, -15, "TLS certificate, key or setting refused")                 \
+    X(EAGAIN, -16, "stream buffer full: write again once srv_stream_on_writable calls back") \
+    X(ECLOSED, -17, "stream closed: the client went away, the send deadline passed or the server stopped")
 
 typedef enum srv_error {
 #define SRV__ERR_ENUM(name, num, msg) SRV_##name = (num),
@@ -88,6 +90,7 @@ const char *srv_err_name(int err);
 typedef struct srv_engine srv_engine;   /* a transport, built in or not */
 typedef struct srv_server srv_server;   /* one listening HTTP server */
 typedef struct srv_request srv_request; /* one request, until answered */
+typedef struct srv_stream srv_stream;   /* a response being streamed */
 
 /* ------------------------------------------------------------------ */
 /* Engines                                                             */
@@ -150,7 +153,10 @@ enum {
     SRV_CAP_TLS = 1u << 6,
     /* Over TLS, offers HTTP/2 by ALPN ("h2", then "http/1.1"); without it
      * only "http/1.1" is offered. */
-    SRV_CAP_TLS_HTTP2 = 1u << 7
+    SRV_CAP_TLS_HTTP2 = 1u << 7,
+    /* Streams responses (srv_stream_start). Without it srv_stream_start
+     * returns SRV_EENGINE and the request is still the caller's to answer. */
+    SRV_CAP_STREAM = 1u << 8
 };
 
 /* srv_engine_caps: the engine's SRV_CAP_* bits (0 for NULL). Any thread. */
@@ -315,6 +321,12 @@ typedef struct srv_config {
      * Copied. Default NULL (no such route; srv_metrics_render works
      * anyway). */
     const char *metrics_path;
+    /* Bytes a streamed response (srv_stream_start) may hold that the client
+     * has not taken yet, chunk framing included: past it srv_stream_write
+     * says SRV_EAGAIN. A single write may be at most this long. The memory
+     * a stream costs is about this much. Default 65536 (64 KiB); 1 KiB to
+     * 64 MiB. */
+    size_t stream_buffer_bytes;
 } srv_config;
 
 /*
@@ -381,9 +393,9 @@ int srv_config_from_env(srv_config *cfg, const char *prefix, char *err, size_t e
 /* ------------------------------------------------------------------ */
 
 /*
- * A handler answers one request. It must call srv_respond() exactly once,
- * either before it returns (blocking style) or later from any thread
- * (async style). `ctx` is the pointer given with the route.
+ * A handler answers one request. It must call srv_respond() (or start a
+ * streamed response, srv_stream_start) exactly once, either before it
+ * returns (blocking style) or later from any thread (async style). `ctx` is the pointer given with the route.
  * Where it runs depends on its route:
  * - an ordinary route's handler runs on a worker thread, never on an
  *   engine's I/O thread, and may block (sleep, wait on a database);
@@ -714,8 +726,8 @@ int srv_set_header(srv_request *req, const char *name, const char *value);
 /*
  * srv_respond: answer the request with a final `status` (200-599; interim
  * 1xx answers are the engine's), an optional Content-Type (NULL sends none) and `len` bytes of
- * body (copied; body may be NULL when len is 0). Call it exactly once per
- * request, from any thread, before or after the handler returns. After it
+ * body (copied; body may be NULL when len is 0). Call it (or
+ * srv_stream_start) exactly once per request, from any thread, before or after the handler returns. After it
  * returns the request belongs to libsrv again: do not touch `req`.
  * If the client went away meanwhile the response is dropped safely.
  * Returns 0 when the response was handed to the engine; SRV_ETIMEDOUT when
@@ -725,6 +737,97 @@ int srv_set_header(srv_request *req, const char *name, const char *value);
  */
 int srv_respond(srv_request *req, int status, const char *content_type,
                 const void *body, size_t len);
+
+/* ------------------------------------------------------------------ */
+/* Streamed responses                                                  */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A streamed response is started in place of srv_respond and written piece
+ * by piece, from any thread, without holding a worker: the handler returns
+ * after srv_stream_start and the pieces come from timers (srv_after), other
+ * threads or the srv_stream_on_writable callback. Framing is the core's:
+ * a known length is sent as Content-Length; otherwise HTTP/1.1 uses chunked
+ * encoding, HTTP/1.0 a body delimited by the connection's close, HTTP/2
+ * DATA frames. Memory is bounded: each stream buffers at most
+ * srv_config.stream_buffer_bytes the client has not taken yet; a write that
+ * does not fit is refused with SRV_EAGAIN and nothing is taken.
+ * docs/API.md ("Streaming") shows the loop.
+ */
+
+/* srv_stream_start's length when it is not known in advance. */
+#define SRV_LENGTH_UNKNOWN ((int64_t)-1)
+
+/*
+ * srv_stream_start: answer `req` with `status` (200-599), an optional
+ * Content-Type and the headers set with srv_set_header, and a body written
+ * later with srv_stream_write. `length` is the body's exact length
+ * (Content-Length) or SRV_LENGTH_UNKNOWN. On success *out is the stream and
+ * `req` belongs to libsrv (as after srv_respond: do not touch it); the
+ * caller owns the stream until srv_stream_end, which it must call exactly
+ * once, whatever happens to the client. HEAD, 204 and 304 send no body:
+ * writes are then accepted and dropped.
+ * Any thread, like srv_respond. Returns 0; SRV_ETIMEDOUT when the core had
+ * already answered (timeout or stop: req is released as by srv_respond);
+ * SRV_ECLOSED when the client already went away (req is released);
+ * SRV_EINVAL for a NULL argument, a bad status or content type (nothing is
+ * sent: answer with srv_respond); SRV_EENGINE when the engine lacks
+ * SRV_CAP_STREAM (nothing is sent: answer with srv_respond).
+ */
+int srv_stream_start(srv_request *req, int status, const char *content_type, int64_t length,
+                     srv_stream **out);
+
+/*
+ * srv_stream_write: copy `len` bytes into the stream's buffer for the
+ * engine to send. Any thread, not concurrently with another call on the
+ * same stream. Returns 0 (all taken); SRV_EAGAIN when the buffer lacks room
+ * (nothing taken: ask srv_stream_on_writable); SRV_ECLOSED once the client
+ * went away, the send deadline (header_timeout_ms without progress, at
+ * least 1 s) passed, or the server's stop cut the stream: stop writing and
+ * call srv_stream_end; SRV_ETOOBIG when len exceeds stream_buffer_bytes
+ * (split it); SRV_EINVAL for NULL data with len > 0, a write after
+ * srv_stream_end, or one going past the length given to srv_stream_start.
+ */
+int srv_stream_write(srv_stream *stream, const void *data, size_t len);
+
+/*
+ * srv_stream_on_writable: call fn(stream, arg) once, on a worker thread,
+ * as soon as the write refused last with SRV_EAGAIN would fit (or half the
+ * buffer when none was refused; at once if it already does) or the stream
+ * is closed (the next write then says SRV_ECLOSED). A later call
+ * replaces a callback that has not run yet. The callback may write, end the
+ * stream and register itself again. A callback that has not started when
+ * srv_stream_end is called is never called.
+ * Returns 0; SRV_EINVAL for a NULL argument or after srv_stream_end.
+ */
+int srv_stream_on_writable(srv_stream *stream, void (*fn)(srv_stream *stream, void *arg),
+                           void *arg);
+
+/*
+ * srv_stream_end: the body is complete. The engine sends what is buffered,
+ * then the end (HTTP/1.1 chunked: the last chunk; HTTP/1.0: the close;
+ * HTTP/2: END_STREAM). The stream belongs to libsrv again: do not touch it.
+ * Any thread. Returns 0; SRV_ECLOSED when the stream had been closed (the
+ * client did not get the whole body); SRV_EINVAL for NULL, or when fewer
+ * bytes than a known length were written (the connection is then closed,
+ * so the client sees a short body, not a wrong one).
+ */
+int srv_stream_end(srv_stream *stream);
+
+/*
+ * Server-sent events (text/event-stream) on top of a stream.
+ * srv_sse_start: srv_stream_start(req, 200, "text/event-stream", unknown
+ * length) with "Cache-Control: no-cache" (and the same returns).
+ * srv_sse_send: one event - "event: E", "id: I" (each when not NULL) and one
+ * "data: " line per line of `data` (split at LF, CRLF or CR), then a blank
+ * line - in one srv_stream_write (same returns; SRV_EINVAL also when event
+ * or id holds CR or LF).
+ * srv_sse_keepalive: the comment ": keep-alive" (proxies and clients keep
+ * the connection), e.g. every 15 s from srv_after. Same returns.
+ */
+int srv_sse_start(srv_request *req, srv_stream **out);
+int srv_sse_send(srv_stream *stream, const char *event, const char *id, const char *data);
+int srv_sse_keepalive(srv_stream *stream);
 
 /* ------------------------------------------------------------------ */
 /* Timers                                                              */

@@ -23,7 +23,7 @@ extern "C" {
 #endif
 
 /* Bumped on any change to struct srv_engine's layout; slots only appended. */
-#define SRV_ENGINE_VERSION 1
+#define SRV_ENGINE_VERSION 2
 
 /* Capability bits in srv_engine.caps: the public SRV_CAP_* of srv.h (tests
  * and applications read them with srv_engine_caps, never the name). The
@@ -37,6 +37,12 @@ enum {
     SRV_ENGINE_CAP_LIB_ERRORS = SRV_CAP_LIB_ERRORS,
     SRV_ENGINE_CAP_TLS = SRV_CAP_TLS,
     SRV_ENGINE_CAP_TLS_HTTP2 = SRV_CAP_TLS_HTTP2,
+    SRV_ENGINE_CAP_STREAM = SRV_CAP_STREAM,
+    /* Engine-only: the engine's library frames a streamed body itself
+     * (chunked encoding, the close of HTTP/1.0, HTTP/2 DATA frames), so the
+     * core hands it the bare bytes. Without it the core frames HTTP/1.1
+     * chunks into what srv__stream_pull returns. */
+    SRV_ENGINE_CAP_LIB_FRAMING = 1u << 29,
     /* Engine-only (srv_engine_caps masks it): the core's TLS context closes
      * without close_notify. For a library that frees its protocol state when
      * it starts a close but finishes a TLS close later (libh2o 2.2.5 frees its
@@ -107,6 +113,19 @@ struct srv_engine {
      */
     void (*destroy)(void *state);
     /* Slots above are valid for version 1. */
+
+    /**
+     * stream_kick: a streamed response (srv__response_streamed) has
+     * something new for an engine that found nothing to send: data, its
+     * end, or a cut (srv__stream_pull says which). Called once per
+     * SRV__STREAM_WAIT the engine got, from any thread, with the request's
+     * lock held: post the request to the thread that owns the connection
+     * and return; call no core function here. Never called after the
+     * engine's srv__stream_detach for the request. Required with
+     * SRV_ENGINE_CAP_STREAM.
+     */
+    void (*stream_kick)(void *state, srv_request *req);
+    /* Slots above are valid for version 2. */
 };
 
 /* ------------------------------------------------------------------ */
@@ -363,6 +382,55 @@ const char *srv__response_header_at(const srv_request *req, size_t index,
  * Engines that write raw HTTP/1 (threadpool) send it followed by the body.
  */
 const char *srv__response_http1_head(srv_request *req, size_t *len);
+
+/* ------------------------------------------------------------------ */
+/* Streamed responses (engines with SRV_ENGINE_CAP_STREAM)             */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A response may be a stream: respond is called once as for any response
+ * (its head is final: srv__response_http1_head frames it with
+ * Content-Length, Transfer-Encoding: chunked, or neither and a close), then
+ * the engine pulls the body from the core on the connection's thread until
+ * the end or a cut, calls srv__stream_detach, and releases the request.
+ */
+
+/* True when the response is streamed (respond has been called). */
+bool srv__response_streamed(const srv_request *req);
+
+/* A streamed response's Content-Length, or -1 when unknown (HTTP/1.1:
+ * chunked, HTTP/1.0: delimited by the close, HTTP/2: END_STREAM). */
+int64_t srv__response_stream_length(const srv_request *req);
+
+enum {
+    SRV__STREAM_CUT = -1, /* cut (stop, a short end): close the connection
+                           * without ending the body properly */
+    SRV__STREAM_WAIT = 0, /* nothing yet: stream_kick comes once there is */
+    SRV__STREAM_DATA = 1, /* *data, *len: send them, then srv__stream_sent */
+    SRV__STREAM_END = 2   /* everything was pulled (with the core's last
+                           * chunk when it frames): the body is complete */
+};
+
+/*
+ * srv__stream_pull: what to send next. DATA lends every buffered byte (the
+ * pointer stays valid and unmoved until srv__stream_sent); pull again only
+ * after srv__stream_sent. WAIT arms one stream_kick. The connection's
+ * thread.
+ */
+int srv__stream_pull(srv_request *req, const void **data, size_t *len);
+
+/* n of the bytes lent by the last DATA were sent (the rest is lent back:
+ * the next pull returns it first). Frees room for the application. */
+void srv__stream_sent(srv_request *req, size_t n);
+
+/*
+ * srv__stream_detach: the engine is done with the stream - it was
+ * complete (END), or the client went away, the send deadline passed, or
+ * the connection closed. The application's next write says SRV_ECLOSED
+ * unless the stream was complete. No stream_kick comes after it returns.
+ * Call it exactly once for every streamed response, before releasing it.
+ */
+void srv__stream_detach(srv_request *req);
 
 /* ------------------------------------------------------------------ */
 /* HTTP helpers                                                        */

@@ -68,6 +68,7 @@ void srv__config_defaults(srv_config *cfg)
     cfg->nonblocking_warn_ms = 200;
     cfg->tls_min_version = SRV_TLS_1_2;
     cfg->listen_fd = -1;
+    cfg->stream_buffer_bytes = 64u * 1024;
 }
 
 /* Upper bounds that catch unit mix-ups (seconds for ms, bytes for KiB)
@@ -117,6 +118,9 @@ const srv__config_field srv__config_fields[] = {
     SRV__FIELD(ready_path, SRV__FIELD_STRING, 0, 0, NULL),
     SRV__FIELD(drain_ms, SRV__FIELD_UINT, 0, SRV__MAX_TIMEOUT_MS, "0 (no drain)"),
     SRV__FIELD(metrics_path, SRV__FIELD_STRING, 0, 0, NULL),
+    /* A streamed response's buffer: at least a chunk head and some data,
+     * at most what a client that never reads may make us hold. */
+    SRV__FIELD(stream_buffer_bytes, SRV__FIELD_SIZE, 1024, 64u * 1024 * 1024, NULL),
 };
 const size_t srv__config_field_count = sizeof srv__config_fields / sizeof srv__config_fields[0];
 

@@ -20,6 +20,12 @@ int srv__engine_check(srv_server *srv)
                               e->version);
         return SRV_EENGINE;
     }
+    /* Version 2: stream_kick, required with SRV_ENGINE_CAP_STREAM. */
+    if ((e->caps & SRV_ENGINE_CAP_STREAM) && (e->version < 2 || !e->stream_kick)) {
+        srv__server_set_error(srv, "engine \"%s\" claims streaming without a stream_kick slot",
+                              e->name);
+        return SRV_EENGINE;
+    }
     return 0;
 }
 
@@ -50,6 +56,11 @@ int srv__engine_start(srv_server *srv)
 void srv__engine_respond(srv_server *srv, srv_request *req)
 {
     srv->engine->respond(srv->engine_state, req);
+}
+
+void srv__engine_stream_kick(srv_server *srv, srv_request *req)
+{
+    srv->engine->stream_kick(srv->engine_state, req);
 }
 
 void srv__engine_quiesce(srv_server *srv)

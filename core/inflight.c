@@ -425,3 +425,41 @@ int srv_respond(srv_request *req, int status, const char *content_type, const vo
     srv__request_unref(req); /* the application's reference */
     return bad ? SRV_EINVAL : 0;
 }
+
+int srv__inflight_answer_stream(srv_request *req, int status, const char *content_type,
+                                int64_t length)
+{
+    srv_server *srv = req->srv;
+    char *ct = content_type ? strdup(content_type) : NULL;
+    if (content_type != NULL && ct == NULL)
+        return SRV_ENOMEM;
+    pthread_mutex_lock(&req->mu);
+    if (req->answered) {
+        int rc = req->cancelled ? SRV_ECLOSED : SRV_ETIMEDOUT;
+        pthread_mutex_unlock(&req->mu);
+        free(ct);
+        atomic_fetch_add(&srv->dropped, 1);
+        srv__inflight_app_done(req);
+        return rc;
+    }
+    struct srv_stream *s = &req->stream;
+    bool bodiless = req->is_head || status == 204 || status == 304;
+    bool http11 = req->major == 1 && req->minor == 1;
+    req->status = status;
+    req->content_type = ct;
+    s->req = req;
+    s->active = true;
+    s->bodiless = bodiless;
+    s->length = length;
+    s->limit = srv->cfg.stream_buffer_bytes;
+    /* HTTP/1.1 without a length: chunks, framed here unless the engine's
+     * library frames them. HTTP/1.0 without a length: the close ends it. */
+    s->chunked = !bodiless && length < 0 && http11 &&
+                 !(srv->engine->caps & SRV_ENGINE_CAP_LIB_FRAMING);
+    if (!bodiless && length < 0 && req->major == 1 && req->minor == 0)
+        req->close_after = true;
+    srv__claim_answer(req, false);
+    pthread_mutex_unlock(&req->mu);
+    srv__deliver(req);
+    return 0;
+}

@@ -130,6 +130,7 @@ void srv__request_unref(srv_request *req)
     free(req->content_type);
     free(req->resp_body);
     free(req->head);
+    free(req->stream.buf);
     pthread_mutex_destroy(&req->mu);
     free(req);
 }

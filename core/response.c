@@ -59,6 +59,16 @@ static bool srv__bodiless_status(int status)
     return (status >= 100 && status < 200) || status == 204 || status == 304;
 }
 
+bool srv__response_streamed(const srv_request *req)
+{
+    return req->stream.active;
+}
+
+int64_t srv__response_stream_length(const srv_request *req)
+{
+    return req->stream.length;
+}
+
 const void *srv__response_body(const srv_request *req, size_t *len)
 {
     if (req->is_head || srv__bodiless_status(req->status) || req->resp_body == NULL) {
@@ -71,6 +81,8 @@ const void *srv__response_body(const srv_request *req, size_t *len)
 
 size_t srv__response_content_length(const srv_request *req)
 {
+    if (req->stream.active && req->stream.length >= 0 && !srv__bodiless_status(req->status))
+        return (size_t)req->stream.length;
     return srv__bodiless_status(req->status) ? 0 : req->resp_len;
 }
 
@@ -157,8 +169,14 @@ const char *srv__response_http1_head(srv_request *req, size_t *len)
         o += (size_t)snprintf(buf + o, cap - o, "%s: %s\r\n", name, v);
     }
     o += (size_t)snprintf(buf + o, cap - o, "Date: %s\r\n", date);
-    if (!srv__bodiless_status(req->status))
-        o += (size_t)snprintf(buf + o, cap - o, "Content-Length: %zu\r\n", req->resp_len);
+    /* A stream of unknown length: chunks (HTTP/1.1) or the close (1.0). */
+    if (req->stream.active && req->stream.length < 0) {
+        if (req->stream.chunked)
+            o += (size_t)snprintf(buf + o, cap - o, "Transfer-Encoding: chunked\r\n");
+    } else if (!srv__bodiless_status(req->status)) {
+        o += (size_t)snprintf(buf + o, cap - o, "Content-Length: %zu\r\n",
+                              srv__response_content_length(req));
+    }
     if (!ka)
         o += (size_t)snprintf(buf + o, cap - o, "Connection: close\r\n");
     else if (minor == 0)

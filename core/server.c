@@ -47,6 +47,11 @@ srv_server *srv_server_new(const srv_engine *engine, const srv_config *cfg)
         srv__inflight_destroy(&srv->inflight);
         goto fail;
     }
+    if (srv__streams_init(srv) != 0) {
+        srv__pool_destroy(&srv->pool);
+        srv__inflight_destroy(&srv->inflight);
+        goto fail;
+    }
     return srv;
 fail:
     srv__tls_free(srv);
@@ -185,6 +190,9 @@ int srv_server_stop(srv_server *srv, unsigned grace_ms)
     srv__inflight_drain(srv, srv__now_ms() + grace_ms, SRV__SWEEP_MS);
 
     srv__inflight_answer_all(srv);
+    /* Streams still open after the grace are cut: the engine closes their
+     * connections and the application's next write says SRV_ECLOSED. */
+    srv__streams_cut_all(srv);
     srv__engine_stop(srv);
     atomic_store(&srv->state, SRV__STOPPED);
     return 0;
@@ -278,11 +286,13 @@ void srv_server_free(srv_server *srv)
         srv__pool_shutdown(&srv->pool);
     srv__timer_stop(&srv->timer);
     srv__inflight_drop_orphans(srv);
+    srv__streams_drop_all(srv);
     if (srv->engine_started)
         srv__engine_destroy(srv);
     srv__pool_destroy(&srv->pool);
     srv__router_free(&srv->router);
     srv__inflight_destroy(&srv->inflight);
+    srv__streams_destroy(srv);
     srv__tls_free(srv);
     srv__forwarded_free(srv);
     srv__access_log_free(srv);

@@ -148,6 +148,12 @@ enum srv__state { SRV__NEW, SRV__RUNNING, SRV__STOPPING, SRV__STOPPED };
 /* Which bookkeeping list a request sits on (server mutex). */
 enum srv__list { SRV__LIST_NONE, SRV__LIST_PENDING, SRV__LIST_ORPHAN };
 
+/* Streams started and not yet ended by the application (stream.c). */
+typedef struct srv__streams {
+    pthread_mutex_t mu; /* the list; taken before a request's mu */
+    struct srv_stream *head;
+} srv__streams;
+
 struct srv_server {
     const srv_engine *engine;
     void *engine_state;
@@ -190,6 +196,7 @@ struct srv_server {
     char *ready_path;             /* health.c: cfg.ready_path, copied */
     struct srv__metrics *metrics; /* metrics.c: from start on */
     char *metrics_path;           /* metrics.c: cfg.metrics_path, copied */
+    srv__streams streams; /* stream.c's */
 };
 
 /* The server's state, read by every layer (written by server.c only). */
@@ -220,6 +227,39 @@ typedef struct srv__kv {
     char *name;
     char *value;
 } srv__kv;
+
+/*
+ * A streamed response (srv_stream_start), embedded in its request: the
+ * public srv_stream handle points here. Every field is guarded by the
+ * request's mu. inflight.c sets it up when the stream claims the answer;
+ * stream.c owns it after. buf[rd, wr) are bytes for the engine (framed
+ * when `chunked`); [rd, rd + lent) is lent to the engine by
+ * srv__stream_pull and must not move until srv__stream_sent.
+ */
+struct srv_stream {
+    srv_request *req;
+    bool active;         /* the answer is this stream */
+    bool chunked;        /* the core frames HTTP/1.1 chunks into buf */
+    bool bodiless;       /* HEAD, 204, 304: writes are dropped */
+    bool app_ended;      /* srv_stream_end was called */
+    bool closed;         /* client gone, send deadline, or stop cut it */
+    bool engine_waiting; /* the engine found buf empty: kick it on data */
+    bool engine_done;    /* the engine let go (srv__stream_detach) */
+    bool wpending;       /* the writable job is queued */
+    bool listed;         /* on srv->streams */
+    bool lent_last;      /* the last chunk is lent, not buf */
+    unsigned char last_sent; /* bytes of the last chunk "0\r\n\r\n" sent */
+    int64_t length;      /* SRV_LENGTH_UNKNOWN or the Content-Length */
+    uint64_t written;    /* body bytes taken (not counting framing) */
+    size_t limit;        /* cfg stream_buffer_bytes */
+    char *buf;
+    size_t rd, wr, cap, lent;
+    size_t want; /* framed size of the last write refused (0: none) */
+    void (*wfn)(srv_stream *stream, void *arg);
+    void *warg;
+    srv_job job; /* the writable callback on a worker */
+    struct srv_stream *prev, *next; /* srv->streams */
+};
 
 /* Bump allocator for the parts of a request built on the engine's thread. */
 typedef struct srv__arena_chunk srv__arena_chunk;
@@ -294,6 +334,8 @@ struct srv_request {
     srv_request *next;
     uint64_t deadline_ms;
     srv_job job;
+
+    struct srv_stream stream; /* a streamed answer (stream.active) */
 };
 
 /* ---- request.c: lifetime and building ---------------------------------- */
@@ -337,6 +379,27 @@ bool srv__inflight_drain(srv_server *srv, uint64_t deadline_ms, unsigned poll_ms
 void srv__inflight_answer_all(srv_server *srv);
 /* Release the application's hold on every orphan (srv_server_free). */
 void srv__inflight_drop_orphans(srv_server *srv);
+/* srv_stream_start's claim: the answer becomes a stream of `length`
+ * (req->stream set up under req->mu) and goes to the engine; the
+ * application keeps its reference. 0, or SRV_ETIMEDOUT when the core had
+ * answered already (the application's reference is dropped then). */
+int srv__inflight_answer_stream(srv_request *req, int status, const char *content_type,
+                                int64_t length);
+
+/* ---- stream.c: streamed responses ------------------------------------ */
+
+int srv__streams_init(srv_server *srv);
+void srv__streams_destroy(srv_server *srv);
+/* Stop's final phase: every stream still open is cut (the engine closes
+ * its connection; the application's next write says SRV_ECLOSED). */
+void srv__streams_cut_all(srv_server *srv);
+/* srv_server_free: drop the application's hold on streams never ended. */
+void srv__streams_drop_all(srv_server *srv);
+/* The chunk-size line for a chunk of n bytes ("1f4\r\n") into out (at
+ * least 19 bytes); returns its length. */
+size_t srv__chunk_head(size_t n, char *out);
+/* Kick the engine (req->mu held): data, an end or a cut is ready. */
+void srv__engine_stream_kick(srv_server *srv, srv_request *req);
 
 /* Parse and decode a request-target into req (query.c). Returns 0 or an
  * HTTP status. */

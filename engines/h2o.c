@@ -67,8 +67,9 @@ static const char *eh2o_pool_strndup(h2o_mem_pool_t *pool, const char *s, size_t
 
 static void eh2o_refusal_write_answer(struct eh2o_refusal *r, srv_request *sreq);
 
-/* Write the core's final response on the loop thread that owns the connection. */
-static void eh2o_send_response(eh2o_thread *t, h2o_req_t *req, srv_request *sreq)
+/* Write the core's final response on the loop thread that owns the connection. Returns 1
+ * when a stream took the engine's reference to sreq (engines/h2o_stream.c). */
+static int eh2o_send_response(eh2o_thread *t, h2o_req_t *req, srv_request *sreq)
 {
     static h2o_generator_t generator = {NULL, NULL}; /* one final h2o_send: never proceeds */
     int status = srv__response_status(sreq);
@@ -102,6 +103,14 @@ static void eh2o_send_response(eh2o_thread *t, h2o_req_t *req, srv_request *sreq
      * had any Connection header without "keep-alive", e.g. "Connection: TE"). */
     if (!http2)
         req->http1_is_persistent = srv__response_keep_alive(sreq) && !t->quiesced;
+
+    if (srv__response_streamed(sreq)) {
+        if (eh2o_stream_start(t, req, sreq) == 0)
+            return 1;
+        srv__stream_detach(sreq); /* out of memory: the application sees ECLOSED */
+        h2o_send_error_503(req, "Service Unavailable", "out of memory", 0);
+        return 0;
+    }
 
     size_t blen;
     const void *body = srv__response_body(sreq, &blen);
@@ -137,6 +146,7 @@ static void eh2o_send_response(eh2o_thread *t, h2o_req_t *req, srv_request *sreq
             eh2o_h1_after(c);
         }
     }
+    return 0;
 }
 
 /* The loop this thread runs (NULL on other threads). */
@@ -156,9 +166,12 @@ static void eh2o_complete(eh2o_thread *t, eh2o_ticket *tk)
         eh2o_refusal_write_answer(tk->refusal, sreq);
     else if (tk->h2_stop != NULL)
         eh2o_h2_write_answer(tk->h2_stop, tk->h2_stream, sreq);
-    else if (tk->req != NULL)
-        eh2o_send_response(t, tk->req, sreq);
-    srv__request_release(sreq);
+    else if (tk->req != NULL && eh2o_send_response(t, tk->req, sreq))
+        sreq = NULL; /* streamed: released when h2o disposes the request */
+    if (sreq != NULL && srv__response_streamed(sreq))
+        srv__stream_detach(sreq); /* the client left first */
+    if (sreq != NULL)
+        srv__request_release(sreq);
     t->live--;
     eh2o_ticket_unref(tk);
 }
@@ -715,7 +728,7 @@ static void eh2o_thread_run(eh2o_thread *t)
             stop_at = now;
             eh2o_thread_stop_arriving(t);
         }
-        if (t->nconns == 0 && t->live == 0)
+        if (t->nconns == 0 && t->live == 0 && t->streams == 0)
             return;
         if (!forced && now - stop_at >= EH2O_STOP_FORCE_MS) {
             eh2o_thread_force_close(t);
@@ -769,6 +782,7 @@ static void eh2o_thread_teardown(eh2o_thread *t)
      * h2o_timeout_dispose asserts on non-empty lists. */
     h2o_timeout_unlink(&t->ctx.http2._graceful_shutdown_timeout);
     h2o_multithread_unregister_receiver(t->ctx.queue, &t->receiver);
+    eh2o_stream_thread_dispose(t);
     h2o_timeout_dispose(t->loop, &t->refuse_timeout);
     h2o_timeout_dispose(t->loop, &t->accept_pause);
     h2o_timeout_unlink(&t->dispatch_entry);
@@ -803,6 +817,7 @@ static void *eh2o_thread_main(void *arg)
     t->loop = h2o_evloop_create();
     h2o_context_init(&t->ctx, t->loop, &s->globalconf);
     h2o_multithread_register_receiver(t->ctx.queue, &t->receiver, eh2o_on_messages);
+    eh2o_stream_thread_init(t);
     h2o_timeout_init(t->loop, &t->refuse_timeout, EH2O_REFUSE_LINGER_MS);
     h2o_timeout_init(t->loop, &t->accept_pause, EH2O_ACCEPT_PAUSE_MS);
     t->accept_resume.cb = eh2o_on_accept_resume;
@@ -1042,9 +1057,10 @@ const srv_engine srv_engine_h2o = {
      * with GOAWAY. */
     .caps = SRV_ENGINE_CAP_HTTP2 | SRV_ENGINE_CAP_VERSION_505 | SRV_ENGINE_CAP_GARBAGE_400 |
             SRV_ENGINE_CAP_H2_PREFACE_GOAWAY | SRV_ENGINE_CAP_TLS | SRV_ENGINE_CAP_TLS_HTTP2 |
-            SRV_ENGINE_CAP_TLS_QUIET_CLOSE,
+            SRV_ENGINE_CAP_TLS_QUIET_CLOSE | SRV_ENGINE_CAP_STREAM | SRV_ENGINE_CAP_LIB_FRAMING,
     .start = eh2o_start,
     .respond = eh2o_respond,
+    .stream_kick = eh2o_stream_kick,
     .quiesce = eh2o_quiesce,
     .stop = eh2o_stop,
     .destroy = eh2o_destroy,

@@ -259,6 +259,8 @@ struct eh2o_thread {
     h2o_accept_ctx_t accept_ctx;
     h2o_socket_t *listener;
     h2o_multithread_receiver_t receiver; /* responses (tickets) and NULL wake-ups */
+    h2o_multithread_receiver_t stream_receiver; /* stream kicks (engines/h2o_stream.c) */
+    unsigned streams; /* streamed responses not yet freed; loop thread only */
     h2o_timeout_t refuse_timeout;
     h2o_timeout_t accept_pause; /* out of file descriptors: the listener rests */
     h2o_timeout_entry_t accept_resume;
@@ -349,6 +351,13 @@ void eh2o_refusal_read(eh2o_refusal *r);  /* engines/h2o.c: read the head to ref
 void eh2o_refusal_close(eh2o_refusal *r);
 
 /* engines/h2o_http2.c */
+/* engines/h2o_stream.c: streamed responses. start: on the loop, from the respond path; the
+ * stream takes the engine's reference to sreq (0), or -1 when out of memory. */
+int eh2o_stream_start(eh2o_thread *t, h2o_req_t *req, srv_request *sreq);
+void eh2o_stream_kick(void *state, srv_request *sreq);
+void eh2o_stream_thread_init(eh2o_thread *t);
+void eh2o_stream_thread_dispose(eh2o_thread *t);
+
 eh2o_conn *eh2o_h2_conn(h2o_req_t *req);
 void eh2o_h2_begin(eh2o_conn *c); /* the connection speaks HTTP/2 now: wrap its reads */
 void eh2o_h2_note(eh2o_conn *c);

@@ -185,6 +185,7 @@ typedef struct emhd_req {
      * thread agree through it whether the connection must be resumed. */
     atomic_int hand;
     bool arriving;    /* counted by srv__request_arriving */
+    atomic_int sstate; /* a streamed response's suspend hand-over (EMHD_S_*) */
     long long body_from; /* ms: head complete (the body deadline's start) */
     size_t body_bytes;   /* body bytes received so far */
     const char *uri;  /* MHD's copy of the target, in its read buffer */
@@ -593,6 +594,8 @@ static void emhd_abandon(emhd_server *es, emhd_req *er)
     if (atomic_load(&er->hand) == EMHD_HAND_SUSPENDED)
         return;
     if (er->req != NULL) {
+        if (srv__response_streamed(er->req))
+            srv__stream_detach(er->req);
         srv__request_release(er->req);
         atomic_fetch_sub(&es->held, 1);
     }
@@ -798,6 +801,8 @@ static void emhd_notify_completed(void *cls, struct MHD_Connection *conn, void *
         return;
     }
     if (er->req != NULL) {
+        if (srv__response_streamed(er->req))
+            srv__stream_detach(er->req); /* no kick after it: er goes */
         srv__request_release(er->req);
         atomic_fetch_sub(&es->held, 1);
     }
@@ -818,9 +823,13 @@ static ssize_t emhd_no_body(void *cls, uint64_t pos, char *buf, size_t max)
 /* Queue the response the core finished for er->req. MHD frames it (status
  * line, Date, Content-Length, Connection); the body stays owned by the
  * request, which lives until MHD_OPTION_NOTIFY_COMPLETED. */
+static enum MHD_Result emhd_stream_send(emhd_req *er, struct MHD_Connection *conn, bool http10);
+
 static enum MHD_Result emhd_send(emhd_req *er, struct MHD_Connection *conn, bool http10)
 {
     srv_request *req = er->req;
+    if (srv__response_streamed(req))
+        return emhd_stream_send(er, conn, http10);
     size_t len = 0;
     const void *body = srv__response_body(req, &len);
     size_t clen = srv__response_content_length(req);
@@ -1145,6 +1154,104 @@ static enum MHD_Result emhd_access(void *cls, struct MHD_Connection *conn, const
 }
 
 /* ------------------------------------------------------------------ */
+/* Streamed responses                                                  */
+/* ------------------------------------------------------------------ */
+
+/* A streamed response's content reader and the core's stream_kick agree
+ * through er->sstate on who resumes the connection: the reader suspends
+ * when the core has nothing, and the kick resumes it, even when it comes
+ * between the reader's pull and its suspend. */
+enum {
+    EMHD_S_RUN,    /* the reader is pulling */
+    EMHD_S_SUSP,   /* suspended for data: the kick resumes */
+    EMHD_S_KICKED  /* kicked before the reader suspended: it resumes itself */
+};
+
+/* MHD's content reader (the connection's MHD thread): copy what the core
+ * has. MHD frames it: chunked for HTTP/1.1 without a length, the close for
+ * HTTP/1.0, and it writes the last chunk at END_OF_STREAM. */
+static ssize_t emhd_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    emhd_req *er = cls;
+    emhd_server *es = er->es;
+    atomic_store(&er->sstate, EMHD_S_RUN);
+    const void *d = NULL;
+    size_t len = 0;
+    int k = srv__stream_pull(er->req, &d, &len);
+    if (k == SRV__STREAM_DATA) {
+        size_t n = len < max ? len : max;
+        memcpy(buf, d, n);
+        srv__stream_sent(er->req, n);
+        /* Writing again after a wait: the send deadline counts from now. */
+        if (er->ec != NULL && atomic_load(&er->ec->phase) == EMHD_ACTIVE) {
+            atomic_store(&er->ec->acked, EMHD_ACKED_UNSAMPLED);
+            (void)emhd_phase_from(er->ec, EMHD_ACTIVE, EMHD_SEND, emhd_now_ms() + es->header_ms);
+        }
+        return (ssize_t)n;
+    }
+    if (k == SRV__STREAM_END)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    if (k == SRV__STREAM_CUT) /* MHD closes without the last chunk */
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+    /* Nothing yet: no send deadline while the application is silent, and
+     * the connection leaves MHD's loop until the kick. */
+    (void)emhd_phase_from(er->ec, EMHD_SEND, EMHD_ACTIVE, 0);
+    atomic_fetch_add(&es->outstanding, 1); /* stop resumes every one first */
+    MHD_suspend_connection(er->conn);
+    if (atomic_exchange(&er->sstate, EMHD_S_SUSP) == EMHD_S_KICKED) {
+        atomic_store(&er->sstate, EMHD_S_RUN);
+        MHD_resume_connection(er->conn);
+        atomic_fetch_sub(&es->outstanding, 1);
+    }
+    return 0; /* MHD calls again once resumed */
+}
+
+/* stream_kick slot: any thread, the request's lock held. The connection is
+ * suspended (or about to be) inside the reader, so er lives. */
+static void emhd_stream_kick(void *state, srv_request *req)
+{
+    emhd_server *es = state;
+    emhd_req *er = srv__request_engine_data(req);
+    if (atomic_exchange(&er->sstate, EMHD_S_KICKED) == EMHD_S_SUSP) {
+        atomic_store(&er->sstate, EMHD_S_RUN);
+        MHD_resume_connection(er->conn);
+        atomic_fetch_sub(&es->outstanding, 1);
+    }
+}
+
+/* emhd_send for a streamed response: a callback response of the known
+ * length, or MHD_SIZE_UNKNOWN. */
+static enum MHD_Result emhd_stream_send(emhd_req *er, struct MHD_Connection *conn, bool http10)
+{
+    srv_request *req = er->req;
+    int64_t length = srv__response_stream_length(req);
+    atomic_store(&er->sstate, EMHD_S_RUN);
+    struct MHD_Response *r = MHD_create_response_from_callback(
+        length >= 0 ? (uint64_t)length : MHD_SIZE_UNKNOWN, 65536, emhd_stream_read, er, NULL);
+    if (r == NULL)
+        return MHD_NO;
+    size_t count = srv__response_header_count(req);
+    for (size_t i = 0; i < count; i++) {
+        const char *value = NULL;
+        const char *name = srv__response_header_at(req, i, &value);
+        if (name != NULL && value != NULL)
+            (void)MHD_add_response_header(r, name, value);
+    }
+    if (!srv__response_keep_alive(req))
+        (void)MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    if (http10)
+        (void)MHD_set_response_options(r, MHD_RF_HTTP_1_0_SERVER, MHD_RO_END);
+    enum MHD_Result ret = MHD_queue_response(conn, (unsigned)srv__response_status(req), r);
+    MHD_destroy_response(r);
+    if (ret == MHD_YES && er->ec != NULL) {
+        atomic_store(&er->ec->acked, EMHD_ACKED_UNSAMPLED);
+        (void)emhd_phase_from(er->ec, EMHD_ACTIVE, EMHD_SEND, emhd_now_ms() + er->es->header_ms);
+    }
+    return ret;
+}
+
+/* ------------------------------------------------------------------ */
 /* Slots                                                               */
 /* ------------------------------------------------------------------ */
 
@@ -1419,9 +1526,10 @@ const srv_engine srv_engine_mhd = {
      * colon, bad chunk framing (and more: docs/ENGINES.md) before any
      * callback, with a response that has no hook for headers or body. */
     .caps = SRV_ENGINE_CAP_VERSION_505 | SRV_ENGINE_CAP_GARBAGE_400 | SRV_ENGINE_CAP_LIB_CHUNKED |
-            SRV_ENGINE_CAP_LIB_ERRORS,
+            SRV_ENGINE_CAP_LIB_ERRORS | SRV_ENGINE_CAP_STREAM | SRV_ENGINE_CAP_LIB_FRAMING,
     .start = emhd_start,
     .respond = emhd_respond,
+    .stream_kick = emhd_stream_kick,
     .quiesce = emhd_quiesce,
     .stop = emhd_stop,
     .destroy = emhd_destroy,

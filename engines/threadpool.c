@@ -33,6 +33,9 @@
 
 static void etp_conn_run(srv_job *job);
 static int etp_poller_feed(etp_state *st, etp_conn *c, const char *d, size_t n);
+static void etp_stream_begin(etp_state *st, etp_conn *c, srv_request *req);
+static void etp_stream_pump(etp_state *st, etp_conn *c);
+static void etp_mq_remove(etp_conn *c);
 
 /* Set on the poller thread while it dispatches connection c's request: a
  * respond for c on this thread then comes from inside the handler. */
@@ -362,6 +365,12 @@ static void etp_conn_finish(etp_conn *c, int linger)
         srv__request_release(c->inl);
         c->inl = NULL;
     }
+    if (c->sreq) { /* a stream cut short: no kick comes after the detach */
+        srv__stream_detach(c->sreq);
+        etp_mq_remove(c);
+        srv__request_release(c->sreq);
+        c->sreq = NULL;
+    }
     /* Unread input makes close() send a reset that can destroy the response
      * just written: after an error, linger; otherwise drop what came. */
     if (c->detached) {
@@ -532,6 +541,12 @@ static int etp_inline_write(etp_state *st, etp_conn *c, const char *rest, size_t
     c->inl = NULL;
     pthread_mutex_unlock(&c->mu);
     c->inl_answered = 0;
+    if (srv__response_streamed(req)) { /* the poller writes it as it comes */
+        if (n > 0 && etp_keep_rest(c, rest, n) != 0)
+            c->lost_input = 1;
+        etp_stream_begin(st, c, req);
+        return 0;
+    }
     size_t hlen = 0, blen = 0, sent = 0;
     const char *head = srv__response_http1_head(req, &hlen);
     const void *body = srv__response_body(req, &blen);
@@ -619,7 +634,11 @@ static void etp_poller_messages(etp_poller *p)
     while (c) {
         etp_conn *next = c->mq_next;
         c->mq_next = NULL;
-        etp_inline_resume(st, c);
+        c->in_mq = 0; /* only the poller reads it once posted */
+        if (c->sreq)
+            etp_stream_pump(st, c); /* a stream_kick */
+        else
+            etp_inline_resume(st, c);
         c = next;
     }
 }
@@ -633,6 +652,7 @@ static void etp_post(etp_conn *c)
     pthread_mutex_lock(&p->mqlock);
     int was_empty = p->mq_head == NULL;
     c->mq_next = NULL;
+    c->in_mq = 1;
     if (p->mq_tail)
         p->mq_tail->mq_next = c;
     else
@@ -751,6 +771,10 @@ static void etp_poller_read(etp_state *st, etp_conn *c)
      * the memory model (epoll alone orders it only in the kernel). */
     pthread_mutex_lock(&c->p->plock);
     pthread_mutex_unlock(&c->p->plock);
+    if (c->sreq) { /* a stream waiting for room in the socket */
+        etp_stream_pump(st, c);
+        return;
+    }
     if (c->lingering) {
         etp_poller_drain(st, c);
         return;
@@ -796,6 +820,8 @@ static void etp_poller_scan(etp_poller *p, uint64_t now, int stopping)
         for (etp_conn *c = p->plist; c; c = c->pnext) {
             if (c->awaiting && !stopping)
                 continue; /* the core answers it (its timeout, or stop) */
+            if (c->sreq && !stopping && now < c->deadline)
+                continue; /* streaming: only its send deadline counts */
             if (c->lingering ? (now >= c->deadline || stopping)
                              : (now >= c->deadline || stopping ||
                                 (atomic_load(&st->quiescing) && srv__http1_idle(&c->parser)))) {
@@ -806,7 +832,10 @@ static void etp_poller_scan(etp_poller *p, uint64_t now, int stopping)
         pthread_mutex_unlock(&p->plock);
         if (!due)
             return;
-        if (due->lingering || due->awaiting || srv__http1_idle(&due->parser)) {
+        if (due->sreq) { /* the send deadline, or stop: cut it */
+            due->io_dead = 1;
+            etp_poller_close(st, due, 0);
+        } else if (due->lingering || due->awaiting || srv__http1_idle(&due->parser)) {
             etp_poller_close(st, due, 0);
         } else if (stopping) {
             /* Stop began while this request was arriving: the 503 every
@@ -1049,6 +1078,151 @@ static void *etp_poller_main(void *arg)
 }
 
 /* ------------------------------------------------------------------ */
+/* Streamed responses (the poller writes them)                         */
+/* ------------------------------------------------------------------ */
+
+/* Poller: take c off the message queue (it closes while a kick waits). */
+static void etp_mq_remove(etp_conn *c)
+{
+    etp_poller *p = c->p;
+    pthread_mutex_lock(&p->mqlock);
+    if (c->in_mq) {
+        etp_conn *prev = NULL;
+        for (etp_conn *q = p->mq_head; q; prev = q, q = q->mq_next) {
+            if (q != c)
+                continue;
+            if (prev)
+                prev->mq_next = c->mq_next;
+            else
+                p->mq_head = c->mq_next;
+            if (p->mq_tail == c)
+                p->mq_tail = prev;
+            break;
+        }
+        c->mq_next = NULL;
+        c->in_mq = 0;
+    }
+    pthread_mutex_unlock(&p->mqlock);
+}
+
+/* The stream_kick slot: any thread, the request's lock held. The poller
+ * pulls what came (through its message queue, as late inline answers). */
+static void etp_stream_kick(void *state, srv_request *req)
+{
+    (void)state;
+    etp_post(srv__request_engine_data(req));
+}
+
+/* Poller: wait for the socket to take more, under the send deadline. */
+static void etp_stream_wait_out(etp_state *st, etp_conn *c, int progress)
+{
+    if (progress || c->deadline == UINT64_MAX)
+        c->deadline = srv__now_ms() + (uint64_t)etp_write_timeout(st);
+    struct epoll_event ev = {
+        .events = (c->ssl && !c->tls_want_write ? EPOLLIN : EPOLLOUT) | EPOLLONESHOT,
+        .data.ptr = c};
+    if (epoll_ctl(c->p->epfd, EPOLL_CTL_MOD, c->fd, &ev) != 0) {
+        c->io_dead = 1;
+        etp_poller_close(st, c, 0);
+    }
+}
+
+/* Poller: the body is complete; carry on as after any answer. */
+static void etp_stream_done(etp_state *st, etp_conn *c)
+{
+    srv_request *req = c->sreq;
+    c->sreq = NULL;
+    srv__stream_detach(req);
+    int keep = !c->lost_input && srv__response_keep_alive(req);
+    srv__request_release(req);
+    c->served++;
+    if (!keep) {
+        etp_poller_linger(st, c);
+        return;
+    }
+    etp_wait_for(c, ETP_WAIT_IDLE);
+    char *buf = c->pend; /* pipelined requests wait here meanwhile */
+    size_t off = c->pend_off, len = c->pend_len;
+    c->pend = NULL;
+    c->pend_off = c->pend_len = 0;
+    if (etp_poller_feed(st, c, buf ? buf + off : NULL, len - off) &&
+        etp_arm(st, c, EPOLL_CTL_MOD) != 0)
+        etp_poller_close(st, c, 0);
+    free(buf);
+}
+
+/*
+ * Poller: write c's stream: its head, then what the core has, until the
+ * socket is full (EPOLLOUT, under the send deadline), the application has
+ * nothing (a stream_kick brings it back: the connection is not armed
+ * meanwhile, so exactly one of the two is pending), the end, or a cut.
+ */
+static void etp_stream_pump(etp_state *st, etp_conn *c)
+{
+    srv_request *req = c->sreq;
+    int progress = 0;
+    if (!c->shead_done) {
+        size_t hlen = 0;
+        const char *head = srv__response_http1_head(req, &hlen);
+        size_t before = c->shsent;
+        int r = etp_io_send_some(c, head, hlen, NULL, 0, &c->shsent);
+        if (r < 0) {
+            c->io_dead = 1;
+            etp_poller_close(st, c, 0);
+            return;
+        }
+        if (r == 0) {
+            etp_stream_wait_out(st, c, c->shsent > before);
+            return;
+        }
+        c->shead_done = 1;
+        progress = 1;
+    }
+    for (int i = 0; i < ETP_STREAM_BURST; i++) {
+        const void *d = NULL;
+        size_t len = 0, sent = 0;
+        int k = srv__stream_pull(req, &d, &len);
+        if (k == SRV__STREAM_WAIT) {
+            c->deadline = UINT64_MAX; /* the application's pace is its own */
+            return;
+        }
+        if (k == SRV__STREAM_END) {
+            etp_stream_done(st, c);
+            return;
+        }
+        if (k == SRV__STREAM_CUT) {
+            c->io_dead = 1; /* no last chunk: the client sees a cut body */
+            etp_poller_close(st, c, 0);
+            return;
+        }
+        int r = etp_io_send_some(c, d, len, NULL, 0, &sent);
+        srv__stream_sent(req, sent);
+        if (r < 0) { /* the client went away */
+            c->io_dead = 1;
+            etp_poller_close(st, c, 0);
+            return;
+        }
+        progress |= sent > 0;
+        if (r == 0) {
+            etp_stream_wait_out(st, c, progress);
+            return;
+        }
+    }
+    etp_stream_wait_out(st, c, 1); /* let the other connections run */
+}
+
+/* Poller: an answer that is a stream (c stays in its list, its deadline
+ * the send deadline once the socket fills). */
+static void etp_stream_begin(etp_state *st, etp_conn *c, srv_request *req)
+{
+    c->sreq = req;
+    c->shsent = 0;
+    c->shead_done = 0;
+    c->deadline = UINT64_MAX;
+    etp_stream_pump(st, c);
+}
+
+/* ------------------------------------------------------------------ */
 /* Answering (workers)                                                 */
 /* ------------------------------------------------------------------ */
 
@@ -1074,7 +1248,8 @@ static void etp_respond(void *state, srv_request *req)
         return;
     }
     c->responded = 1;
-    if (c->in_handler && !c->detached && !pthread_equal(c->worker, pthread_self())) {
+    if (c->in_handler && !c->detached && !pthread_equal(c->worker, pthread_self()) &&
+        !srv__response_streamed(req)) { /* a stream goes to the poller */
         size_t hlen = 0, blen = 0;
         const char *head = srv__response_http1_head(req, &hlen);
         const void *body = srv__response_body(req, &blen);
@@ -1085,8 +1260,34 @@ static void etp_respond(void *state, srv_request *req)
     pthread_mutex_unlock(&c->mu);
 }
 
+/* Worker: a streamed answer goes to the connection's poller, which writes
+ * it as the application writes (no worker waits on a stream). -1: the
+ * poller has c; 0: the poller is gone (stop): close it here. */
+static int etp_stream_from_worker(etp_conn *c, srv_request *req)
+{
+    c->sreq = req;
+    c->shsent = 0;
+    c->shead_done = 0;
+    c->deadline = UINT64_MAX;
+    etp_set_phase(c, ETP_PH_POLL);
+    pthread_mutex_lock(&c->p->plock);
+    if (c->p->gone) {
+        pthread_mutex_unlock(&c->p->plock);
+        return 0; /* etp_conn_finish detaches and releases c->sreq */
+    }
+    etp_plist_add(c);
+    /* Writable at once, most likely: the poller pumps from its event. */
+    struct epoll_event ev = {.events = EPOLLOUT | EPOLLONESHOT, .data.ptr = c};
+    int rc = epoll_ctl(c->p->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+    if (rc != 0)
+        etp_plist_del(c);
+    pthread_mutex_unlock(&c->p->plock);
+    return rc == 0 ? -1 : 0;
+}
+
 /* Wait for respond, write the response, release the request. Returns
- * non-zero when the connection may serve another request. */
+ * non-zero when the connection may serve another request, -1 when it went
+ * to the poller to stream the response (do not touch c again). */
 static int etp_write_response(etp_conn *c, srv_request *req)
 {
     etp_state *st = c->st;
@@ -1105,9 +1306,13 @@ static int etp_write_response(etp_conn *c, srv_request *req)
         c->io_dead = 1;
         return 0;
     }
+    if (srv__response_streamed(req) && !c->io_dead && !dead)
+        return etp_stream_from_worker(c, req);
     atomic_store(&c->write_since, srv__now_ms());
     etp_set_phase(c, ETP_PH_WRITE);
     int keep = 0;
+    if (srv__response_streamed(req))
+        srv__stream_detach(req);
     if (!c->io_dead && !dead) {
         size_t hlen = 0, blen = 0;
         const char *head = srv__response_http1_head(req, &hlen);
@@ -1333,7 +1538,10 @@ static void etp_conn_run(srv_job *job)
     for (;;) {
         srv_request *req = c->ready;
         c->ready = NULL;
-        if (!(c->wreq ? etp_finish_write(c) : etp_serve_request(c, req))) {
+        int k = c->wreq ? etp_finish_write(c) : etp_serve_request(c, req);
+        if (k < 0)
+            return; /* streamed: the poller has it */
+        if (!k) {
             etp_conn_finish(c, 0);
             return;
         }
@@ -1555,9 +1763,10 @@ const srv_engine srv_engine_threadpool = {
     .version = SRV_ENGINE_VERSION,
     .name = "threadpool",
     .caps = SRV_ENGINE_CAP_VERSION_505 | SRV_ENGINE_CAP_GARBAGE_400 |
-            SRV_ENGINE_CAP_H2_PREFACE_GOAWAY | SRV_ENGINE_CAP_TLS,
+            SRV_ENGINE_CAP_H2_PREFACE_GOAWAY | SRV_ENGINE_CAP_TLS | SRV_ENGINE_CAP_STREAM,
     .start = etp_start,
     .respond = etp_respond,
+    .stream_kick = etp_stream_kick,
     .quiesce = etp_quiesce,
     .stop = etp_stop,
     .destroy = etp_destroy,

@@ -35,6 +35,9 @@
 #define ETP_REFUSE_WAIT_MS 2000
 /* Back-off when accept() fails for lack of descriptors or memory. */
 #define ETP_ACCEPT_BACKOFF_MS 20
+/* A stream writes this many pieces at most before it lets the poller's
+ * other connections run. */
+#define ETP_STREAM_BURST 16
 /* Writes that make no progress for this long (at least) give up. */
 #define ETP_MIN_WRITE_TIMEOUT_MS 1000
 /* stop: a response being written gets this long before its connection is
@@ -115,6 +118,13 @@ typedef struct etp_conn {
     struct etp_conn *mq_next; /* p->mq (p->mqlock) */
     srv_request *wreq;     /* an inline answer a worker finishes writing, */
     size_t wsent;          /* from this many bytes in */
+
+    /* A streamed response (docs/ENGINES.md, "Streams"): the poller writes
+     * it, pulling from the core; owned by the poller while sreq is set. */
+    srv_request *sreq;
+    size_t shsent;   /* bytes of its head sent */
+    int shead_done;
+    int in_mq;       /* on p->mq (p->mqlock) */
 
     /* TLS (engines/threadpool_tls.c); ssl is NULL on a cleartext server,
      * and every I/O call below checks it first. Owned like the parser. */

@@ -141,6 +141,8 @@ static void etp_detached_finish(etp_state *st, etp_detached *d, size_t n)
             etp_tls_free(d[i].ssl);
         }
         etp_linger_close(d[i].fd, 0); /* the worker's own fd closes later */
+        if (d[i].req && srv__response_streamed(d[i].req))
+            srv__stream_detach(d[i].req); /* its head only: the body is cut */
         if (d[i].req)
             srv__request_release(d[i].req);
     }

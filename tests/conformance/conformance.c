@@ -1268,6 +1268,21 @@ static int conformance_tls_main(void)
              g_engine_name);
     failed += cmocka_run_group_tests_name(name, raw_tls, tls_raw_group_setup,
                                           tls_raw_group_teardown);
+    if (engine_caps() & SRV_CAP_STREAM) { /* conformance_stream.c's libcurl cases */
+        const struct CMUnitTest streams[] = {
+            cmocka_unit_test_setup_teardown(test_stream_events_spread, st_setup, st_teardown),
+            cmocka_unit_test_setup_teardown(test_stream_download_64m, st_setup, st_teardown),
+            cmocka_unit_test_setup_teardown(test_stream_known_length, st_setup, st_teardown),
+            cmocka_unit_test_setup_teardown(test_stream_other_thread, st_setup, st_teardown),
+        };
+        snprintf(name, sizeof name, "conformance %s (TLS): streamed responses", g_engine_name);
+        failed += cmocka_run_group_tests_name(name, streams, group_h1, NULL);
+        if (engine_caps() & SRV_CAP_TLS_HTTP2) {
+            snprintf(name, sizeof name, "conformance %s (TLS): streamed responses over HTTP/2",
+                     g_engine_name);
+            failed += cmocka_run_group_tests_name(name, streams, group_h2, NULL);
+        }
+    }
     tls_remove_certs();
     return failed == 0 ? 0 : 1;
 }
@@ -1473,6 +1488,42 @@ int main(int argc, char **argv)
         snprintf(name, sizeof name, "conformance %s%s: HTTP/2 prior knowledge "
                  "(libcurl)", g_engine_name, run);
         failed += cmocka_run_group_tests_name(name, http, group_h2, NULL);
+    }
+
+    /* Streamed responses (conformance_stream.c, their own fixture). */
+    if (engine_caps() & SRV_CAP_STREAM) {
+        const struct CMUnitTest streams[] = {
+            cmocka_unit_test_setup_teardown(test_stream_events_spread, st_setup, st_teardown),
+            cmocka_unit_test_setup_teardown(test_stream_download_64m, st_setup, st_teardown),
+            cmocka_unit_test_setup_teardown(test_stream_known_length, st_setup, st_teardown),
+            cmocka_unit_test_setup_teardown(test_stream_other_thread, st_setup, st_teardown),
+            cmocka_unit_test_setup_teardown(test_stream_http10, st_setup, st_teardown),
+            cmocka_unit_test_setup_teardown(test_stream_chunked_keepalive, st_setup, st_teardown),
+            cmocka_unit_test_setup_teardown(test_stream_head, st_setup, st_teardown),
+            cmocka_unit_test_setup_teardown(test_stream_vanished_client, st_setup, st_teardown),
+            cmocka_unit_test_setup_teardown(test_stream_send_deadline, st_setup, st_teardown),
+            cmocka_unit_test_setup_teardown(test_stream_graceful_stop, st_setup, st_teardown),
+        };
+        snprintf(name, sizeof name, "conformance %s%s: streamed responses", g_engine_name, run);
+        failed += cmocka_run_group_tests_name(name, streams, group_h1, NULL);
+        if (engine_caps() & SRV_CAP_HTTP2) { /* the libcurl cases over HTTP/2 */
+            const struct CMUnitTest streams_h2[] = {
+                cmocka_unit_test_setup_teardown(test_stream_events_spread, st_setup, st_teardown),
+                cmocka_unit_test_setup_teardown(test_stream_download_64m, st_setup, st_teardown),
+                cmocka_unit_test_setup_teardown(test_stream_known_length, st_setup, st_teardown),
+                cmocka_unit_test_setup_teardown(test_stream_other_thread, st_setup, st_teardown),
+            };
+            snprintf(name, sizeof name, "conformance %s%s: streamed responses over HTTP/2",
+                     g_engine_name, run);
+            failed += cmocka_run_group_tests_name(name, streams_h2, group_h2, NULL);
+        }
+    } else {
+        const struct CMUnitTest streams[] = {
+            cmocka_unit_test_setup_teardown(test_stream_refused, st_setup, st_teardown),
+        };
+        snprintf(name, sizeof name, "conformance %s%s: no SRV_CAP_STREAM, streams refused",
+                 g_engine_name, run);
+        failed += cmocka_run_group_tests_name(name, streams, group_h1, NULL);
     }
     curl_global_cleanup();
     return failed == 0 ? 0 : 1;

@@ -396,5 +396,22 @@ int tls_raw_group_teardown(void **state);
 void test_tls_client_certificate(void **state);
 void test_tls_request_with_finished(void **state);
 void test_tls_refused_handshake_stalls(void **state);
+/* ------------------------------------------------------------------ */
+/* Cases: conformance_stream.c (their own fixture: st_setup/teardown)  */
+/* ------------------------------------------------------------------ */
+
+int st_setup(void **state);
+int st_teardown(void **state);
+void test_stream_events_spread(void **state);
+void test_stream_download_64m(void **state);
+void test_stream_known_length(void **state);
+void test_stream_http10(void **state);
+void test_stream_chunked_keepalive(void **state);
+void test_stream_vanished_client(void **state);
+void test_stream_send_deadline(void **state);
+void test_stream_graceful_stop(void **state);
+void test_stream_other_thread(void **state);
+void test_stream_refused(void **state);
+void test_stream_head(void **state);
 
 #endif /* SRV_CONFORMANCE_H */

@@ -1,0 +1,203 @@
+/*
+ * The h2o engine's streamed responses (libh2o-evloop 2.2.5), on the loop threads: a generator
+ * whose proceed callback pulls the next piece from the core (srv__stream_pull), and a second
+ * multithread receiver that brings the core's stream_kick (data, end or cut after a wait)
+ * from any thread to the loop that owns the request. h2o frames the body: chunked for HTTP/1.1
+ * without a length, the close for HTTP/1.0, DATA frames for HTTP/2.
+ */
+#include "h2o_internal.h"
+
+typedef struct eh2o_stream {
+    h2o_generator_t gen;           /* first: h2o calls proceed and stop with &gen */
+    h2o_multithread_message_t msg; /* the kick, at most one in flight (the core's rule) */
+    eh2o_thread *thread;
+    h2o_req_t *req;    /* NULL once h2o disposed it */
+    srv_request *sreq; /* the engine's reference, released at the dispose */
+    size_t lent;       /* bytes h2o holds from the last pull, sent at proceed */
+    int sending;       /* h2o holds a piece: wait for proceed */
+    int finished;      /* FINAL or ERROR sent, or h2o stopped the generator */
+    int detached;      /* srv__stream_detach was called */
+    atomic_int refs;   /* the dispose hook's, a kick in flight, a pump running */
+} eh2o_stream;
+
+static void eh2o_stream_unref(eh2o_stream *s)
+{
+    if (atomic_fetch_sub(&s->refs, 1) == 1) {
+        s->thread->streams--; /* every unref but a kick's send runs on the loop */
+        free(s);
+    }
+}
+
+/* The HTTP/1 connection whose write callbacks the guard wraps (NULL for HTTP/2). */
+static eh2o_conn *eh2o_stream_h1(h2o_req_t *req)
+{
+    if (req->version >= 0x200 || req->conn->callbacks->get_socket == NULL)
+        return NULL;
+    h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
+    eh2o_conn *c = sock != NULL ? eh2o_sock_conn(sock) : NULL;
+    return c != NULL && c->h1.reqread != NULL ? c : NULL;
+}
+
+/* h2o_send, with the HTTP/1 guard's bookkeeping around it (as eh2o_send_response): its
+ * write callback wrapped again, so the send deadline covers the write. May dispose req. */
+static void eh2o_stream_send(eh2o_stream *s, h2o_iovec_t *buf, size_t n, h2o_send_state_t st,
+                             int first)
+{
+    h2o_req_t *req = s->req;
+    eh2o_conn *c = eh2o_stream_h1(req);
+    int closed = 0, *outer = NULL;
+    if (c != NULL) {
+        outer = c->h1.closed;
+        c->h1.closed = &closed;
+    }
+    if (first)
+        h2o_start_response(req, &s->gen);
+    h2o_send(req, buf, n, st);
+    if (c != NULL) {
+        if (closed) {
+            if (outer != NULL)
+                *outer = 1;
+        } else {
+            c->h1.closed = outer;
+            if (first)
+                c->h1.responded++; /* the request no longer waits for its handler */
+            eh2o_h1_after(c);
+        }
+    }
+}
+
+/* On the loop: send what the core has, unless h2o still holds a piece. */
+static void eh2o_stream_pump(eh2o_stream *s, int first)
+{
+    if (s->req == NULL || s->finished || s->sending)
+        return;
+    const void *d = NULL;
+    size_t len = 0;
+    int k = srv__stream_pull(s->sreq, &d, &len);
+    if (k == SRV__STREAM_WAIT) {
+        if (first) { /* the head goes out now; the body when the application writes */
+            s->sending = 1; /* until proceed: h2o_send once at a time */
+            s->lent = 0;
+            atomic_fetch_add(&s->refs, 1);
+            eh2o_stream_send(s, NULL, 0, H2O_SEND_STATE_IN_PROGRESS, 1);
+            eh2o_stream_unref(s);
+        }
+        return;
+    }
+    atomic_fetch_add(&s->refs, 1); /* h2o_send may dispose the request */
+    if (k == SRV__STREAM_DATA) {
+        s->sending = 1;
+        s->lent = len;
+        h2o_iovec_t buf = h2o_iovec_init(d, len);
+        eh2o_stream_send(s, &buf, 1, H2O_SEND_STATE_IN_PROGRESS, first);
+    } else {
+        /* END: the body is complete; CUT: h2o closes the HTTP/1 connection without the last
+         * chunk, or resets the HTTP/2 stream. */
+        s->finished = 1;
+        s->detached = 1;
+        srv__stream_detach(s->sreq);
+        h2o_send_state_t st = k == SRV__STREAM_END ? H2O_SEND_STATE_FINAL : H2O_SEND_STATE_ERROR;
+        eh2o_conn *c = eh2o_stream_h1(s->req);
+        if (k == SRV__STREAM_CUT && c != NULL) {
+            /* h2o 2.2.5's chunked encoder writes stray bytes for ERROR: shut the socket and
+             * let the last chunk's write fail instead, so h2o closes the connection itself
+             * and the client sees the body end without it. */
+            shutdown(h2o_socket_get_fd(c->sock), SHUT_RDWR);
+            st = H2O_SEND_STATE_FINAL;
+        }
+        eh2o_stream_send(s, NULL, 0, st, first);
+    }
+    eh2o_stream_unref(s);
+}
+
+static void eh2o_stream_proceed(h2o_generator_t *gen, h2o_req_t *req)
+{
+    (void)req;
+    eh2o_stream *s = (eh2o_stream *)gen;
+    if (s->sending) {
+        s->sending = 0;
+        if (s->lent > 0)
+            srv__stream_sent(s->sreq, s->lent);
+        s->lent = 0;
+    }
+    eh2o_stream_pump(s, 0);
+}
+
+/* h2o gives up on the response (the client went away): the dispose follows. */
+static void eh2o_stream_stop(h2o_generator_t *gen, h2o_req_t *req)
+{
+    (void)req;
+    ((eh2o_stream *)gen)->finished = 1;
+}
+
+static void eh2o_stream_on_dispose(void *p)
+{
+    eh2o_stream *s = *(eh2o_stream **)p;
+    s->req = NULL;
+    s->finished = 1;
+    if (!s->detached) { /* after it, no kick comes */
+        s->detached = 1;
+        srv__stream_detach(s->sreq);
+    }
+    srv__request_release(s->sreq);
+    s->sreq = NULL;
+    eh2o_stream_unref(s);
+}
+
+/* The receiver of kicks, on the loop. */
+static void eh2o_stream_on_messages(h2o_multithread_receiver_t *receiver, h2o_linklist_t *messages)
+{
+    (void)receiver;
+    while (!h2o_linklist_is_empty(messages)) {
+        eh2o_stream *s = H2O_STRUCT_FROM_MEMBER(eh2o_stream, msg.link, messages->next);
+        h2o_linklist_unlink(&s->msg.link);
+        eh2o_stream_pump(s, 0);
+        eh2o_stream_unref(s);
+    }
+}
+
+/* stream_kick slot: any thread, the request's lock held. */
+void eh2o_stream_kick(void *state, srv_request *sreq)
+{
+    (void)state;
+    eh2o_stream *s = srv__request_engine_data(sreq);
+    atomic_fetch_add(&s->refs, 1);
+    h2o_multithread_send_message(&s->thread->stream_receiver, &s->msg);
+}
+
+int eh2o_stream_start(eh2o_thread *t, h2o_req_t *req, srv_request *sreq)
+{
+    eh2o_stream *s = calloc(1, sizeof *s);
+    eh2o_stream **hook = s != NULL ? h2o_mem_alloc_shared(&req->pool, sizeof *hook,
+                                                          eh2o_stream_on_dispose)
+                                   : NULL;
+    if (hook == NULL) {
+        free(s);
+        return -1;
+    }
+    s->gen.proceed = eh2o_stream_proceed;
+    s->gen.stop = eh2o_stream_stop;
+    s->thread = t;
+    s->req = req;
+    s->sreq = sreq;
+    atomic_init(&s->refs, 1); /* the dispose hook's */
+    *hook = s;
+    t->streams++;
+    /* Kicks find the stream through the request from now on (the first pull, below, is
+     * what allows one). */
+    srv__request_set_engine_data(sreq, s);
+    int64_t len = srv__response_stream_length(sreq);
+    req->res.content_length = len >= 0 ? (size_t)len : SIZE_MAX;
+    eh2o_stream_pump(s, 1);
+    return 0;
+}
+
+void eh2o_stream_thread_init(eh2o_thread *t)
+{
+    h2o_multithread_register_receiver(t->ctx.queue, &t->stream_receiver, eh2o_stream_on_messages);
+}
+
+void eh2o_stream_thread_dispose(eh2o_thread *t)
+{
+    h2o_multithread_unregister_receiver(t->ctx.queue, &t->stream_receiver);
+}

@@ -1,0 +1,790 @@
+/*
+ * Streamed responses (srv_stream_*, srv_sse_*) on every engine: events
+ * spread in time, large downloads verified byte for byte under
+ * back-pressure in bounded memory, HTTP/1.0 (close-delimited), HTTP/1.1
+ * (chunked, kept alive after), HTTP/2 (the h2 group), known lengths, a
+ * vanished client, the send deadline, graceful stop, writes from another
+ * thread. Each case runs its own server with the stream routes below.
+ */
+#include "conformance.h"
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define ST_SANITIZER 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define ST_SANITIZER 1
+#endif
+
+#ifdef ST_SANITIZER
+size_t __sanitizer_get_current_allocated_bytes(void);
+static long st_held_kb(void)
+{
+    return (long)(__sanitizer_get_current_allocated_bytes() / 1024);
+}
+#else
+static long st_held_kb(void)
+{
+    FILE *fp = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = 0;
+    if (fp == NULL)
+        return 0;
+    while (fgets(line, sizeof line, fp) != NULL)
+        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
+            break;
+    fclose(fp);
+    return kb;
+}
+#endif
+
+/* Byte i of every download (examples/stream has the same). */
+static unsigned char st_byte(uint64_t i)
+{
+    return (unsigned char)(i ^ (i >> 8) ^ (i >> 16) ^ (i >> 24));
+}
+
+/* What the application saw, for the cases to check. */
+static struct {
+    atomic_int started;  /* streams started */
+    atomic_int ended;    /* srv_stream_end called */
+    atomic_int closed;   /* a write or end said SRV_ECLOSED */
+    atomic_int end_rc;   /* the last srv_stream_end's result */
+    atomic_int writes;   /* writes accepted by /s/forever */
+} g_st;
+
+typedef struct sfx {
+    const mode *m;
+    srv_server *srv;
+    int port;
+    int stopped;
+    pthread_mutex_t mu;
+    pthread_t threads[4];
+    int nthreads;
+} sfx;
+
+static void st_end(srv_stream *s)
+{
+    int rc = srv_stream_end(s);
+    atomic_store(&g_st.end_rc, rc);
+    if (rc == SRV_ECLOSED)
+        atomic_fetch_add(&g_st.closed, 1);
+    atomic_fetch_add(&g_st.ended, 1);
+}
+
+static unsigned long st_query(srv_request *req, const char *name, unsigned long dflt)
+{
+    const char *v = srv_request_query(req, name);
+    return v && *v ? strtoul(v, NULL, 10) : dflt;
+}
+
+/* ---- /s/events?count&interval_ms: SSE from srv_after --------------------- */
+
+typedef struct st_events {
+    srv_server *srv;
+    srv_stream *s;
+    unsigned long count, sent, interval;
+} st_events;
+
+static void st_events_tick(void *arg)
+{
+    st_events *e = arg;
+    char id[24], data[64];
+    snprintf(id, sizeof id, "%lu", e->sent + 1);
+    /* Two lines of data: the helper splits them into two data: lines. */
+    snprintf(data, sizeof data, "event %lu\nof %lu", e->sent + 1, e->count);
+    int rc = srv_sse_send(e->s, "tick", id, data);
+    if (rc == SRV_ECLOSED)
+        atomic_fetch_add(&g_st.closed, 1);
+    if (rc == 0 && ++e->sent < e->count &&
+        srv_after(e->srv, (unsigned)e->interval, st_events_tick, e) == 0)
+        return;
+    st_end(e->s);
+    free(e);
+}
+
+static void h_events(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    st_events *e = calloc(1, sizeof *e);
+    e->srv = srv_request_server(req);
+    e->count = st_query(req, "count", 10);
+    e->interval = st_query(req, "interval_ms", 100);
+    if (srv_sse_start(req, &e->s) != 0) {
+        free(e);
+        return;
+    }
+    atomic_fetch_add(&g_st.started, 1);
+    if (srv_after(e->srv, 0, st_events_tick, e) != 0) {
+        st_end(e->s);
+        free(e);
+    }
+}
+
+/* ---- /s/download?bytes[&length=1][&end_at=K]: back-pressure ------------ */
+
+typedef struct st_dl {
+    uint64_t total, end_at, sent;
+    unsigned char piece[20000]; /* not a divisor of the buffer: pieces straddle */
+} st_dl;
+
+static void st_dl_pump(srv_stream *s, void *arg)
+{
+    st_dl *d = arg;
+    while (d->sent < d->end_at) {
+        size_t n = sizeof d->piece;
+        if (d->end_at - d->sent < n)
+            n = (size_t)(d->end_at - d->sent);
+        for (size_t i = 0; i < n; i++)
+            d->piece[i] = st_byte(d->sent + i);
+        int rc = srv_stream_write(s, d->piece, n);
+        if (rc == SRV_EAGAIN && srv_stream_on_writable(s, st_dl_pump, d) == 0)
+            return;
+        if (rc != 0) {
+            if (rc == SRV_ECLOSED)
+                atomic_fetch_add(&g_st.closed, 1);
+            break;
+        }
+        d->sent += n;
+    }
+    st_end(s);
+    free(d);
+}
+
+static void h_download(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    st_dl *d = calloc(1, sizeof *d);
+    d->total = st_query(req, "bytes", 1000);
+    d->end_at = st_query(req, "end_at", d->total);
+    int64_t len = st_query(req, "length", 0) ? (int64_t)d->total : SRV_LENGTH_UNKNOWN;
+    srv_stream *s;
+    int rc = srv_stream_start(req, 200, "application/octet-stream", len, &s);
+    if (rc != 0) {
+        if (rc == SRV_EENGINE) /* no SRV_CAP_STREAM: the request is still ours */
+            srv_respond(req, 501, "text/plain", "no streams\n", 11);
+        free(d);
+        return;
+    }
+    atomic_fetch_add(&g_st.started, 1);
+    st_dl_pump(s, d);
+}
+
+/* ---- /s/forever: 1000 bytes every 20 ms until the stream closes --------- */
+
+typedef struct st_forever {
+    srv_server *srv;
+    srv_stream *s;
+} st_forever;
+
+static void st_forever_tick(void *arg)
+{
+    st_forever *e = arg;
+    char piece[1000];
+    memset(piece, 'f', sizeof piece);
+    int rc = srv_stream_write(e->s, piece, sizeof piece);
+    if (rc == 0)
+        atomic_fetch_add(&g_st.writes, 1);
+    if ((rc == 0 || rc == SRV_EAGAIN) && srv_after(e->srv, 20, st_forever_tick, e) == 0)
+        return;
+    if (rc == SRV_ECLOSED)
+        atomic_fetch_add(&g_st.closed, 1);
+    st_end(e->s);
+    free(e);
+}
+
+static void h_forever(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    st_forever *e = calloc(1, sizeof *e);
+    e->srv = srv_request_server(req);
+    if (srv_stream_start(req, 200, "text/plain", SRV_LENGTH_UNKNOWN, &e->s) != 0) {
+        free(e);
+        return;
+    }
+    atomic_fetch_add(&g_st.started, 1);
+    st_forever_tick(e);
+}
+
+/* ---- /s/thread?bytes: an application thread writes, waiting for room ---- */
+
+typedef struct st_thr {
+    srv_stream *s;
+    uint64_t total;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int room;
+} st_thr;
+
+static void st_thr_writable(srv_stream *s, void *arg)
+{
+    (void)s;
+    st_thr *t = arg;
+    pthread_mutex_lock(&t->mu);
+    t->room = 1;
+    pthread_cond_signal(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+}
+
+static void *st_thr_main(void *arg)
+{
+    st_thr *t = arg;
+    unsigned char piece[7000];
+    uint64_t sent = 0;
+    while (sent < t->total) {
+        size_t n = sizeof piece;
+        if (t->total - sent < n)
+            n = (size_t)(t->total - sent);
+        for (size_t i = 0; i < n; i++)
+            piece[i] = st_byte(sent + i);
+        int rc = srv_stream_write(t->s, piece, n);
+        if (rc == SRV_EAGAIN) {
+            pthread_mutex_lock(&t->mu);
+            t->room = 0;
+            pthread_mutex_unlock(&t->mu);
+            srv_stream_on_writable(t->s, st_thr_writable, t);
+            pthread_mutex_lock(&t->mu);
+            while (!t->room)
+                pthread_cond_wait(&t->cv, &t->mu);
+            pthread_mutex_unlock(&t->mu);
+            continue;
+        }
+        if (rc != 0)
+            break;
+        sent += n;
+    }
+    st_end(t->s);
+    /* The callback may still be queued: srv_stream_end stops it from being
+     * called (it never runs after end), so t can go. */
+    pthread_mutex_destroy(&t->mu);
+    pthread_cond_destroy(&t->cv);
+    free(t);
+    return NULL;
+}
+
+static void h_thread(srv_request *req, void *ctx)
+{
+    sfx *f = ctx;
+    st_thr *t = calloc(1, sizeof *t);
+    t->total = st_query(req, "bytes", 1000);
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->cv, NULL);
+    if (srv_stream_start(req, 200, "application/octet-stream", SRV_LENGTH_UNKNOWN, &t->s) != 0) {
+        free(t);
+        return;
+    }
+    atomic_fetch_add(&g_st.started, 1);
+    pthread_mutex_lock(&f->mu);
+    if (f->nthreads < 4 && pthread_create(&f->threads[f->nthreads], NULL, st_thr_main, t) == 0)
+        f->nthreads++;
+    else
+        st_thr_main(t); /* not expected: keeps the request answered */
+    pthread_mutex_unlock(&f->mu);
+}
+
+static void h_plain(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    srv_respond(req, 200, "text/plain", "plain", 5);
+}
+
+/* ---- fixture ------------------------------------------------------------- */
+
+int st_setup(void **state)
+{
+    const mode *m = *state ? *state : &MODE_H1;
+    sfx *f = calloc(1, sizeof *f);
+    f->m = m;
+    pthread_mutex_init(&f->mu, NULL);
+    atomic_store(&g_st.started, 0);
+    atomic_store(&g_st.ended, 0);
+    atomic_store(&g_st.closed, 0);
+    atomic_store(&g_st.end_rc, 1);
+    atomic_store(&g_st.writes, 0);
+    srv_config cfg;
+    srv_config_init(&cfg);
+    cfg.host = "127.0.0.1";
+    cfg.port = 0;
+    cfg.worker_threads = 16;
+    cfg.io_threads = 2;
+    cfg.header_timeout_ms = T_HEADER_MS; /* also the send deadline */
+    cfg.keepalive_timeout_ms = T_KEEPALIVE_MS;
+    cfg.request_timeout_ms = T_REQUEST_MS;
+    if (g_tls) { /* the tls run: the libcurl cases over HTTPS */
+        cfg.tls_cert_file = g_tls_cert;
+        cfg.tls_key_file = g_tls_key;
+    }
+    f->srv = srv_server_new(g_engine, &cfg);
+    if (f->srv == NULL)
+        return -1;
+    struct {
+        const char *path;
+        srv_handler_fn fn;
+    } routes[] = {{"/s/events", h_events},     {"/s/download", h_download},
+                  {"/s/forever", h_forever},   {"/s/thread", h_thread},
+                  {"/s/plain", h_plain}};
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+        srv_route_opts o;
+        srv_route_opts_init(&o);
+        o.method = "GET";
+        o.path = routes[i].path;
+        o.handler = routes[i].fn;
+        o.ctx = f;
+        o.flags = g_nonblocking ? SRV_ROUTE_NONBLOCKING : 0;
+        if (srv_route_add(f->srv, &o) != 0)
+            return -1;
+    }
+    int rc = srv_server_start(f->srv);
+    if (rc != 0) {
+        print_error("stream setup: start: %s (%s)\n", srv_strerror(rc),
+                    srv_server_last_error(f->srv));
+        srv_server_free(f->srv);
+        free(f);
+        return -1;
+    }
+    f->port = srv_server_port(f->srv);
+    *state = f;
+    return 0;
+}
+
+/* Every stream ended, nothing in flight, a clean stop. */
+int st_teardown(void **state)
+{
+    sfx *f = *state;
+    int rc = 0;
+    for (int i = 0; i < f->nthreads; i++)
+        pthread_join(f->threads[i], NULL);
+    if (!f->stopped && srv_server_stop(f->srv, 2000) != 0)
+        rc = -1;
+    srv_stats st;
+    srv_server_stats(f->srv, &st);
+    if (st.connections_open != 0 || st.requests_in_flight != 0) {
+        print_error("stream teardown: connections_open=%u requests_in_flight=%u\n",
+                    st.connections_open, st.requests_in_flight);
+        rc = -1;
+    }
+    /* The streams' owners were told (a write or a callback) and ended them. */
+    for (int i = 0; i < 300 && atomic_load(&g_st.ended) != atomic_load(&g_st.started); i++)
+        sleep_ms(10);
+    if (atomic_load(&g_st.ended) != atomic_load(&g_st.started)) {
+        print_error("stream teardown: %d streams started, %d ended\n",
+                    atomic_load(&g_st.started), atomic_load(&g_st.ended));
+        rc = -1;
+    }
+    srv_server_free(f->srv);
+    pthread_mutex_destroy(&f->mu);
+    free(f);
+    return rc;
+}
+
+static int wait_no_inflight_srv(srv_server *srv, int timeout_ms)
+{
+    long long end = rc_now_ms() + timeout_ms;
+    for (;;) {
+        srv_stats st;
+        srv_server_stats(srv, &st);
+        if (st.requests_in_flight == 0)
+            return 1;
+        if (rc_now_ms() > end)
+            return 0;
+        sleep_ms(10);
+    }
+}
+
+/* The application's end runs on its own thread: the client may have the
+ * whole body a moment before srv_stream_end returned. */
+static void st_wait_ended(void)
+{
+    for (int i = 0; i < 300 && atomic_load(&g_st.ended) != atomic_load(&g_st.started); i++)
+        sleep_ms(10);
+}
+
+/* ---- a libcurl reader ------------------------------------------------------ */
+
+typedef struct st_read {
+    uint64_t got;        /* body bytes */
+    uint64_t bad_at;     /* first byte off the pattern + 1 (0: none) */
+    int verify;          /* check the download pattern */
+    sbuf text;           /* kept body (events) */
+    int keep;
+    long long t0, times[64]; /* arrival of each complete event */
+    int events;
+    int slow_calls;      /* sleep 20 ms in this many first callbacks */
+    long held0, held_max;
+} st_read;
+
+static size_t st_on_data(char *p, size_t sz, size_t n, void *arg)
+{
+    st_read *r = arg;
+    size_t len = sz * n;
+    if (r->verify && r->bad_at == 0)
+        for (size_t i = 0; i < len; i++)
+            if ((unsigned char)p[i] != st_byte(r->got + i)) {
+                r->bad_at = r->got + i + 1;
+                break;
+            }
+    if (r->keep) {
+        size_t before = r->text.n;
+        sb_add(&r->text, "%.*s", (int)len, p);
+        /* Count events by their blank line ("\n\n"), as they complete. */
+        for (size_t i = before > 0 ? before - 1 : 0; i + 1 < r->text.n; i++)
+            if (r->text.p[i] == '\n' && r->text.p[i + 1] == '\n' && r->events < 64)
+                r->times[r->events++] = rc_now_ms() - r->t0;
+    }
+    r->got += len;
+    if (r->slow_calls > 0) {
+        r->slow_calls--;
+        sleep_ms(20);
+    }
+    if ((r->got & 0xfffff) < len) { /* about every MiB */
+        long h = st_held_kb();
+        if (h > r->held_max)
+            r->held_max = h;
+    }
+    return len;
+}
+
+static CURLcode st_get(const sfx *f, const char *path, st_read *r, long *status,
+                       char *te, size_t te_len, long long *cl)
+{
+    char url[256];
+    snprintf(url, sizeof url, "%s://127.0.0.1:%d%s", url_scheme(), f->port, path);
+    CURL *h = curl_easy_init();
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, st_on_data);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 60000L);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    /* A small receive window so the slow reader pushes back at once. */
+    curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 16384L);
+    curl_easy_setopt(h, CURLOPT_PROXY, "");
+    if (f->m->http2)
+        curl_easy_setopt(h, CURLOPT_HTTP_VERSION, g_tls ? (long)CURL_HTTP_VERSION_2TLS
+                                                        : (long)CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE);
+    else
+        curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+    if (g_tls)
+        curl_easy_setopt(h, CURLOPT_CAINFO, g_tls_cert);
+    struct curl_slist *hdrs = NULL;
+    r->t0 = rc_now_ms();
+    r->held0 = r->held_max = st_held_kb();
+    CURLcode rc = curl_easy_perform(h);
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
+    if (cl != NULL) {
+        curl_off_t v = -1;
+        curl_easy_getinfo(h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &v);
+        *cl = (long long)v;
+    }
+    if (te != NULL) {
+        struct curl_header *hd = NULL;
+        te[0] = '\0';
+        if (curl_easy_header(h, "Transfer-Encoding", 0, CURLH_HEADER, -1, &hd) == CURLHE_OK)
+            snprintf(te, te_len, "%s", hd->value);
+    }
+    curl_slist_free_all(hdrs);
+    curl_easy_cleanup(h);
+    return rc;
+}
+
+/* ---- cases ------------------------------------------------------------------ */
+
+/* Five events 150 ms apart arrive as they are sent, not all at the end. */
+void test_stream_events_spread(void **state)
+{
+    sfx *f = *state;
+    st_read r = {.keep = 1};
+    long status = 0;
+    CURLcode rc = st_get(f, "/s/events?count=5&interval_ms=150", &r, &status, NULL, 0, NULL);
+    CHECK(rc == CURLE_OK, "GET /s/events: %s", curl_easy_strerror(rc));
+    CHECK_INT("status", status, 200);
+    CHECK_INT("events received", r.events, 5);
+    /* Sent at 0, 150, ..., 600 ms: the first long before the last. */
+    CHECK(r.times[4] - r.times[0] >= 400,
+          "events arrived at %lld..%lld ms: not spread (all at the end?)", r.times[0],
+          r.times[4]);
+    const char *want = "event: tick\nid: 1\ndata: event 1\ndata: of 5\n\n";
+    CHECK(r.text.p != NULL && strncmp(r.text.p, want, strlen(want)) == 0,
+          "first event framed as \"%s\", got \"%.60s\"", want, or_null(r.text.p));
+    st_wait_ended();
+    CHECK_INT("streams ended cleanly (end rc)", atomic_load(&g_st.end_rc), 0);
+    free(r.text.p);
+}
+
+/* 64 MiB, chunked (HTTP/1.1) or DATA frames (HTTP/2), read slowly at first:
+ * every byte right, and the server holds about one stream buffer, not the
+ * body (the test process hosts the server: its memory is measured). */
+void test_stream_download_64m(void **state)
+{
+    sfx *f = *state;
+    const uint64_t total = 64u << 20;
+    st_read r = {.verify = 1, .slow_calls = 25};
+    long status = 0;
+    char te[64];
+    char path[96];
+    snprintf(path, sizeof path, "/s/download?bytes=%llu", (unsigned long long)total);
+    CURLcode rc = st_get(f, path, &r, &status, te, sizeof te, NULL);
+    CHECK(rc == CURLE_OK, "GET 64 MiB: %s after %llu bytes", curl_easy_strerror(rc),
+          (unsigned long long)r.got);
+    CHECK_INT("status", status, 200);
+    CHECK(r.got == total, "got %llu bytes, want %llu", (unsigned long long)r.got,
+          (unsigned long long)total);
+    CHECK(r.bad_at == 0, "byte %llu is not the pattern's", (unsigned long long)(r.bad_at - 1));
+    if (!f->m->http2)
+        CHECK(strcasecmp(te, "chunked") == 0, "Transfer-Encoding \"%s\", want chunked", te);
+    long grew = r.held_max - r.held0;
+    CHECK(grew < 24 * 1024, "memory grew by %ld KB while streaming 64 MiB (bound: 24 MiB)",
+          grew);
+    st_wait_ended();
+    CHECK_INT("end rc", atomic_load(&g_st.end_rc), 0);
+}
+
+/* A known length is sent as Content-Length; ending short cuts the response
+ * (the client sees a short body, never a wrong one) and end says EINVAL. */
+void test_stream_known_length(void **state)
+{
+    sfx *f = *state;
+    st_read r = {.verify = 1};
+    long status = 0;
+    long long cl = -1;
+    CURLcode rc = st_get(f, "/s/download?bytes=300000&length=1", &r, &status, NULL, 0, &cl);
+    CHECK(rc == CURLE_OK, "GET with a length: %s", curl_easy_strerror(rc));
+    CHECK_INT("Content-Length", cl, 300000);
+    CHECK_INT("bytes", r.got, 300000);
+    CHECK(r.bad_at == 0, "byte %llu is not the pattern's", (unsigned long long)(r.bad_at - 1));
+    st_wait_ended();
+    CHECK_INT("end rc", atomic_load(&g_st.end_rc), 0);
+
+    st_read s = {.verify = 1};
+    rc = st_get(f, "/s/download?bytes=300000&length=1&end_at=100000", &s, &status, NULL, 0, &cl);
+    CHECK(rc != CURLE_OK, "a body ended short of its length was received as complete");
+    CHECK(s.got <= 100000, "got %llu bytes of a body ended at 100000",
+          (unsigned long long)s.got);
+    CHECK(s.bad_at == 0, "byte %llu is not the pattern's", (unsigned long long)(s.bad_at - 1));
+    st_wait_ended();
+    CHECK_INT("end rc of the short body", atomic_load(&g_st.end_rc), SRV_EINVAL);
+    CHECK(wait_no_inflight_srv(f->srv, 3000), "the short stream is still in flight");
+}
+
+/* Read the raw response until the server closes (or timeout_ms). */
+static size_t st_raw_all(rc_conn *c, int timeout_ms)
+{
+    size_t unread = 0;
+    rc_wait_close(c, timeout_ms, &unread);
+    return rc_unread(c);
+}
+
+/* HTTP/1.0: no length, no chunks: the close ends the body. */
+void test_stream_http10(void **state)
+{
+    sfx *f = *state;
+    rc_conn c;
+    rc_init(&c);
+    CHECK_INT("connect", rc_connect(&c, f->port, 2000), RC_OK);
+    rc_send_str(&c, "GET /s/download?bytes=200000 HTTP/1.0\r\n" HOST "\r\n", 2000);
+    size_t n = st_raw_all(&c, 10000);
+    CHECK(c.eof || c.reset, "the server did not close the HTTP/1.0 stream");
+    const char *p = c.buf + c.off;
+    const char *end = memmem(p, n, "\r\n\r\n", 4);
+    CHECK(end != NULL, "no response head in %zu bytes", n);
+    size_t hlen = (size_t)(end - p) + 4;
+    char *head = strndup(p, hlen);
+    CHECK(strncmp(head, "HTTP/1.", 7) == 0 && strstr(head, " 200 ") != NULL, "head: %s", head);
+    CHECK(strcasestr(head, "content-length") == NULL, "a length in: %s", head);
+    CHECK(strcasestr(head, "transfer-encoding") == NULL, "chunks for HTTP/1.0 in: %s", head);
+    CHECK(strcasestr(head, "connection: close") != NULL, "no Connection: close in: %s", head);
+    free(head);
+    CHECK_INT("body bytes", n - hlen, 200000);
+    for (size_t i = 0; i < n - hlen; i++)
+        if ((unsigned char)p[hlen + i] != st_byte(i)) {
+            CHECK(0, "byte %zu is not the pattern's", i);
+            break;
+        }
+    rc_close(&c);
+}
+
+/* HTTP/1.1 chunked on the wire, ended by the last chunk, and the connection
+ * serves the next request after it. */
+void test_stream_chunked_keepalive(void **state)
+{
+    sfx *f = *state;
+    rc_conn c;
+    rc_init(&c);
+    CHECK_INT("connect", rc_connect(&c, f->port, 2000), RC_OK);
+    rc_send_str(&c, "GET /s/events?count=3&interval_ms=10 HTTP/1.1\r\n" HOST "\r\n", 2000);
+    rc_response r;
+    int rc = rc_read_response(&c, &r, 0, 5000);
+    CHECK(rc == RC_OK, "reading the event stream: %s", rc_strerror(rc));
+    CHECK_INT("status", r.status, 200);
+    CHECK(r.chunked, "the event stream was not chunked");
+    CHECK(strcasecmp(or_null(rc_header_get(&r, "Content-Type")), "text/event-stream") == 0,
+          "Content-Type %s", or_null(rc_header_get(&r, "Content-Type")));
+    CHECK(strcasecmp(or_null(rc_header_get(&r, "Cache-Control")), "no-cache") == 0,
+          "Cache-Control %s", or_null(rc_header_get(&r, "Cache-Control")));
+    CHECK(strstr(r.body, "id: 3\ndata: event 3\ndata: of 3\n\n") != NULL, "body: %s", r.body);
+    rc_response_free(&r);
+    rc_send_str(&c, "GET /s/plain HTTP/1.1\r\n" HOST "\r\n", 2000);
+    rc = rc_read_response(&c, &r, 0, 5000);
+    CHECK(rc == RC_OK, "the request after a stream: %s", rc_strerror(rc));
+    CHECK_INT("status after the stream", r.status, 200);
+    rc_response_free(&r);
+    rc_close(&c);
+}
+
+/* The client goes away mid-stream: the application's writes say
+ * SRV_ECLOSED soon, it ends the stream, nothing stays in flight. */
+void test_stream_vanished_client(void **state)
+{
+    sfx *f = *state;
+    rc_conn c;
+    rc_init(&c);
+    CHECK_INT("connect", rc_connect(&c, f->port, 2000), RC_OK);
+    rc_send_str(&c, "GET /s/forever HTTP/1.1\r\n" HOST "\r\n", 2000);
+    for (int i = 0; i < 200 && rc_unread(&c) < 3000; i++) {
+        size_t u = 0;
+        rc_wait_close(&c, 10, &u);
+    }
+    CHECK(rc_unread(&c) >= 3000, "only %zu bytes of the stream came", rc_unread(&c));
+    rc_close(&c);
+    long long t0 = rc_now_ms();
+    while (atomic_load(&g_st.closed) == 0 && rc_now_ms() - t0 < 5000)
+        sleep_ms(10);
+    CHECK(atomic_load(&g_st.closed) > 0, "writes still succeed 5 s after the client left");
+    CHECK(wait_no_inflight_srv(f->srv, 3000), "the stream stayed in flight");
+}
+
+/* A client that never reads: the send deadline (header_timeout_ms without
+ * progress) cuts the stream and the application hears of it. */
+void test_stream_send_deadline(void **state)
+{
+    sfx *f = *state;
+    rc_conn c;
+    rc_init(&c);
+    CHECK_INT("connect", rc_connect(&c, f->port, 2000), RC_OK);
+    int small = 4096;
+    setsockopt(c.fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    rc_send_str(&c, "GET /s/download?bytes=1000000000 HTTP/1.1\r\n" HOST "\r\n", 2000);
+    long long t0 = rc_now_ms();
+    while (atomic_load(&g_st.closed) == 0 && rc_now_ms() - t0 < 15000)
+        sleep_ms(20);
+    long long took = rc_now_ms() - t0;
+    CHECK(atomic_load(&g_st.closed) > 0, "a never-reading client held the stream 15 s");
+    CHECK(took >= T_HEADER_MS - 100, "cut after %lld ms, before the send deadline", took);
+    CHECK(wait_no_inflight_srv(f->srv, 3000), "the stream stayed in flight");
+    /* Widen the window, then drain what was sent before the cut. */
+    int big = 1 << 20;
+    setsockopt(c.fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
+    rc_close(&c);
+}
+
+typedef struct st_stop {
+    srv_server *srv;
+    unsigned grace;
+    int rc;
+} st_stop;
+
+static void *st_stop_run(void *arg)
+{
+    st_stop *s = arg;
+    s->rc = srv_server_stop(s->srv, s->grace);
+    return NULL;
+}
+
+/* Graceful stop: a stream that ends within the grace completes; one that
+ * does not is cut at its end (no last chunk: the client sees it cut) and
+ * its owner hears SRV_ECLOSED. */
+void test_stream_graceful_stop(void **state)
+{
+    sfx *f = *state;
+    rc_conn a, b;
+    rc_init(&a);
+    rc_init(&b);
+    CHECK_INT("connect", rc_connect(&a, f->port, 2000), RC_OK);
+    CHECK_INT("connect", rc_connect(&b, f->port, 2000), RC_OK);
+    rc_send_str(&a, "GET /s/events?count=4&interval_ms=150 HTTP/1.1\r\n" HOST "\r\n", 2000);
+    rc_send_str(&b, "GET /s/forever HTTP/1.1\r\n" HOST "\r\n", 2000);
+    for (int i = 0; i < 200 && (rc_unread(&a) == 0 || rc_unread(&b) < 2000); i++) {
+        size_t u = 0;
+        rc_wait_close(&a, 5, &u);
+        rc_wait_close(&b, 5, &u);
+    }
+    st_stop s = {.srv = f->srv, .grace = 1200};
+    pthread_t t;
+    long long t0 = rc_now_ms();
+    pthread_create(&t, NULL, st_stop_run, &s);
+    rc_response r;
+    int rc = rc_read_response(&a, &r, 0, 5000);
+    CHECK(rc == RC_OK, "the stream ending within the grace: %s", rc_strerror(rc));
+    if (rc == RC_OK) {
+        CHECK(strstr(r.body, "id: 4\n") != NULL, "not every event came: %s", r.body);
+        rc_response_free(&r);
+    }
+    rc = rc_read_response(&b, &r, 0, 5000);
+    CHECK(rc == RC_TRUNCATED, "the stream outliving the grace: %s, want truncated",
+          rc_strerror(rc));
+    if (rc == RC_OK)
+        rc_response_free(&r);
+    pthread_join(t, NULL);
+    f->stopped = 1;
+    long long took = rc_now_ms() - t0;
+    CHECK_INT("srv_server_stop", s.rc, 0);
+    CHECK(took < 1200 + 2500, "stop took %lld ms with a 1200 ms grace", took);
+    long long w = rc_now_ms();
+    while (atomic_load(&g_st.closed) == 0 && rc_now_ms() - w < 3000)
+        sleep_ms(10);
+    CHECK(atomic_load(&g_st.closed) > 0, "the cut stream's owner was not told");
+    rc_close(&a);
+    rc_close(&b);
+}
+
+/* An application thread of its own writes 8 MB, waiting for room through
+ * srv_stream_on_writable. */
+void test_stream_other_thread(void **state)
+{
+    sfx *f = *state;
+    st_read r = {.verify = 1, .slow_calls = 10};
+    long status = 0;
+    CURLcode rc = st_get(f, "/s/thread?bytes=8000000", &r, &status, NULL, 0, NULL);
+    CHECK(rc == CURLE_OK, "GET /s/thread: %s", curl_easy_strerror(rc));
+    CHECK_INT("bytes", r.got, 8000000);
+    CHECK(r.bad_at == 0, "byte %llu is not the pattern's", (unsigned long long)(r.bad_at - 1));
+}
+
+/* An engine without SRV_CAP_STREAM refuses to start one (the request is
+ * still the application's: it answers). */
+void test_stream_refused(void **state)
+{
+    sfx *f = *state;
+    st_read r = {0};
+    long status = 0;
+    CURLcode rc = st_get(f, "/s/download?bytes=10", &r, &status, NULL, 0, NULL);
+    CHECK(rc == CURLE_OK, "GET: %s", curl_easy_strerror(rc));
+    CHECK_INT("status without SRV_CAP_STREAM", status, 501);
+    CHECK_INT("started", atomic_load(&g_st.started), 0);
+}
+
+/* HEAD on a streamed route: the head only (Content-Length of a known
+ * length), writes dropped, and the connection serves the next request. */
+void test_stream_head(void **state)
+{
+    sfx *f = *state;
+    rc_conn c;
+    rc_init(&c);
+    CHECK_INT("connect", rc_connect(&c, f->port, 2000), RC_OK);
+    rc_send_str(&c, "HEAD /s/download?bytes=100000&length=1 HTTP/1.1\r\n" HOST "\r\n", 2000);
+    rc_response r;
+    int rc = rc_read_response(&c, &r, 1, 5000);
+    CHECK(rc == RC_OK, "HEAD of a stream: %s", rc_strerror(rc));
+    CHECK_INT("status", r.status, 200);
+    CHECK_STR("Content-Length", rc_header_get(&r, "Content-Length"), "100000");
+    CHECK_INT("body bytes", r.body_len, 0);
+    rc_response_free(&r);
+    rc_send_str(&c, "GET /s/plain HTTP/1.1\r\n" HOST "\r\n", 2000);
+    rc = rc_read_response(&c, &r, 0, 5000);
+    CHECK(rc == RC_OK, "the request after a HEAD of a stream: %s", rc_strerror(rc));
+    CHECK_STR("body after", r.body, "plain");
+    rc_response_free(&r);
+    rc_close(&c);
+    st_wait_ended();
+    CHECK_INT("end rc", atomic_load(&g_st.end_rc), 0);
+}
