@@ -22,6 +22,9 @@ int srv__metrics_start(srv_server *srv)
     m->n = routes + 1;
     for (size_t i = 0; i < routes; i++)
         srv__router_at(&srv->router, i, &m->route[i].method, &m->route[i].path);
+    /* A start retried after a failed one (routes may have been added in
+     * between) builds the table again. */
+    free(srv->metrics);
     srv->metrics = m;
     return 0;
 }

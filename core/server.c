@@ -116,10 +116,13 @@ int srv_server_start(srv_server *srv)
         rc = srv__forwarded_start(srv);
     if (rc == 0)
         rc = srv__access_log_start(srv);
-    if (rc == 0)
+    /* The built-in routes once, even when a failed start is retried. */
+    if (rc == 0 && !srv->builtin_routed)
         rc = srv__health_start(srv);
-    if (rc == 0)
+    if (rc == 0 && !srv->builtin_routed)
         rc = srv__metrics_route(srv);
+    if (rc == 0)
+        srv->builtin_routed = true;
     if (rc == 0)
         rc = srv__metrics_start(srv); /* last: every route is known */
     if (rc != 0)

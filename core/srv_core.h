@@ -195,6 +195,7 @@ struct srv_server {
     size_t ready_check_count;
     char *ready_path;             /* health.c: cfg.ready_path, copied */
     struct srv__metrics *metrics; /* metrics.c: from start on */
+    bool builtin_routed;          /* ready_path and metrics_path routed (server.c) */
     char *metrics_path;           /* metrics.c: cfg.metrics_path, copied */
     srv__streams streams; /* stream.c's */
 };

@@ -840,7 +840,13 @@ static void test_start_retry_after_engine_failure(void **state)
 {
     fake *f = *state;
     f->start_rc = SRV_EBIND;
-    srv_server *srv = fake_server(f, NULL);
+    /* The built-in routes and the metrics table are set up by start: a
+     * retry must neither register them twice nor leak the first table. */
+    srv_config cfg;
+    fake_config(&cfg);
+    cfg.ready_path = "/ready";
+    cfg.metrics_path = "/metrics";
+    srv_server *srv = fake_server(f, &cfg);
     assert_int_equal(srv_route(srv, "GET", "/x", fake_handler, NULL), 0);
     assert_int_equal(srv_server_start(srv), SRV_EBIND);
 
@@ -850,6 +856,8 @@ static void test_start_retry_after_engine_failure(void **state)
     int rc = srv_server_start(srv);
     if (rc == 0) {
         assert_int_equal(fake_roundtrip(f, "GET", "/x"), 200);
+        assert_int_equal(fake_roundtrip(f, "GET", "/ready"), 200);
+        assert_int_equal(fake_roundtrip(f, "GET", "/metrics"), 200);
         assert_int_equal(srv_after(srv, 1000, never_cb, NULL), 0); /* timer runs */
     } else {
         assert_int_equal(rc, SRV_ESTATE); /* refusing a retry is fine too */
