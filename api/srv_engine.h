@@ -42,7 +42,14 @@ enum {
      * it starts a close but finishes a TLS close later (libh2o 2.2.5 frees its
      * HTTP/2 connection while the socket still flushes close_notify): with a
      * quiet shutdown the socket closes at once, as in cleartext. */
-    SRV_ENGINE_CAP_TLS_QUIET_CLOSE = 1u << 30
+    SRV_ENGINE_CAP_TLS_QUIET_CLOSE = 1u << 30,
+    /* Engine-only: the engine serves TLS with GnuTLS (its library's own
+     * TLS, libmicrohttpd), not OpenSSL: the core builds and validates its
+     * contexts with GnuTLS (core/tls_gnutls.c) and the engine takes them
+     * with srv__tls_gnutls, not srv__tls_ctx. */
+    SRV_ENGINE_CAP_TLS_GNUTLS = 1u << 29,
+    /* The bits above that srv_engine_caps does not show. */
+    SRV_ENGINE_CAPS_INTERNAL = SRV_ENGINE_CAP_TLS_QUIET_CLOSE | SRV_ENGINE_CAP_TLS_GNUTLS
 };
 
 struct srv_engine {
@@ -179,6 +186,32 @@ struct ssl_ctx_st *srv__tls_ctx(srv_server *srv, unsigned *generation);
 /* The reload count (srv_server_reload_tls); cheap, for engines that keep a
  * context per thread and take the new one when it changes. Any thread. */
 unsigned srv__tls_generation(const srv_server *srv);
+
+/*
+ * For an engine with SRV_ENGINE_CAP_TLS_GNUTLS: what new connections use
+ * now, parsed and checked by the core with GnuTLS. The chain and key are
+ * what a gnutls_certificate_retrieve_function2 returns (leaf first);
+ * `priorities` is the GnuTLS priority string for the configured minimum
+ * version and ciphers (Mozilla "intermediate" by default; tls_ciphers is a
+ * GnuTLS priority string on such an engine); `client_ca_pem` is the text
+ * of tls_client_ca_file, NULL when clients are not verified.
+ */
+struct gnutls_pcert_st;
+struct gnutls_privkey_st;
+typedef struct srv_tls_gnutls {
+    struct gnutls_pcert_st *certs;
+    unsigned ncerts;
+    struct gnutls_privkey_st *key;
+    const char *priorities;
+    const char *client_ca_pem;
+} srv_tls_gnutls;
+
+/* srv__tls_gnutls: the current one with a reference for the caller, which
+ * keeps it valid (connections keep theirs across a reload) until
+ * srv__tls_gnutls_release; *generation (when not NULL) as srv__tls_ctx.
+ * NULL when TLS is off. Any thread. */
+const srv_tls_gnutls *srv__tls_gnutls(srv_server *srv, unsigned *generation);
+void srv__tls_gnutls_release(const srv_tls_gnutls *t);
 
 /* ------------------------------------------------------------------ */
 /* Worker pool                                                         */

@@ -327,7 +327,7 @@ size_t srv__percent_decode(const char *s, size_t n, char *out,
 /* Access log line for a delivered response (access_log.c). */
 void srv__access_log(const srv_request *req);
 
-/* ---- TLS (tls.c, and its backend tls_openssl.c or tls_none.c) ---------- */
+/* ---- TLS (tls.c; backends tls_openssl.c or tls_none.c, and tls_gnutls.c) */
 
 /* srv_server_new: copy the tls_* strings (cfg points at the copies) and
  * create srv->tls when a certificate is configured. SRV_ENOMEM. */
@@ -343,6 +343,11 @@ void srv__tls_free(srv_server *srv);
 int srv__tls_backend_build(srv_server *srv, void **ctx);
 void srv__tls_backend_ref(void *ctx);
 void srv__tls_backend_unref(void *ctx);
+/* The GnuTLS backend (tls_gnutls.c, built with the mhd engine), for an
+ * engine with SRV_ENGINE_CAP_TLS_GNUTLS: the same contract. */
+int srv__tls_gnutls_build(srv_server *srv, void **ctx);
+void srv__tls_gnutls_ref(void *ctx);
+void srv__tls_gnutls_unref(void *ctx);
 
 /* Validate a configuration and resolve io_threads; returns 0 or
  * SRV_EINVAL/SRV_EADDR with the reason in srv->error. */
