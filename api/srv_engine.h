@@ -204,6 +204,7 @@ typedef struct srv_tls_gnutls {
     struct gnutls_privkey_st *key;
     const char *priorities;
     const char *client_ca_pem;
+    const char *dh_params_pem; /* PKCS#3 PEM: RFC 7919 ffdhe2048, for DHE */
 } srv_tls_gnutls;
 
 /* srv__tls_gnutls: the current one with a reference for the caller, which

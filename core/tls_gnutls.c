@@ -35,6 +35,7 @@ typedef struct srv__tls_gnutls_ctx {
     gnutls_pcert_st *certs;
     char *priorities;
     char *client_ca_pem;
+    char *dh_params_pem;
 } srv__tls_gnutls_ctx;
 
 /* A whole file as text (NUL-terminated); NULL with srv->error set. */
@@ -87,6 +88,7 @@ static void srv__tls_gnutls_free(srv__tls_gnutls_ctx *t)
         gnutls_privkey_deinit(t->pub.key);
     free(t->priorities);
     free(t->client_ca_pem);
+    free(t->dh_params_pem);
     free(t);
 }
 
@@ -182,6 +184,30 @@ static int srv__tls_gnutls_priorities(srv_server *srv, srv__tls_gnutls_ctx *t)
     return 0;
 }
 
+/* The DHE suites of the intermediate policy need a group: RFC 7919's
+ * ffdhe2048, as Mozilla recommends (OpenSSL picks it by itself). */
+static int srv__tls_gnutls_dh(srv__tls_gnutls_ctx *t)
+{
+    gnutls_dh_params_t dh = NULL;
+    gnutls_datum_t pem = {NULL, 0};
+    int rc = gnutls_dh_params_init(&dh);
+    if (rc == 0)
+        rc = gnutls_dh_params_import_raw2(dh, &gnutls_ffdhe_2048_group_prime,
+                                          &gnutls_ffdhe_2048_group_generator,
+                                          gnutls_ffdhe_2048_key_bits);
+    if (rc == 0)
+        rc = gnutls_dh_params_export2_pkcs3(dh, GNUTLS_X509_FMT_PEM, &pem);
+    if (rc == 0) {
+        t->dh_params_pem = strndup((const char *)pem.data, pem.size);
+        rc = t->dh_params_pem != NULL ? 0 : GNUTLS_E_MEMORY_ERROR;
+    }
+    gnutls_free(pem.data);
+    if (dh != NULL)
+        gnutls_dh_params_deinit(dh);
+    t->pub.dh_params_pem = t->dh_params_pem;
+    return rc;
+}
+
 int srv__tls_gnutls_build(srv_server *srv, void **out)
 {
     const srv_config *c = &srv->cfg;
@@ -196,12 +222,18 @@ int srv__tls_gnutls_build(srv_server *srv, void **out)
     if ((rc = srv__tls_gnutls_priorities(srv, t)) != 0)
         goto fail;
     rc = SRV_ETLS;
+    int g = srv__tls_gnutls_dh(t);
+    if (g < 0) {
+        srv__server_set_error(srv, "TLS: GnuTLS cannot set up the DH group: %s",
+                              gnutls_strerror(g));
+        goto fail;
+    }
     if (c->tls_cert_file &&
         (cert = srv__tls_gnutls_slurp(srv, "certificate file", c->tls_cert_file)) == NULL)
         goto fail;
     if (c->tls_key_file && (key = srv__tls_gnutls_slurp(srv, "key file", c->tls_key_file)) == NULL)
         goto fail;
-    int g = srv__tls_gnutls_chain(t, cert ? cert : c->tls_cert_pem);
+    g = srv__tls_gnutls_chain(t, cert ? cert : c->tls_cert_pem);
     if (g < 0) {
         if (c->tls_cert_file)
             srv__server_set_error(srv, "TLS certificate file \"%s\": %s (a PEM certificate "

@@ -1306,7 +1306,7 @@ static int emhd_start(srv_server *srv, void **state)
      * and the watchdog's first-head deadline cover the handshake too. */
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
                      MHD_USE_ERROR_LOG | MHD_USE_TURBO;
-    struct MHD_OptionItem tls_opts[4] = {{MHD_OPTION_END, 0, NULL}};
+    struct MHD_OptionItem tls_opts[5] = {{MHD_OPTION_END, 0, NULL}};
     if (srv__tls_enabled(srv)) {
         es->tls_start = srv__tls_gnutls(srv, NULL);
         if (es->tls_start == NULL || MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES ||
@@ -1323,6 +1323,8 @@ static int emhd_start(srv_server *srv, void **state)
                                                 (void *)(uintptr_t)emhd_tls_cert};
         tls_opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_PRIORITIES, 0,
                                                 (void *)es->tls_start->priorities};
+        tls_opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_DHPARAMS, 0,
+                                                (void *)es->tls_start->dh_params_pem};
         if (es->tls_start->client_ca_pem != NULL)
             tls_opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_TRUST, 0,
                                                     (void *)es->tls_start->client_ca_pem};

@@ -1171,6 +1171,9 @@ static int conformance_tls_main(void)
     snprintf(name, sizeof name, "conformance %s (TLS): handshake abuse, ALPN, reload, "
              "configuration", g_engine_name);
     failed += cmocka_run_group_tests_name(name, tls, group_h1, NULL);
+    const struct CMUnitTest tls_client[] = {cmocka_unit_test(test_tls_client_certificate)};
+    snprintf(name, sizeof name, "conformance %s (TLS): client certificates", g_engine_name);
+    failed += cmocka_run_group_tests_name(name, tls_client, NULL, NULL);
     tls_remove_certs();
     return failed == 0 ? 0 : 1;
 }

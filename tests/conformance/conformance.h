@@ -375,5 +375,7 @@ void test_tls_bad_config(void **state);
 void test_tls_pem_in_memory(void **state);
 void test_tls_sighup_reload(void **state);
 void test_tls_refused_by_engine(void **state);
+/* conformance_tls_client.c */
+void test_tls_client_certificate(void **state);
 
 #endif /* SRV_CONFORMANCE_H */
