@@ -701,19 +701,42 @@ static int emhd_tls_cert(gnutls_session_t session, const gnutls_datum_t *req_ca_
     return 0;
 }
 
-/* TLS, a new connection: with tls_client_ca_file, a client without a
+/* TLS: the client's Finished arrived (the handshake is done on our side).
+ * The bytes received so far are the handshake's: quiesce's "a next
+ * request has begun" (emhd_quiesce_idle) counts from here, so a connection
+ * with a handshake and no request yet is idle, as a fresh cleartext one. */
+static int emhd_tls_finished(gnutls_session_t session, unsigned htype, unsigned when,
+                             unsigned incoming, const gnutls_datum_t *msg)
+{
+    (void)htype;
+    (void)when;
+    (void)msg;
+    struct MHD_Connection *conn = gnutls_session_get_ptr(session);
+    const union MHD_ConnectionInfo *ci =
+        incoming && conn != NULL
+            ? MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT)
+            : NULL;
+    emhd_conn *ec = ci != NULL ? ci->socket_context : NULL;
+    if (ec != NULL && atomic_load(&ec->phase) == EMHD_IDLE)
+        atomic_store(&ec->rcvd, emhd_received(ec->fd));
+    return 0;
+}
+
+/* TLS, a new connection. With tls_client_ca_file, a client without a
  * certificate that the CA file verifies fails the handshake, as on the
- * OpenSSL engines (SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT).
+ * OpenSSL engines (SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT):
  * MHD only requests one (GNUTLS_CERT_REQUEST) and verifies nothing. */
 static void emhd_tls_session(emhd_server *es, struct MHD_Connection *conn)
 {
-    if (es->tls_start == NULL || es->tls_start->client_ca_pem == NULL)
-        return;
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_GNUTLS_SESSION);
     if (ci == NULL || ci->tls_session == NULL)
         return;
     gnutls_session_t session = ci->tls_session;
+    gnutls_handshake_set_hook_function(session, GNUTLS_HANDSHAKE_FINISHED, GNUTLS_HOOK_POST,
+                                       emhd_tls_finished);
+    if (es->tls_start == NULL || es->tls_start->client_ca_pem == NULL)
+        return;
     gnutls_certificate_server_set_request(session, GNUTLS_CERT_REQUIRE);
     gnutls_session_set_verify_cert(session, NULL, 0); /* against MHD's trust list */
 }

@@ -1171,9 +1171,14 @@ static int conformance_tls_main(void)
     snprintf(name, sizeof name, "conformance %s (TLS): handshake abuse, ALPN, reload, "
              "configuration", g_engine_name);
     failed += cmocka_run_group_tests_name(name, tls, group_h1, NULL);
-    const struct CMUnitTest tls_client[] = {cmocka_unit_test(test_tls_client_certificate)};
-    snprintf(name, sizeof name, "conformance %s (TLS): client certificates", g_engine_name);
-    failed += cmocka_run_group_tests_name(name, tls_client, NULL, NULL);
+    const struct CMUnitTest tls_client[] = {
+        cmocka_unit_test(test_tls_client_certificate),
+        cmocka_unit_test_setup_teardown(test_tls_stop_idle_after_handshake, setup_default,
+                                        fx_teardown),
+    };
+    snprintf(name, sizeof name, "conformance %s (TLS): client certificates, idle clients",
+             g_engine_name);
+    failed += cmocka_run_group_tests_name(name, tls_client, group_h1, NULL);
     tls_remove_certs();
     return failed == 0 ? 0 : 1;
 }

@@ -377,5 +377,6 @@ void test_tls_sighup_reload(void **state);
 void test_tls_refused_by_engine(void **state);
 /* conformance_tls_client.c */
 void test_tls_client_certificate(void **state);
+void test_tls_stop_idle_after_handshake(void **state);
 
 #endif /* SRV_CONFORMANCE_H */

@@ -1,11 +1,18 @@
 /*
- * Conformance case over HTTPS (`conformance ENGINE tls`): client
- * certificates (tls_client_ca_file). Every engine with SRV_CAP_TLS gives
- * the same answers: a client whose certificate the CA file verifies is
- * served; one without a certificate, or with one the CA did not issue, is
- * refused in the handshake and never reaches a handler.
+ * Conformance cases over HTTPS (`conformance ENGINE tls`), the same on
+ * every engine with SRV_CAP_TLS: client certificates (tls_client_ca_file:
+ * a client whose certificate the CA file verifies is served; one without
+ * a certificate, or with one the CA did not issue, is refused in the
+ * handshake and never reaches a handler), and a client that finished its
+ * handshake and sent nothing is idle at srv_server_stop (closed at once,
+ * as an idle cleartext connection).
  */
 #include "conformance.h"
+
+#include <fcntl.h>
+#include <sys/time.h>
+
+#include <openssl/ssl.h>
 
 /* One GET /hello with an optional client certificate; fills *r. */
 static void tls_client_get(const fx *f, const char *cert, const char *key, http_res *r)
@@ -64,4 +71,34 @@ void test_tls_client_certificate(void **state)
     http_res_free(&good);
     http_res_free(&none);
     http_res_free(&other);
+}
+
+/* A TLS client with its handshake done and no request: srv_server_stop
+ * closes it at once instead of waiting for a request that never comes. */
+void test_tls_stop_idle_after_handshake(void **state)
+{
+    fx *f = *state;
+    rc_conn *c = conn_open(f, "idle after the handshake");
+    SSL_CTX *cctx = SSL_CTX_new(TLS_client_method());
+    CHECK(cctx != NULL, "SSL_CTX_new");
+    SSL *ssl = SSL_new(cctx);
+    /* A blocking socket with a 5 s bound on each read: plain SSL_connect. */
+    fcntl(c->fd, F_SETFL, fcntl(c->fd, F_GETFL) & ~O_NONBLOCK);
+    struct timeval tv = {5, 0};
+    setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    SSL_set_fd(ssl, c->fd);
+    int hs = SSL_connect(ssl);
+    CHECK(hs == 1, "[idle after the handshake] the TLS handshake failed");
+    long long t0 = rc_now_ms();
+    int rc = srv_server_stop(f->srv, 5000);
+    long long took = rc_now_ms() - t0;
+    f->stopped = 1;
+    char b;
+    int r = SSL_read(ssl, &b, 1); /* the server's close: 0 or an error, no byte */
+    SSL_free(ssl);
+    SSL_CTX_free(cctx);
+    CHECK(rc == 0, "[idle after the handshake] srv_server_stop returned %s", srv_err_name(rc));
+    CHECK(r <= 0, "[idle after the handshake] a byte arrived after the stop");
+    CHECK(took < 1500, "[idle after the handshake] srv_server_stop(srv, 5000) took %lld ms: "
+          "the connection was waited for as if a request were arriving", took);
 }
