@@ -93,6 +93,7 @@ struct emhd_conn {
      * connection. Taken before the answer goes out, so a client's next
      * request cannot be in it (unless pipelined, then MHD parses it at once). */
     _Atomic unsigned long long rcvd;
+    atomic_bool handshaken; /* TLS: the client's Finished arrived (rcvd set then) */
     atomic_bool pre_arriving; /* quiesce counted that request as arriving */
     atomic_int phase;        /* EMHD_IDLE, EMHD_HEAD, ... */
     atomic_llong deadline;   /* ms (CLOCK_MONOTONIC) for IDLE/HEAD/BODY/SEND; 0: none */
@@ -321,6 +322,11 @@ static void emhd_quiesce_idle(emhd_server *es, emhd_conn *ec, long long now)
 {
     long long d = atomic_load(&ec->deadline);
     if (atomic_load(&ec->phase) != EMHD_IDLE || ec->fd < 0 || d == 0)
+        return;
+    /* TLS, handshake not done on our side: its bytes are no request yet.
+     * Looked at again once done (the client may be about to send one);
+     * the stop does not wait for it (it does not count as arriving). */
+    if (es->tls && !atomic_load(&ec->handshaken))
         return;
     /* A FIN counts one byte in tcpi_bytes_received: a client that closed
      * its side has begun nothing. */
@@ -717,8 +723,11 @@ static int emhd_tls_finished(gnutls_session_t session, unsigned htype, unsigned 
             ? MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT)
             : NULL;
     emhd_conn *ec = ci != NULL ? ci->socket_context : NULL;
-    if (ec != NULL && atomic_load(&ec->phase) == EMHD_IDLE)
-        atomic_store(&ec->rcvd, emhd_received(ec->fd));
+    if (ec != NULL) {
+        if (atomic_load(&ec->phase) == EMHD_IDLE)
+            atomic_store(&ec->rcvd, emhd_received(ec->fd));
+        atomic_store(&ec->handshaken, true);
+    }
     return 0;
 }
 
