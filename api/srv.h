@@ -253,7 +253,9 @@ typedef struct srv_config {
     /* TLS 1.2 cipher list in OpenSSL syntax; NULL means Mozilla's
      * "intermediate" policy (ECDHE/DHE with AES-GCM or ChaCha20-Poly1305,
      * forward secrecy only). TLS 1.3 suites are the library's defaults
-     * (all AEAD). Copied. Default NULL. */
+     * (all AEAD). The mhd engine serves TLS with GnuTLS: there it is a
+     * GnuTLS priority string ("SECURE:-VERS-TLS1.2"), and an OpenSSL list
+     * is refused at start (SRV_ETLS). Copied. Default NULL. */
     const char *tls_ciphers;
     /* Non-NULL: clients must present a certificate that this PEM CA file
      * (one or more CA certificates) verifies, or the handshake fails.

@@ -1175,8 +1175,10 @@ static int conformance_tls_main(void)
         cmocka_unit_test(test_tls_client_certificate),
         cmocka_unit_test_setup_teardown(test_tls_stop_idle_after_handshake, setup_default,
                                         fx_teardown),
+        cmocka_unit_test(test_tls_ciphers_and_min_version),
     };
-    snprintf(name, sizeof name, "conformance %s (TLS): client certificates, idle clients",
+    snprintf(name, sizeof name, "conformance %s (TLS): client certificates, idle clients, "
+             "ciphers",
              g_engine_name);
     failed += cmocka_run_group_tests_name(name, tls_client, group_h1, NULL);
     tls_remove_certs();

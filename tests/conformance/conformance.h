@@ -378,5 +378,6 @@ void test_tls_refused_by_engine(void **state);
 /* conformance_tls_client.c */
 void test_tls_client_certificate(void **state);
 void test_tls_stop_idle_after_handshake(void **state);
+void test_tls_ciphers_and_min_version(void **state);
 
 #endif /* SRV_CONFORMANCE_H */
