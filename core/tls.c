@@ -38,6 +38,7 @@ static int srv__tls_build(srv_server *srv, void **ctx)
 
 static void srv__tls_ref(const srv_server *srv, void *ctx)
 {
+    (void)srv; /* without mhd, one backend */
 #if SRV_HAVE_ENGINE_MHD
     if (srv__tls_gnutls_engine(srv)) {
         srv__tls_gnutls_ref(ctx);
@@ -49,6 +50,7 @@ static void srv__tls_ref(const srv_server *srv, void *ctx)
 
 static void srv__tls_unref(const srv_server *srv, void *ctx)
 {
+    (void)srv; /* without mhd, one backend */
 #if SRV_HAVE_ENGINE_MHD
     if (srv__tls_gnutls_engine(srv)) {
         srv__tls_gnutls_unref(ctx);
