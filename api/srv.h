@@ -156,7 +156,13 @@ enum {
     SRV_CAP_TLS_HTTP2 = 1u << 7,
     /* Streams responses (srv_stream_start). Without it srv_stream_start
      * returns SRV_EENGINE and the request is still the caller's to answer. */
-    SRV_CAP_STREAM = 1u << 8
+    SRV_CAP_STREAM = 1u << 8,
+    /* Over TLS, the bad input it answers by hand in cleartext because its
+     * library drops it silently (a request line without a space; a body
+     * past the 413's swallow limit; a request still arriving at the end of
+     * a stop) is closed without an answer: the TLS session is the
+     * library's to write (mhd: libmicrohttpd's GnuTLS). */
+    SRV_CAP_TLS_CLOSES_RAW = 1u << 9
 };
 
 /* srv_engine_caps: the engine's SRV_CAP_* bits (0 for NULL). Any thread. */
@@ -262,7 +268,9 @@ typedef struct srv_config {
     /* TLS 1.2 cipher list in OpenSSL syntax; NULL means Mozilla's
      * "intermediate" policy (ECDHE/DHE with AES-GCM or ChaCha20-Poly1305,
      * forward secrecy only). TLS 1.3 suites are the library's defaults
-     * (all AEAD). Copied. Default NULL. */
+     * (all AEAD). The mhd engine serves TLS with GnuTLS: there it is a
+     * GnuTLS priority string ("SECURE:-VERS-TLS1.2"), and an OpenSSL list
+     * is refused at start (SRV_ETLS). Copied. Default NULL. */
     const char *tls_ciphers;
     /* Non-NULL: clients must present a certificate that this PEM CA file
      * (one or more CA certificates) verifies, or the handshake fails.

@@ -38,6 +38,7 @@ enum {
     SRV_ENGINE_CAP_TLS = SRV_CAP_TLS,
     SRV_ENGINE_CAP_TLS_HTTP2 = SRV_CAP_TLS_HTTP2,
     SRV_ENGINE_CAP_STREAM = SRV_CAP_STREAM,
+    SRV_ENGINE_CAP_TLS_CLOSES_RAW = SRV_CAP_TLS_CLOSES_RAW,
     /* Engine-only: the engine's library frames a streamed body itself
      * (chunked encoding, the close of HTTP/1.0, HTTP/2 DATA frames), so the
      * core hands it the bare bytes. Without it the core frames HTTP/1.1
@@ -48,8 +49,24 @@ enum {
      * it starts a close but finishes a TLS close later (libh2o 2.2.5 frees its
      * HTTP/2 connection while the socket still flushes close_notify): with a
      * quiet shutdown the socket closes at once, as in cleartext. */
-    SRV_ENGINE_CAP_TLS_QUIET_CLOSE = 1u << 30
+    SRV_ENGINE_CAP_TLS_QUIET_CLOSE = 1u << 30,
+    /* Engine-only: the engine serves TLS with GnuTLS (its library's own
+     * TLS, libmicrohttpd), not OpenSSL: the core builds and validates its
+     * contexts with GnuTLS (core/tls_gnutls.c) and the engine takes them
+     * with srv__tls_gnutls, not srv__tls_ctx. */
+    SRV_ENGINE_CAP_TLS_GNUTLS = 1u << 28,
+    /* The bits above that srv_engine_caps does not show. */
+    SRV_ENGINE_CAPS_INTERNAL = SRV_ENGINE_CAP_LIB_FRAMING | SRV_ENGINE_CAP_TLS_QUIET_CLOSE |
+                               SRV_ENGINE_CAP_TLS_GNUTLS
 };
+/* Engine-only bits are distinct (two branches once gave two the same) and
+ * clear of the public SRV_CAP_* bits, which count up from bit 0. */
+_Static_assert((SRV_ENGINE_CAP_LIB_FRAMING & SRV_ENGINE_CAP_TLS_QUIET_CLOSE) == 0 &&
+                   (SRV_ENGINE_CAP_LIB_FRAMING & SRV_ENGINE_CAP_TLS_GNUTLS) == 0 &&
+                   (SRV_ENGINE_CAP_TLS_QUIET_CLOSE & SRV_ENGINE_CAP_TLS_GNUTLS) == 0,
+               "engine-only capability bits overlap");
+_Static_assert((SRV_ENGINE_CAPS_INTERNAL & ((SRV_CAP_TLS_CLOSES_RAW << 1) - 1)) == 0,
+               "an engine-only capability bit overlaps a public SRV_CAP_* bit");
 
 struct srv_engine {
     /* SRV_ENGINE_VERSION the table was written for; checked once by
@@ -198,6 +215,33 @@ struct ssl_ctx_st *srv__tls_ctx(srv_server *srv, unsigned *generation);
 /* The reload count (srv_server_reload_tls); cheap, for engines that keep a
  * context per thread and take the new one when it changes. Any thread. */
 unsigned srv__tls_generation(const srv_server *srv);
+
+/*
+ * For an engine with SRV_ENGINE_CAP_TLS_GNUTLS: what new connections use
+ * now, parsed and checked by the core with GnuTLS. The chain and key are
+ * what a gnutls_certificate_retrieve_function2 returns (leaf first);
+ * `priorities` is the GnuTLS priority string for the configured minimum
+ * version and ciphers (Mozilla "intermediate" by default; tls_ciphers is a
+ * GnuTLS priority string on such an engine); `client_ca_pem` is the text
+ * of tls_client_ca_file, NULL when clients are not verified.
+ */
+struct gnutls_pcert_st;
+struct gnutls_privkey_st;
+typedef struct srv_tls_gnutls {
+    struct gnutls_pcert_st *certs;
+    unsigned ncerts;
+    struct gnutls_privkey_st *key;
+    const char *priorities;
+    const char *client_ca_pem;
+    const char *dh_params_pem; /* PKCS#3 PEM: RFC 7919 ffdhe2048, for DHE */
+} srv_tls_gnutls;
+
+/* srv__tls_gnutls: the current one with a reference for the caller, which
+ * keeps it valid (connections keep theirs across a reload) until
+ * srv__tls_gnutls_release; *generation (when not NULL) as srv__tls_ctx.
+ * NULL when TLS is off. Any thread. */
+const srv_tls_gnutls *srv__tls_gnutls(srv_server *srv, unsigned *generation);
+void srv__tls_gnutls_release(const srv_tls_gnutls *t);
 
 /* ------------------------------------------------------------------ */
 /* Worker pool                                                         */

@@ -62,7 +62,7 @@ const char *srv_engine_name(const srv_engine *engine)
 
 unsigned srv_engine_caps(const srv_engine *engine)
 {
-    return engine != NULL ? engine->caps & ~(unsigned)SRV_ENGINE_CAP_TLS_QUIET_CLOSE : 0;
+    return engine != NULL ? engine->caps & ~(unsigned)SRV_ENGINE_CAPS_INTERNAL : 0;
 }
 
 size_t srv_engine_count(void)

@@ -420,7 +420,7 @@ int srv__access_log_start(srv_server *srv);
 void srv__access_log_free(srv_server *srv);
 void srv__access_log(const srv_request *req);
 
-/* ---- TLS (tls.c, and its backend tls_openssl.c or tls_none.c) ---------- */
+/* ---- TLS (tls.c; backends tls_openssl.c or tls_none.c, and tls_gnutls.c) */
 
 /* srv_server_new: copy the tls_* strings (cfg points at the copies) and
  * create srv->tls when a certificate is configured. SRV_ENOMEM. */
@@ -436,6 +436,11 @@ void srv__tls_free(srv_server *srv);
 int srv__tls_backend_build(srv_server *srv, void **ctx);
 void srv__tls_backend_ref(void *ctx);
 void srv__tls_backend_unref(void *ctx);
+/* The GnuTLS backend (tls_gnutls.c, built with the mhd engine), for an
+ * engine with SRV_ENGINE_CAP_TLS_GNUTLS: the same contract. */
+int srv__tls_gnutls_build(srv_server *srv, void **ctx);
+void srv__tls_gnutls_ref(void *ctx);
+void srv__tls_gnutls_unref(void *ctx);
 
 /* ---- metrics (metrics_count.c counts, metrics.c renders) --------------- */
 

@@ -1,12 +1,14 @@
 /*
  * TLS configuration and the current context (srv_server_reload_tls): the
  * part that does not depend on the TLS library. The context itself is
- * built by the backend (tls_openssl.c; tls_none.c in a build without an
- * OpenSSL engine). A reload builds a new context and swaps it under a
+ * built by the backend: tls_openssl.c (tls_none.c in a build without an
+ * OpenSSL engine), or tls_gnutls.c for an engine that serves TLS with
+ * GnuTLS (SRV_ENGINE_CAP_TLS_GNUTLS: mhd). A reload builds a new context and swaps it under a
  * mutex; engines take a reference per connection (or per event loop, by
  * generation), so connections already open keep theirs.
  */
 #include "srv_core.h"
+#include "srv_build_config.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +20,45 @@ struct srv__tls {
     /* Copies of the configured strings (cfg points here). */
     char *cert_file, *key_file, *cert_pem, *key_pem, *ciphers, *client_ca_file;
 };
+
+/* The backend of the server's engine. */
+static bool srv__tls_gnutls_engine(const srv_server *srv)
+{
+    return (srv->engine->caps & SRV_ENGINE_CAP_TLS_GNUTLS) != 0;
+}
+
+static int srv__tls_build(srv_server *srv, void **ctx)
+{
+#if SRV_HAVE_ENGINE_MHD
+    if (srv__tls_gnutls_engine(srv))
+        return srv__tls_gnutls_build(srv, ctx);
+#endif
+    return srv__tls_backend_build(srv, ctx);
+}
+
+static void srv__tls_ref(const srv_server *srv, void *ctx)
+{
+    (void)srv; /* without mhd, one backend */
+#if SRV_HAVE_ENGINE_MHD
+    if (srv__tls_gnutls_engine(srv)) {
+        srv__tls_gnutls_ref(ctx);
+        return;
+    }
+#endif
+    srv__tls_backend_ref(ctx);
+}
+
+static void srv__tls_unref(const srv_server *srv, void *ctx)
+{
+    (void)srv; /* without mhd, one backend */
+#if SRV_HAVE_ENGINE_MHD
+    if (srv__tls_gnutls_engine(srv)) {
+        srv__tls_gnutls_unref(ctx);
+        return;
+    }
+#endif
+    srv__tls_backend_unref(ctx);
+}
 
 int srv__tls_init(srv_server *srv)
 {
@@ -53,7 +94,7 @@ void srv__tls_free(srv_server *srv)
     if (t == NULL)
         return;
     if (t->ctx != NULL)
-        srv__tls_backend_unref(t->ctx);
+        srv__tls_unref(srv, t->ctx);
     pthread_mutex_destroy(&t->mu);
     free(t->cert_file);
     free(t->key_file);
@@ -97,7 +138,7 @@ int srv__tls_start(srv_server *srv)
                    "tls_min_version 0x%04x is not SRV_TLS_1_2 (0x0303) or SRV_TLS_1_3 (0x0304)",
                    c->tls_min_version);
     void *ctx = NULL;
-    int rc = srv__tls_backend_build(srv, &ctx);
+    int rc = srv__tls_build(srv, &ctx);
     if (rc != 0)
         return rc;
     srv->tls->ctx = ctx;
@@ -114,7 +155,7 @@ int srv_server_reload_tls(srv_server *srv)
     if (state != SRV__RUNNING && state != SRV__STOPPING)
         return SRV_ESTATE;
     void *ctx = NULL;
-    int rc = srv__tls_backend_build(srv, &ctx);
+    int rc = srv__tls_build(srv, &ctx);
     if (rc != 0)
         return rc;
     struct srv__tls *t = srv->tls;
@@ -123,7 +164,7 @@ int srv_server_reload_tls(srv_server *srv)
     t->ctx = ctx;
     atomic_fetch_add(&t->generation, 1);
     pthread_mutex_unlock(&t->mu);
-    srv__tls_backend_unref(old); /* freed once the last connection on it ends */
+    srv__tls_unref(srv, old); /* freed once the last connection on it ends */
     return 0;
 }
 
@@ -132,7 +173,8 @@ int srv__tls_enabled(const srv_server *srv)
     return srv->tls != NULL;
 }
 
-struct ssl_ctx_st *srv__tls_ctx(srv_server *srv, unsigned *generation)
+/* The current context with a reference for the caller. */
+static void *srv__tls_current(srv_server *srv, unsigned *generation)
 {
     struct srv__tls *t = srv->tls;
     if (t == NULL)
@@ -140,11 +182,25 @@ struct ssl_ctx_st *srv__tls_ctx(srv_server *srv, unsigned *generation)
     pthread_mutex_lock(&t->mu);
     void *ctx = t->ctx;
     if (ctx != NULL)
-        srv__tls_backend_ref(ctx);
+        srv__tls_ref(srv, ctx);
     if (generation != NULL)
         *generation = atomic_load(&t->generation);
     pthread_mutex_unlock(&t->mu);
     return ctx;
+}
+
+struct ssl_ctx_st *srv__tls_ctx(srv_server *srv, unsigned *generation)
+{
+    if (srv__tls_gnutls_engine(srv))
+        return NULL; /* not an OpenSSL context */
+    return srv__tls_current(srv, generation);
+}
+
+const srv_tls_gnutls *srv__tls_gnutls(srv_server *srv, unsigned *generation)
+{
+    if (!srv__tls_gnutls_engine(srv))
+        return NULL;
+    return srv__tls_current(srv, generation);
 }
 
 unsigned srv__tls_generation(const srv_server *srv)

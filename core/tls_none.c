@@ -1,7 +1,8 @@
 /*
- * The TLS backend of a libsrv built without an OpenSSL engine (an mhd-only
- * build links no OpenSSL): no engine of it has SRV_CAP_TLS, so
- * srv__tls_start refuses a TLS configuration before it gets here.
+ * The OpenSSL backend's place in a libsrv built without an OpenSSL engine
+ * (an mhd-only build links no OpenSSL): its one engine, mhd, serves TLS
+ * with GnuTLS (SRV_ENGINE_CAP_TLS_GNUTLS, core/tls_gnutls.c), so nothing
+ * gets here.
  */
 #include "srv_core.h"
 

@@ -1,8 +1,11 @@
 /* The "mhd" engine: GNU libmicrohttpd 0.9.75, epoll. io_threads MHD threads accept, parse
  * and write; handlers run on the core's worker pool while the connection is suspended
- * (respond resumes it); a watchdog thread enforces header/keep-alive deadlines. */
+ * (respond resumes it); a watchdog thread enforces header/keep-alive deadlines. HTTPS
+ * through libmicrohttpd's own GnuTLS (MHD_USE_TLS), with the core's GnuTLS contexts. */
 #include "srv_engine.h"
 
+#include <gnutls/abstract.h>
+#include <gnutls/gnutls.h>
 #include <microhttpd.h>
 
 #include <limits.h>
@@ -68,6 +71,10 @@ struct emhd_conn {
     emhd_conn *prev, *next;
     int fd;
     struct MHD_Connection *conn;
+    struct emhd_server *es;
+    /* TLS: the certificate generation its handshake took (emhd_tls_cert),
+     * held until MHD has freed the session (NOTIFY_CLOSED). MHD thread. */
+    const srv_tls_gnutls *tls;
     bool over_limit;         /* accepted past max_connections */
     bool gone;               /* lock: its client hung up (emhd_over_limit) */
     bool reused;             /* MHD thread only: a request completed on it */
@@ -86,6 +93,7 @@ struct emhd_conn {
      * connection. Taken before the answer goes out, so a client's next
      * request cannot be in it (unless pipelined, then MHD parses it at once). */
     _Atomic unsigned long long rcvd;
+    atomic_bool handshaken; /* TLS: the client's Finished arrived (rcvd set then) */
     atomic_bool pre_arriving; /* quiesce counted that request as arriving */
     atomic_int phase;        /* EMHD_IDLE, EMHD_HEAD, ... */
     atomic_llong deadline;   /* ms (CLOCK_MONOTONIC) for IDLE/HEAD/BODY/SEND; 0: none */
@@ -116,6 +124,11 @@ typedef struct emhd_server {
     srv_server *srv;
     struct MHD_Daemon *daemon;
     int lfd;
+    /* TLS (MHD_USE_TLS): nothing is written on a connection's socket but
+     * through MHD, which encrypts it; the start's generation (its client
+     * CA text is MHD's trust list) is held until destroy. */
+    bool tls;
+    const srv_tls_gnutls *tls_start;
     unsigned max_connections;
     long long header_ms;     /* a head must arrive within this */
     long long keepalive_ms;  /* idle time allowed between requests */
@@ -310,6 +323,11 @@ static void emhd_quiesce_idle(emhd_server *es, emhd_conn *ec, long long now)
 {
     long long d = atomic_load(&ec->deadline);
     if (atomic_load(&ec->phase) != EMHD_IDLE || ec->fd < 0 || d == 0)
+        return;
+    /* TLS, handshake not done on our side: its bytes are no request yet.
+     * Looked at again once done (the client may be about to send one);
+     * the stop does not wait for it (it does not count as arriving). */
+    if (es->tls && !atomic_load(&ec->handshaken))
         return;
     /* A FIN counts one byte in tcpi_bytes_received: a client that closed
      * its side has begun nothing. */
@@ -556,7 +574,9 @@ static srv_request *emhd_request_new(emhd_server *es, struct MHD_Connection *con
  * An answer MHD gave (or a close it made) without a request of ours: make
  * the core answer `status` on a request of its own, so the answer is
  * counted and logged like any other; when fd >= 0 also write the core's
- * answer on the socket (MHD wrote nothing and no longer will).
+ * answer on the socket (MHD wrote nothing and no longer will). Never over
+ * TLS: those bytes would be cleartext inside the TLS stream (callers close
+ * instead).
  */
 static void emhd_answer_raw(emhd_server *es, struct MHD_Connection *conn, int fd, int status,
                             const char *target, size_t target_len)
@@ -569,7 +589,7 @@ static void emhd_answer_raw(emhd_server *es, struct MHD_Connection *conn, int fd
     if (target != NULL && target_len > 0)
         (void)srv__request_set_target(req, target, target_len); /* for the log only */
     srv__request_fail(req, status);
-    if (fd >= 0) {
+    if (fd >= 0 && !es->tls) {
         size_t hlen = 0, blen = 0;
         const char *head = srv__response_http1_head(req, &hlen);
         const void *body = srv__response_body(req, &blen);
@@ -634,7 +654,11 @@ static void emhd_closing(emhd_server *es, struct MHD_Connection *conn, emhd_conn
      * 400) are written by MHD itself; they are not logged (0.9.75 gives no
      * hook before its request callbacks, and no status once closing). */
     long long d = atomic_load(&ec->deadline);
-    if (!ec->expect_close && !stopping && !peer_gone && atomic_load(&ec->phase) == EMHD_IDLE &&
+    /* Over TLS MHD's drop is a close (nothing can be written past MHD), so
+     * there is no answer to count either: a failed handshake closes the
+     * same way. */
+    if (!es->tls && !ec->expect_close && !stopping && !peer_gone &&
+        atomic_load(&ec->phase) == EMHD_IDLE &&
         d != 0 && emhd_now_ms() < d && (!ec->sampled || emhd_sent(ec->fd) == ec->sent))
         emhd_answer_raw(es, conn, ec->fd, 400, NULL, 0);
     if (peer_gone || stopping)
@@ -654,17 +678,95 @@ static void emhd_closing(emhd_server *es, struct MHD_Connection *conn, emhd_conn
         close(fd);
 }
 
+/*
+ * TLS: the certificate for a handshake (MHD_OPTION_HTTPS_CERT_CALLBACK, a
+ * gnutls_certificate_retrieve_function2, on the connection's MHD thread):
+ * the generation current now, so connections accepted after
+ * srv_server_reload_tls get the new certificate while open ones keep the
+ * one they took. The connection holds it until MHD has freed its session.
+ */
+static int emhd_tls_cert(gnutls_session_t session, const gnutls_datum_t *req_ca_rdn, int nreqs,
+                         const gnutls_pk_algorithm_t *pk_algos, int pk_algos_length,
+                         gnutls_pcert_st **pcert, unsigned int *pcert_length,
+                         gnutls_privkey_t *privkey)
+{
+    (void)req_ca_rdn;
+    (void)nreqs;
+    (void)pk_algos;
+    (void)pk_algos_length;
+    struct MHD_Connection *conn = gnutls_session_get_ptr(session); /* MHD sets it */
+    const union MHD_ConnectionInfo *ci =
+        conn != NULL ? MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT) : NULL;
+    emhd_conn *ec = ci != NULL ? ci->socket_context : NULL;
+    if (ec == NULL)
+        return -1; /* out of memory at the accept: the handshake fails */
+    if (ec->tls == NULL)
+        ec->tls = srv__tls_gnutls(ec->es->srv, NULL);
+    if (ec->tls == NULL)
+        return -1;
+    *pcert = ec->tls->certs;
+    *pcert_length = ec->tls->ncerts;
+    *privkey = ec->tls->key;
+    return 0;
+}
+
+/* TLS: the client's Finished arrived (the handshake is done on our side).
+ * The bytes received so far are the handshake's: quiesce's "a next
+ * request has begun" (emhd_quiesce_idle) counts from here, so a connection
+ * with a handshake and no request yet is idle, as a fresh cleartext one. */
+static int emhd_tls_finished(gnutls_session_t session, unsigned htype, unsigned when,
+                             unsigned incoming, const gnutls_datum_t *msg)
+{
+    (void)htype;
+    (void)when;
+    (void)msg;
+    struct MHD_Connection *conn = gnutls_session_get_ptr(session);
+    const union MHD_ConnectionInfo *ci =
+        incoming && conn != NULL
+            ? MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT)
+            : NULL;
+    emhd_conn *ec = ci != NULL ? ci->socket_context : NULL;
+    if (ec != NULL) {
+        if (atomic_load(&ec->phase) == EMHD_IDLE)
+            atomic_store(&ec->rcvd, emhd_received(ec->fd));
+        atomic_store(&ec->handshaken, true);
+    }
+    return 0;
+}
+
+/* TLS, a new connection. With tls_client_ca_file, a client without a
+ * certificate that the CA file verifies fails the handshake, as on the
+ * OpenSSL engines (SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT):
+ * MHD only requests one (GNUTLS_CERT_REQUEST) and verifies nothing. */
+static void emhd_tls_session(emhd_server *es, struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+    if (ci == NULL || ci->tls_session == NULL)
+        return;
+    gnutls_session_t session = ci->tls_session;
+    gnutls_handshake_set_hook_function(session, GNUTLS_HANDSHAKE_FINISHED, GNUTLS_HOOK_POST,
+                                       emhd_tls_finished);
+    if (es->tls_start == NULL || es->tls_start->client_ca_pem == NULL)
+        return;
+    gnutls_certificate_server_set_request(session, GNUTLS_CERT_REQUIRE);
+    gnutls_session_set_verify_cert(session, NULL, 0); /* against MHD's trust list */
+}
+
 static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                                    enum MHD_ConnectionNotificationCode toe)
 {
     emhd_server *es = cls;
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        if (es->tls)
+            emhd_tls_session(es, conn);
         emhd_conn *ec = calloc(1, sizeof *ec);
         if (ec != NULL) {
             const union MHD_ConnectionInfo *ci =
                 MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
             ec->fd = ci != NULL ? ci->connect_fd : -1;
             ec->conn = conn;
+            ec->es = es;
             pthread_mutex_lock(&es->lock);
             ec->next = es->conns;
             if (es->conns != NULL)
@@ -706,6 +808,8 @@ static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void 
         if (ec->gone)
             es->hung_up--;
         pthread_mutex_unlock(&es->lock);
+        if (ec->tls != NULL) /* MHD freed the session before this call */
+            srv__tls_gnutls_release(ec->tls);
         free(ec);
         *socket_context = NULL;
     }
@@ -887,7 +991,8 @@ static enum MHD_Result emhd_fail(emhd_req *er, struct MHD_Connection *conn, int 
 
 /* A body that goes on past the swallow limit: write the core's answer
  * ourselves (MHD refuses a response mid-body, and its write side is idle
- * while it reads a body), best effort, then let MHD close. */
+ * while it reads a body), best effort, then let MHD close. Over TLS only
+ * the close: MHD alone can write into the TLS stream. */
 static enum MHD_Result emhd_cut(emhd_req *er, struct MHD_Connection *conn)
 {
     er->phase = EMHD_REQ_ANSWERED;
@@ -895,7 +1000,7 @@ static enum MHD_Result emhd_cut(emhd_req *er, struct MHD_Connection *conn)
     emhd_arrived(er);
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (ci != NULL) {
+    if (ci != NULL && !er->es->tls) {
         size_t hlen = 0, blen = 0;
         const char *head = srv__response_http1_head(er->req, &hlen);
         const void *body = srv__response_body(er->req, &blen);
@@ -1334,13 +1439,44 @@ static int emhd_start(srv_server *srv, void **state)
     }
     es->watchdog_started = true;
 
+    /* HTTPS: MHD's GnuTLS with the core's context (validated at
+     * srv_server_start): the certificate comes from emhd_tls_cert at each
+     * handshake, so a reload reaches new connections. MHD's own timeout
+     * and the watchdog's first-head deadline cover the handshake too. */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
+                     MHD_USE_ERROR_LOG | MHD_USE_TURBO;
+    struct MHD_OptionItem tls_opts[5] = {{MHD_OPTION_END, 0, NULL}};
+    if (srv__tls_enabled(srv)) {
+        es->tls_start = srv__tls_gnutls(srv, NULL);
+        if (es->tls_start == NULL || MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES ||
+            MHD_is_feature_supported(MHD_FEATURE_HTTPS_CERT_CALLBACK) != MHD_YES) {
+            srv__server_set_error(srv, "mhd: this libmicrohttpd has no HTTPS support (GnuTLS "
+                                  "with certificate callbacks)");
+            rc = SRV_ETLS;
+            goto fail_watchdog;
+        }
+        es->tls = true;
+        flags |= MHD_USE_TLS;
+        size_t n = 0;
+        tls_opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_CERT_CALLBACK, 0,
+                                                (void *)(uintptr_t)emhd_tls_cert};
+        tls_opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_PRIORITIES, 0,
+                                                (void *)es->tls_start->priorities};
+        tls_opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_DHPARAMS, 0,
+                                                (void *)es->tls_start->dh_params_pem};
+        if (es->tls_start->client_ca_pem != NULL)
+            tls_opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_TRUST, 0,
+                                                    (void *)es->tls_start->client_ca_pem};
+        tls_opts[n] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+    }
+
     *state = es;
     es->daemon = MHD_start_daemon(
         /* TURBO: MHD then closes a socket without shutting it down first,
-         * so emhd_closing can still answer and linger on it. */
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
-            MHD_USE_ERROR_LOG | MHD_USE_TURBO,
-        0, NULL, NULL, emhd_access, es,
+         * so emhd_closing can still answer and linger on it (over TLS: no
+         * close_notify, as h2o's quiet close; every answer is framed). */
+        flags, 0, NULL, NULL, emhd_access, es,
+        MHD_OPTION_ARRAY, tls_opts,
         MHD_OPTION_EXTERNAL_LOGGER, emhd_log, es,
         MHD_OPTION_LISTEN_SOCKET, (MHD_socket)lfd,
         MHD_OPTION_THREAD_POOL_SIZE, threads,
@@ -1368,6 +1504,8 @@ fail_watchdog:
 fail_listen:
     close(lfd);
 fail_sync:
+    if (es->tls_start != NULL)
+        srv__tls_gnutls_release(es->tls_start);
     pthread_cond_destroy(&es->wd_cond);
     pthread_mutex_destroy(&es->lock);
     free(es->workers);
@@ -1444,7 +1582,8 @@ static bool emhd_input_waiting(emhd_server *es)
 
 /* The grace period is over: a request still arriving gets the core's 503
  * (written here: MHD has no request to answer yet) and its write side
- * shut; the MHD thread sees EMHD_REFUSED and closes it. */
+ * shut; the MHD thread sees EMHD_REFUSED and closes it. Over TLS it is
+ * only shut: nothing can be written into the TLS stream past MHD. */
 static void emhd_refuse_arriving(emhd_server *es)
 {
     pthread_mutex_lock(&es->lock);
@@ -1453,6 +1592,10 @@ static void emhd_refuse_arriving(emhd_server *es)
         if ((p == EMHD_HEAD || p == EMHD_BODY) && ec->fd >= 0 &&
             atomic_compare_exchange_strong(&ec->phase, &p, EMHD_REFUSED)) {
             atomic_store(&ec->deadline, 0);
+            if (es->tls) {
+                shutdown(ec->fd, SHUT_RDWR);
+                continue;
+            }
             emhd_answer_raw(es, ec->conn, ec->fd, 503, NULL, 0);
             shutdown(ec->fd, SHUT_WR);
         }
@@ -1510,6 +1653,8 @@ static void emhd_destroy(void *state)
         free(es->conns);
         es->conns = next;
     }
+    if (es->tls_start != NULL)
+        srv__tls_gnutls_release(es->tls_start);
     pthread_cond_destroy(&es->wd_cond);
     pthread_mutex_destroy(&es->lock);
     free(es->workers);
@@ -1525,8 +1670,12 @@ const srv_engine srv_engine_mhd = {
     /* LIB_ERRORS: 0.9.75 answers a bad version, a header line without a
      * colon, bad chunk framing (and more: docs/ENGINES.md) before any
      * callback, with a response that has no hook for headers or body. */
+    /* TLS: libmicrohttpd's GnuTLS (MHD_USE_TLS), HTTP/1.1 only (ALPN
+     * "http/1.1"); the core builds its contexts with GnuTLS. TLS_CLOSES_RAW:
+     * emhd_answer_raw's cleartext answers become closes over TLS. */
     .caps = SRV_ENGINE_CAP_VERSION_505 | SRV_ENGINE_CAP_GARBAGE_400 | SRV_ENGINE_CAP_LIB_CHUNKED |
-            SRV_ENGINE_CAP_LIB_ERRORS | SRV_ENGINE_CAP_STREAM | SRV_ENGINE_CAP_LIB_FRAMING,
+            SRV_ENGINE_CAP_LIB_ERRORS | SRV_ENGINE_CAP_STREAM | SRV_ENGINE_CAP_LIB_FRAMING |
+                SRV_ENGINE_CAP_TLS | SRV_ENGINE_CAP_TLS_GNUTLS | SRV_ENGINE_CAP_TLS_CLOSES_RAW,
     .start = emhd_start,
     .respond = emhd_respond,
     .stream_kick = emhd_stream_kick,

@@ -1283,6 +1283,14 @@ static int conformance_tls_main(void)
             failed += cmocka_run_group_tests_name(name, streams, group_h2, NULL);
         }
     }
+    const struct CMUnitTest tls_client[] = {
+        cmocka_unit_test_setup_teardown(test_tls_stop_idle_after_handshake, setup_default,
+                                        fx_teardown),
+        cmocka_unit_test(test_tls_ciphers_and_min_version),
+    };
+    snprintf(name, sizeof name, "conformance %s (TLS): idle clients, ciphers",
+             g_engine_name);
+    failed += cmocka_run_group_tests_name(name, tls_client, group_h1, NULL);
     tls_remove_certs();
     return failed == 0 ? 0 : 1;
 }

@@ -387,6 +387,9 @@ void test_tls_bad_config(void **state);
 void test_tls_pem_in_memory(void **state);
 void test_tls_sighup_reload(void **state);
 void test_tls_refused_by_engine(void **state);
+/* conformance_tls_client.c */
+void test_tls_stop_idle_after_handshake(void **state);
+void test_tls_ciphers_and_min_version(void **state);
 
 /* ------------------------------------------------------------------ */
 /* Cases: conformance_tls_raw.c (the raw cases over TLS)              */

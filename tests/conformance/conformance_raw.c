@@ -230,9 +230,13 @@ void test_raw_garbage_request_line(void **state)
     /* Every engine answers garbage with 400 (mhd: MHD itself, or
      * emhd_closing for a line MHD drops without a space). */
     bad_input_str(f, "garbage request line", "}{ this is not http\r\n\r\n", 400, BAD_STATUS);
-    bad_input_str(f, "request line without a version", "HELLO\r\n\r\n", 400, BAD_STATUS);
+    /* Dropped silently by libmicrohttpd: answered by hand in cleartext, a
+     * close over its TLS (SRV_CAP_TLS_CLOSES_RAW). */
+    enum bad_expect no_space = g_tls && (engine_caps() & SRV_CAP_TLS_CLOSES_RAW)
+                                   ? BAD_STATUS_OR_CLOSE : BAD_STATUS;
+    bad_input_str(f, "request line without a version", "HELLO\r\n\r\n", 400, no_space);
     bad_input_str(f, "request line without a space, then more", "HELLO\r\nX: y\r\n\r\n", 400,
-                  BAD_STATUS);
+                  no_space);
 }
 
 void test_raw_header_without_colon(void **state)

@@ -310,7 +310,11 @@ void test_tls_request_with_finished(void **state)
     int libsrv = server && strcmp(server, "libsrv") == 0, has_server = server != NULL;
     rc_response_free(&r);
     CHECK_INT("[chunk size 0x2 with the Finished] status", st, 400);
-    CHECK(libsrv, "[%s] the 400 is not the core's (Server: %s)", what, has_server ? "other" : "none");
+    /* The core's 400 - or, on an engine whose library answers bad chunk
+     * framing itself (SRV_CAP_LIB_ERRORS), the library's: either way not
+     * served as a request. */
+    CHECK(libsrv || (engine_caps() & SRV_CAP_LIB_ERRORS), "[%s] the 400 is not the core's "
+          "(Server: %s)", what, has_server ? "other" : "none");
     conn_expect_closed(c, what, 3000);
     rc_close(c);
 
