@@ -1,7 +1,10 @@
 /*
  * Greetings: the seeds' demo API on libsrv, and the example to copy.
  *   GET /greetings?name=Ana  ->  "Hello Ana!" (or Hi, Olá, Oi, Hallo) after --sleep-ms
+ *   GET /greetings/Ana       ->  the same, the name from the path
  *   GET /health              ->  "UP"
+ * --cors ORIGIN lets pages from ORIGIN call it from a browser (the CORS
+ * filter: preflights answered, Access-Control-* headers on the answers).
  * Blocking mode sleeps on the worker thread; --async waits with srv_after so
  * no worker is held. SIGINT/SIGTERM stop the server gracefully.
  */
@@ -68,7 +71,10 @@ static void sleep_ms(unsigned ms)
 /* "<Word> <name>!", with World when the name is missing or empty. */
 static void greet(srv_request *req)
 {
-    const char *name = srv_request_query(req, "name");
+    /* /greetings/{name}, else /greetings?name= */
+    const char *name = srv_request_param(req, "name");
+    if (name == NULL)
+        name = srv_request_query(req, "name");
     if (name == NULL || name[0] == '\0')
         name = "World";
     const char *word = words[random_u64() % (sizeof words / sizeof words[0])];
@@ -126,7 +132,7 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: greetings [options]\n"
-            "Serves GET /greetings?name=NAME and GET /health.\n"
+            "Serves GET /greetings?name=NAME, GET /greetings/NAME and GET /health.\n"
             "\n"
             "  --engine NAME          engine to run (default: $SRV_ENGINE, else the default)\n"
             "  --host ADDR            numeric IPv4/IPv6 address to bind (default 0.0.0.0)\n"
@@ -146,6 +152,8 @@ static void usage(FILE *out)
             "  --tls-cert FILE        serve HTTPS with this PEM certificate chain\n"
             "  --tls-key FILE         ... and this PEM private key (both needed; SIGHUP\n"
             "                         reloads them)\n"
+            "  --cors ORIGIN          allow browser calls from ORIGIN (e.g.\n"
+            "                         https://app.example.com; comma-separated list, or *)\n"
             "  --access-log           one Common Log Format line per response on stderr\n"
             "  --help                 show this help\n"
             "\n"
@@ -183,6 +191,7 @@ int main(int argc, char **argv)
 {
     uint64_t t0 = now_ns();
     const char *engine_name = NULL;
+    const char *cors_origins = NULL;
     greetings app = {.sleep_ms = 1000, .async = 0};
     enum handlers handlers = HANDLERS_AUTO;
     srv_config cfg;
@@ -207,7 +216,8 @@ int main(int argc, char **argv)
                           strcmp(flag, "--io-threads") == 0 ||
                           strcmp(flag, "--max-connections") == 0 ||
                           strcmp(flag, "--sleep-ms") == 0 || strcmp(flag, "--handlers") == 0 ||
-                          strcmp(flag, "--tls-cert") == 0 || strcmp(flag, "--tls-key") == 0;
+                          strcmp(flag, "--tls-cert") == 0 || strcmp(flag, "--tls-key") == 0 ||
+                          strcmp(flag, "--cors") == 0;
         if (!takes_value)
             bad_usage("unknown option '%s'", flag);
         if (i + 1 >= argc)
@@ -230,6 +240,8 @@ int main(int argc, char **argv)
             cfg.tls_cert_file = val;
         else if (strcmp(flag, "--tls-key") == 0)
             cfg.tls_key_file = val;
+        else if (strcmp(flag, "--cors") == 0)
+            cors_origins = val;
         else if (strcmp(flag, "--handlers") == 0) {
             if (strcmp(val, "auto") == 0)
                 handlers = HANDLERS_AUTO;
@@ -276,29 +288,47 @@ int main(int argc, char **argv)
     if (cfg.request_timeout_ms < app.sleep_ms + 10000u)
         cfg.request_timeout_ms = app.sleep_ms + 10000u;
 
+    int rc;
     srv_server *srv = srv_server_new(engine, &cfg);
     if (srv == NULL) {
         fprintf(stderr, "greetings: out of memory\n");
         return 1;
     }
-    srv_route_opts greetings_route, health_route;
+    srv_route_opts greetings_route, named_route, health_route;
     srv_route_opts_init(&greetings_route);
     greetings_route.method = "GET";
     greetings_route.path = "/greetings";
     greetings_route.handler = handle_greetings;
     greetings_route.ctx = &app;
     greetings_route.flags = greetings_flags;
+    named_route = greetings_route;
+    named_route.path = "/greetings/{name}";
     srv_route_opts_init(&health_route);
     health_route.method = "GET";
     health_route.path = "/health";
     health_route.handler = handle_health;
     health_route.flags = health_flags;
-    if (srv_route_add(srv, &greetings_route) != 0 || srv_route_add(srv, &health_route) != 0) {
+    if (srv_route_add(srv, &greetings_route) != 0 || srv_route_add(srv, &named_route) != 0 ||
+        srv_route_add(srv, &health_route) != 0) {
         fprintf(stderr, "greetings: cannot register the routes\n");
         srv_server_free(srv);
         return 1;
     }
-    int rc = srv_server_start(srv);
+    if (cors_origins != NULL) {
+        srv_cors_opts cors;
+        srv_cors_opts_init(&cors);
+        cors.allowed_origins = cors_origins;
+        cors.allowed_methods = "GET, HEAD";
+        rc = srv_cors_add(srv, &cors);
+        if (rc != 0) {
+            fprintf(stderr, "greetings: --cors '%s': %s (give origins such as "
+                    "https://app.example.com, comma-separated, or *)\n", cors_origins,
+                    srv_strerror(rc));
+            srv_server_free(srv);
+            return 2;
+        }
+    }
+    rc = srv_server_start(srv);
     if (rc != 0) {
         fprintf(stderr, "greetings: %s\n", *srv_server_last_error(srv)
                                                 ? srv_server_last_error(srv)
