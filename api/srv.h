@@ -619,7 +619,8 @@ int srv_request_param_at(const srv_request *req, size_t index, const char **name
 /*
  * srv_request_route: the pattern of the route that matched, as registered
  * ("/users/{id}"), or NULL when none did (a filter sees the request before
- * the core answers 404/405). Static for the server's life.
+ * the core answers 404/405). Owned by the server, valid for its life. Any
+ * thread that holds the request.
  */
 const char *srv_request_route(const srv_request *req);
 
@@ -735,7 +736,8 @@ typedef struct srv_cors_opts {
     int max_age;
 } srv_cors_opts;
 
-/* srv_cors_opts_init: set *opts to the defaults above and its size. */
+/* srv_cors_opts_init: set *opts to the defaults above and its size. Any
+ * thread. */
 void srv_cors_opts_init_sized(srv_cors_opts *opts, size_t size);
 #define srv_cors_opts_init(opts) srv_cors_opts_init_sized((opts), sizeof *(opts))
 
@@ -755,12 +757,61 @@ void srv_cors_opts_init_sized(srv_cors_opts *opts, size_t size);
  *   (and -Allow-Credentials, -Expose-Headers) on its answer and goes on;
  *   with an origin not allowed it goes on without them (the browser then
  *   withholds the answer from the page).
- * Only before srv_server_start. Returns 0; SRV_EINVAL (no allowed_origins,
+ * Only before srv_server_start, from the controlling thread (the filter then
+ * runs on the threads srv_filter_fn describes, as a non-blocking filter).
+ * Returns 0; SRV_EINVAL (no allowed_origins,
  * "*" among other origins, a list item that is not a token or origin, a
  * size it cannot trust), SRV_ESTATE once started, SRV_ENOMEM. The filter's
  * memory is freed with the server.
  */
 int srv_cors_add(srv_server *srv, const srv_cors_opts *opts);
+
+/* ------------------------------------------------------------------ */
+/* Response compression (0.4)                                          */
+/* ------------------------------------------------------------------ */
+
+/*
+ * gzip for responses, configured like Spring Boot's server.compression.*:
+ * an answer given with srv_respond is compressed when its Content-Type
+ * (parameters aside, case-insensitive) is in mime_types, its body has at
+ * least min_size bytes, the request's Accept-Encoding accepts gzip (q > 0,
+ * or "*"), the application set no Content-Encoding itself, and the status
+ * is not 206, 204, 304 or 1xx; it then carries "Content-Encoding: gzip"
+ * and its Content-Length is the compressed size. Every answer of a listed
+ * type and size gets "Vary: Accept-Encoding", compressed or not. A body
+ * that would not shrink is sent as it is. The core's own short answers
+ * (404, 503...) are below any sensible min_size. An ETag the application
+ * set is sent unchanged: make it weak (W/"...") or vary it by encoding.
+ */
+typedef struct srv_compression_opts {
+    size_t size;            /* set by srv_compression_opts_init */
+    /* Non-zero: compress. Default 1 (calling srv_compression_set is the
+     * opt-in; 0 turns it off again). */
+    int enabled;
+    /* Comma-separated types. Default "text/html, text/xml, text/plain,
+     * text/css, text/javascript, application/javascript, application/json,
+     * application/xml" (Spring's list). Copied. */
+    const char *mime_types;
+    /* Smallest body compressed, in bytes. Default 2048 (Spring's). */
+    size_t min_size;
+    /* zlib level 1 (fastest) to 9 (smallest). Default 6. */
+    int level;
+} srv_compression_opts;
+
+/* srv_compression_opts_init: the defaults above and the size. Any thread. */
+void srv_compression_opts_init_sized(srv_compression_opts *opts, size_t size);
+#define srv_compression_opts_init(opts) \
+    srv_compression_opts_init_sized((opts), sizeof *(opts))
+
+/*
+ * srv_compression_set: configure response compression (the struct is not
+ * kept; a second call replaces the first). Only before srv_server_start,
+ * from the controlling thread; the compression itself then runs inside
+ * srv_respond, on whichever thread answers. Returns 0; SRV_EINVAL (a size
+ * it cannot trust, no mime_types or an item that is not "type/subtype",
+ * a level outside 1-9), SRV_ESTATE once started, SRV_ENOMEM.
+ */
+int srv_compression_set(srv_server *srv, const srv_compression_opts *opts);
 
 #if defined(SRV_BUILDING) && defined(__GNUC__)
 #pragma GCC visibility pop

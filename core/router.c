@@ -266,6 +266,15 @@ int srv__router_add_filter(srv__router *r, const srv__filter *f)
     return 0;
 }
 
+void srv__router_set_compress(srv__router *r, struct srv__compress *c,
+                              void (*free_fn)(struct srv__compress *c))
+{
+    if (r->compress != NULL)
+        r->compress_free(r->compress);
+    r->compress = c;
+    r->compress_free = free_fn;
+}
+
 int srv__router_add_hook(srv__router *r, const srv__hook *h)
 {
     srv__hook *grown = realloc(r->hooks, (r->hook_count + 1) * sizeof *grown);
@@ -300,6 +309,8 @@ void srv__router_free(srv__router *r)
             r->filters[i].free_ctx(r->filters[i].ctx);
     free(r->filters);
     free(r->hooks);
+    if (r->compress != NULL)
+        r->compress_free(r->compress);
     memset(r, 0, sizeof *r);
 }
 

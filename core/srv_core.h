@@ -62,6 +62,10 @@ typedef struct srv__router {
     bool filters_block; /* some filter is not SRV_FILTER_NONBLOCKING */
     srv__hook *hooks;
     size_t hook_count;
+    /* Response compression (compress.c's, freed through compress_free so
+     * that the router calls nothing of compress.c); NULL: off. */
+    struct srv__compress *compress;
+    void (*compress_free)(struct srv__compress *c);
 } srv__router;
 
 /* What routing decided for a request (router.c fills it once). */
@@ -78,6 +82,9 @@ typedef struct srv__routing {
 int srv__router_add(srv__router *r, const srv_route_opts *opts);
 int srv__router_add_filter(srv__router *r, const srv__filter *f);
 int srv__router_add_hook(srv__router *r, const srv__hook *h);
+/* Replace the compression settings (the old ones are freed). */
+void srv__router_set_compress(srv__router *r, struct srv__compress *c,
+                              void (*free_fn)(struct srv__compress *c));
 /* Route req (once; the engine's thread that owns it): req->route and
  * req->routing. HEAD falls back to GET at the same pattern. */
 void srv__router_lookup(srv_request *req);
@@ -361,6 +368,12 @@ int srv__target_parse(srv_request *req, const char *target, size_t len);
 size_t srv__percent_decode(const char *s, size_t n, char *out,
                            bool plus_is_space);
 
+/* compress.c: the body srv_respond should send instead of body[0..*len)
+ * (malloc'd, gzip; *len updated; Content-Encoding and Vary set on req), or
+ * NULL to send it as it is. Any thread; before the answer is claimed. */
+void *srv__compress_body(srv_request *req, int status, const char *content_type,
+                         const void *body, size_t *len);
+
 /* Access log line for a delivered response (access_log.c). */
 void srv__access_log(const srv_request *req);
 
@@ -393,6 +406,7 @@ int srv__config_validate(srv_server *srv);
 #define SRV__ROUTE_OPTS_MIN_SIZE (offsetof(srv_route_opts, flags) + sizeof(unsigned))
 #define SRV__FILTER_OPTS_MIN_SIZE (offsetof(srv_filter_opts, flags) + sizeof(unsigned))
 #define SRV__CORS_OPTS_MIN_SIZE (offsetof(srv_cors_opts, max_age) + sizeof(int))
+#define SRV__COMPRESSION_OPTS_MIN_SIZE (offsetof(srv_compression_opts, level) + sizeof(int))
 #define SRV__STRUCT_MAX_SIZE ((size_t)4096)
 /* Every default, into a full-size struct. */
 void srv__config_defaults(srv_config *cfg);

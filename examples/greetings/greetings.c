@@ -4,7 +4,10 @@
  *   GET /greetings/Ana       ->  the same, the name from the path
  *   GET /health              ->  "UP"
  * --cors ORIGIN lets pages from ORIGIN call it from a browser (the CORS
- * filter: preflights answered, Access-Control-* headers on the answers).
+ * filter: preflights answered, Access-Control-* headers on the answers);
+ * --compression gzips answers of text types from 2 KB when the client
+ * accepts it (srv_compression_set; a greeting is shorter: this is the
+ * switch an application would turn on).
  * Blocking mode sleeps on the worker thread; --async waits with srv_after so
  * no worker is held. SIGINT/SIGTERM stop the server gracefully.
  */
@@ -154,6 +157,8 @@ static void usage(FILE *out)
             "                         reloads them)\n"
             "  --cors ORIGIN          allow browser calls from ORIGIN (e.g.\n"
             "                         https://app.example.com; comma-separated list, or *)\n"
+            "  --compression          gzip text answers of 2 KB or more when the client\n"
+            "                         accepts it\n"
             "  --access-log           one Common Log Format line per response on stderr\n"
             "  --help                 show this help\n"
             "\n"
@@ -192,6 +197,7 @@ int main(int argc, char **argv)
     uint64_t t0 = now_ns();
     const char *engine_name = NULL;
     const char *cors_origins = NULL;
+    int compression = 0;
     greetings app = {.sleep_ms = 1000, .async = 0};
     enum handlers handlers = HANDLERS_AUTO;
     srv_config cfg;
@@ -209,6 +215,10 @@ int main(int argc, char **argv)
         }
         if (strcmp(flag, "--access-log") == 0) {
             cfg.access_log = 1;
+            continue;
+        }
+        if (strcmp(flag, "--compression") == 0) {
+            compression = 1;
             continue;
         }
         int takes_value = strcmp(flag, "--engine") == 0 || strcmp(flag, "--host") == 0 ||
@@ -326,6 +336,15 @@ int main(int argc, char **argv)
                     srv_strerror(rc));
             srv_server_free(srv);
             return 2;
+        }
+    }
+    if (compression) {
+        srv_compression_opts z;
+        srv_compression_opts_init(&z); /* Spring's defaults: text types, 2 KB */
+        if (srv_compression_set(srv, &z) != 0) {
+            fprintf(stderr, "greetings: cannot turn compression on\n");
+            srv_server_free(srv);
+            return 1;
         }
     }
     rc = srv_server_start(srv);

@@ -390,5 +390,6 @@ void test_routing_hook_on_404(void **state);
 void test_routing_cors_preflight(void **state);
 void test_routing_cors_simple(void **state);
 void test_routing_hostile_paths(void **state);
+void test_routing_gzip(void **state);
 
 #endif /* SRV_CONFORMANCE_H */

@@ -11,6 +11,11 @@
  */
 #include "conformance.h"
 
+#include <zlib.h>
+
+/* The body of GET /big: compressible text, over the min_size below. */
+static char g_big[8192];
+
 /* "<route>|name=value|..." */
 static void h_route(srv_request *req, void *ctx)
 {
@@ -40,6 +45,11 @@ static int f_auth(srv_request *req, void *ctx)
     srv_set_header(req, "WWW-Authenticate", "Bearer");
     srv_respond(req, 401, "text/plain", "unauthorized\n", 13);
     return SRV_FILTER_DONE;
+}
+
+static void h_big(srv_request *req, void *ctx)
+{
+    srv_respond(req, 200, ctx, g_big, sizeof g_big);
 }
 
 static void hook_nosniff(srv_request *req, void *ctx)
@@ -87,6 +97,25 @@ int routing_setup(void **state)
         o.flags = rflags;
         rc = srv_route_add(f->srv, &o);
     }
+    for (size_t i = 0; i < sizeof g_big; i++)
+        g_big[i] = "libsrv compresses this text. "[i % 29];
+    static const char *const big[][2] = {{"/big", "text/plain; charset=utf-8"},
+                                         {"/big.png", "image/png"}};
+    for (size_t i = 0; rc == 0 && i < 2; i++) {
+        srv_route_opts o;
+        srv_route_opts_init(&o);
+        o.method = "GET";
+        o.path = big[i][0];
+        o.handler = h_big;
+        o.ctx = (void *)big[i][1];
+        o.flags = rflags;
+        rc = srv_route_add(f->srv, &o);
+    }
+    srv_compression_opts z;
+    srv_compression_opts_init(&z);
+    z.min_size = 1024;
+    if (rc == 0)
+        rc = srv_compression_set(f->srv, &z);
     if (rc == 0) {
         srv_route_opts o;
         srv_route_opts_init(&o);
@@ -362,4 +391,63 @@ void test_routing_hostile_paths(void **state)
     raw_get(f, b.p + 7, 404, NULL); /* "/a/a/...": no route that deep */
     free(b.p);
     free(want.p);
+}
+
+/* gzip on and off. libcurl is not asked to decode: the test inflates. */
+void test_routing_gzip(void **state)
+{
+    fx *f = *state;
+    http_res r;
+    get(f, "GET", "/big", "Accept-Encoding: gzip", NULL, NULL, &r);
+    check_http(f, "GET /big gzip", &r, 200);
+    CHECK_STR("Content-Encoding", res_header(&r, "Content-Encoding"), "gzip");
+    CHECK(rc_header_has_token(&r.hdr, "Vary", "Accept-Encoding") &&
+          rc_header_has_token(&r.hdr, "Vary", "Origin"),
+          "Vary (one line of several): %s", or_null(res_header(&r, "Vary")));
+    CHECK(r.body_len > 0 && r.body_len < sizeof g_big / 4, "gzip body of %zu bytes",
+          r.body_len);
+    char *out = malloc(sizeof g_big + 1);
+    z_stream zs;
+    memset(&zs, 0, sizeof zs);
+    CHECK(inflateInit2(&zs, 15 + 16) == Z_OK, "inflateInit2");
+    zs.next_in = (Bytef *)r.body;
+    zs.avail_in = (uInt)r.body_len;
+    zs.next_out = (Bytef *)out;
+    zs.avail_out = sizeof g_big + 1;
+    int zr = inflate(&zs, Z_FINISH);
+    size_t got = zs.total_out;
+    inflateEnd(&zs);
+    CHECK(zr == Z_STREAM_END && got == sizeof g_big && memcmp(out, g_big, got) == 0,
+          "the gzip body does not inflate to what the handler sent (zlib %d, %zu bytes)", zr,
+          got);
+    free(out);
+    http_res_free(&r);
+
+    get(f, "GET", "/big", NULL, NULL, NULL, &r); /* no Accept-Encoding */
+    check_http(f, "GET /big plain", &r, 200);
+    CHECK(res_header(&r, "Content-Encoding") == NULL, "Content-Encoding %s without "
+          "Accept-Encoding", res_header(&r, "Content-Encoding"));
+    CHECK(rc_header_has_token(&r.hdr, "Vary", "Accept-Encoding"), "Vary: %s",
+          or_null(res_header(&r, "Vary")));
+    CHECK(r.body_len == sizeof g_big && memcmp(r.body, g_big, sizeof g_big) == 0,
+          "plain body of %zu bytes", r.body_len);
+    http_res_free(&r);
+
+    get(f, "GET", "/big", "Accept-Encoding: gzip;q=0, br", NULL, NULL, &r);
+    check_http(f, "GET /big gzip;q=0", &r, 200);
+    CHECK(res_header(&r, "Content-Encoding") == NULL, "gzip;q=0 got %s",
+          res_header(&r, "Content-Encoding"));
+    http_res_free(&r);
+
+    get(f, "GET", "/big.png", "Accept-Encoding: gzip", NULL, NULL, &r);
+    check_http(f, "GET /big.png", &r, 200);
+    CHECK(res_header(&r, "Content-Encoding") == NULL, "image/png compressed");
+    CHECK_INT("image/png length", r.body_len, sizeof g_big);
+    http_res_free(&r);
+
+    /* The core's short answers stay as they are. */
+    get(f, "GET", "/nothing", "Accept-Encoding: gzip", NULL, NULL, &r);
+    check_http(f, "GET /nothing gzip", &r, 404);
+    check_body(f, "GET /nothing gzip", &r, "404 Not Found\n");
+    http_res_free(&r);
 }
