@@ -443,8 +443,9 @@ typedef struct srv_stats {
     unsigned workers;           /* worker threads alive now (elastic pool) */
     unsigned queued;            /* jobs waiting for a worker now */
     uint64_t rejected;          /* 503s because max_queued was reached */
-    uint64_t slow_nonblocking;  /* non-blocking handler calls that held
-                                   their I/O thread past nonblocking_warn_ms */
+    uint64_t slow_nonblocking;  /* non-blocking handler (and, from 0.4,
+                                   filter) calls that held their I/O thread
+                                   past nonblocking_warn_ms */
 } srv_stats;
 
 /*
