@@ -119,22 +119,27 @@ static bool srv__filter_next(srv_request *req, bool timed)
     const srv__filter *f = &req->srv->router.filters[req->routing.next_filter++];
     unsigned warn_ms = timed ? req->srv->cfg.nonblocking_warn_ms : 0;
     uint64_t t0 = warn_ms ? srv__coarse_ms() : 0;
+    /* A filter that answered although it returns NEXT gave the
+     * application's reference away, and the engine may have released the
+     * request already: hold it until we have looked. */
+    atomic_fetch_add(&req->refs, 1);
     int rc = f->fn(req, f->ctx);
     if (warn_ms) {
         uint64_t took = srv__coarse_ms() - t0;
         if (took > warn_ms)
             srv__report_slow(req, "a non-blocking filter", took);
     }
-    if (rc != SRV_FILTER_NEXT)
+    if (rc != SRV_FILTER_NEXT) {
+        srv__request_unref(req);
         return false;
+    }
     pthread_mutex_lock(&req->mu);
     bool answered = req->answered, by_core = req->core_answer || req->cancelled;
     pthread_mutex_unlock(&req->mu);
-    if (!answered)
-        return true;
-    if (by_core)
+    if (answered && by_core)
         srv__inflight_app_done(req);
-    return false;
+    srv__request_unref(req);
+    return !answered;
 }
 
 /* On a worker, the request on the pending list with the application's
