@@ -236,10 +236,20 @@ int srv__router_add(srv__router *r, const srv_route_opts *opts)
             return SRV_EEXIST;
         }
     srv__route **grown = realloc(n->routes, (n->nroutes + 1) * sizeof *grown);
-    rt->method = strdup(method);
-    rt->path = strdup(path);
     if (grown != NULL)
         n->routes = grown;
+    if (grown != NULL && r->count == r->all_cap) {
+        size_t cap = r->all_cap ? r->all_cap * 2 : 16;
+        srv__route **all = realloc(r->all, cap * sizeof *all);
+        if (all == NULL)
+            grown = NULL;
+        else {
+            r->all = all;
+            r->all_cap = cap;
+        }
+    }
+    rt->method = strdup(method);
+    rt->path = strdup(path);
     if (grown == NULL || rt->method == NULL || rt->path == NULL) {
         srv__route_free(rt);
         return SRV_ENOMEM;
@@ -248,10 +258,28 @@ int srv__router_add(srv__router *r, const srv_route_opts *opts)
     rt->ctx = opts->ctx;
     rt->flags = opts->flags;
     n->routes[n->nroutes++] = rt;
+    rt->index = r->count;
+    r->all[r->count++] = rt;
     if (depth > r->depth)
         r->depth = depth;
-    r->routes++;
     return 0;
+}
+
+size_t srv__router_count(const srv__router *r)
+{
+    return r->count;
+}
+
+void srv__router_at(const srv__router *r, size_t i, const char **method, const char **path)
+{
+    *method = r->all[i]->method;
+    *path = r->all[i]->path;
+}
+
+size_t srv__router_index(const srv__router *r, const srv__route *rt)
+{
+    (void)r;
+    return rt->index;
 }
 
 int srv__router_add_filter(srv__router *r, const srv__filter *f)
@@ -304,6 +332,7 @@ static void srv__node_free(srv__rnode *n)
 void srv__router_free(srv__router *r)
 {
     srv__node_free(r->root);
+    free(r->all);
     for (size_t i = 0; i < r->filter_count; i++)
         if (r->filters[i].free_ctx != NULL)
             r->filters[i].free_ctx(r->filters[i].ctx);

@@ -36,6 +36,7 @@ typedef struct srv__route {
     char **params;       /* names of its {param} and {*wildcard} segments, in order */
     size_t param_count;
     bool wildcard; /* the last of them is a {*wildcard} */
+    size_t index;  /* registration order: srv__router_at(index) */
 } srv__route;
 
 typedef struct srv__rnode srv__rnode; /* a trie node (router.c) */
@@ -56,7 +57,8 @@ typedef struct srv__hook {
 typedef struct srv__router {
     srv__rnode *root;
     size_t depth;   /* the deepest pattern, in segments */
-    size_t routes;  /* routes registered (method + pattern) */
+    srv__route **all; /* every route in registration order */
+    size_t count, all_cap;
     srv__filter *filters;
     size_t filter_count;
     bool filters_block; /* some filter is not SRV_FILTER_NONBLOCKING */
@@ -80,6 +82,11 @@ typedef struct srv__routing {
 /* SRV_EINVAL (bad pattern, method, flags), SRV_EEXIST (same method and
  * pattern shape), SRV_ENOMEM. */
 int srv__router_add(srv__router *r, const srv_route_opts *opts);
+/* The routes by index, 0 to count - 1, in a fixed order once started
+ * (metrics.c keeps its counters by that index). */
+size_t srv__router_count(const srv__router *r);
+void srv__router_at(const srv__router *r, size_t i, const char **method, const char **path);
+size_t srv__router_index(const srv__router *r, const srv__route *rt);
 int srv__router_add_filter(srv__router *r, const srv__filter *f);
 int srv__router_add_hook(srv__router *r, const srv__hook *h);
 /* Replace the compression settings (the old ones are freed). */

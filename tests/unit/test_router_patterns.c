@@ -330,6 +330,7 @@ static void test_thousand_routes(void **state)
         assert_int_equal(srv_route(srv, "GET", pattern, h_params, (void *)(uintptr_t)(k * 7 % 1000)), 0);
     }
     fake_start(f, NULL);
+    assert_int_equal(srv__router_count(&srv->router), 1000);
     /* Every route by the router directly (the fake engine holds 64
      * requests), then a sample through dispatch. */
     for (size_t i = 0; i < 1000; i++) {
@@ -343,6 +344,13 @@ static void test_thousand_routes(void **state)
             fail_msg("%s: routed to %s, want %s", path, req->route ? req->route->path : "none",
                      pattern);
         assert_ptr_equal(req->route->ctx, (void *)(uintptr_t)i);
+        /* The index view (metrics keep their counters by it). */
+        const char *m, *p;
+        size_t idx = srv__router_index(&srv->router, req->route);
+        assert_true(idx < srv__router_count(&srv->router));
+        srv__router_at(&srv->router, idx, &m, &p);
+        assert_string_equal(m, "GET");
+        assert_string_equal(p, pattern);
         srv__request_unref(req);
     }
     for (size_t i = 0; i < 1000; i += 97) {
