@@ -437,8 +437,9 @@ enum {
 };
 
 /*
- * One route: `method` requests (e.g. "GET", exact and case-sensitive) for
- * the exact decoded `path` (e.g. "/greetings", no query) go to
+ * One route: `method` requests (e.g. "GET", exact and case-sensitive) whose
+ * decoded path matches the pattern `path` ("/greetings", "/users/{id}",
+ * "/static/{*path}": see "Path patterns" below; no query) go to
  * handler(req, ctx). Initialise with srv_route_opts_init, then set what you
  * need; fields added later keep their defaults.
  */
@@ -461,8 +462,9 @@ void srv_route_opts_init_sized(srv_route_opts *opts, size_t size);
  * srv_server_start, from the controlling thread.
  * Returns 0; SRV_EINVAL for a NULL opts, a size it cannot trust, NULL or
  * empty method/path/handler, a method that is not a token, a path not
- * starting with '/', or unknown flag bits; SRV_EEXIST when the method+path
- * is already routed; SRV_ESTATE once started; SRV_ENOMEM.
+ * starting with '/' or not a valid pattern, or unknown flag bits;
+ * SRV_EEXIST when the method is already routed for the same pattern shape
+ * (parameter names aside); SRV_ESTATE once started; SRV_ENOMEM.
  */
 int srv_route_add(srv_server *srv, const srv_route_opts *opts);
 
@@ -620,8 +622,9 @@ typedef struct srv_stats {
     unsigned workers;           /* worker threads alive now (elastic pool) */
     unsigned queued;            /* jobs waiting for a worker now */
     uint64_t rejected;          /* 503s because max_queued was reached */
-    uint64_t slow_nonblocking;  /* non-blocking handler calls that held
-                                   their I/O thread past nonblocking_warn_ms */
+    uint64_t slow_nonblocking;  /* non-blocking handler (and, from 0.4,
+                                   filter) calls that held their I/O thread
+                                   past nonblocking_warn_ms */
 } srv_stats;
 
 /*
@@ -852,6 +855,258 @@ int srv_sse_keepalive(srv_stream *stream);
  * Callbacks not yet fired at srv_server_free are dropped, never called.
  */
 int srv_after(srv_server *srv, unsigned ms, void (*fn)(void *arg), void *arg);
+
+/* ------------------------------------------------------------------ */
+/* Path patterns (0.4)                                                 */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A route's path (srv_route_opts.path) is a pattern of '/'-separated
+ * segments, matched against the request's path segment by segment:
+ * - a literal segment ("users") matches that exact segment once it is
+ *   %-decoded ("/caf%C3%A9" matches the literal "/café");
+ * - "{name}" matches any one non-empty segment and captures it %-decoded
+ *   ("%2F" decodes to '/' inside the value: it is data, never a separator);
+ * - "{*name}", only as the last segment, matches the rest of the path,
+ *   possibly empty, %-decoded ("/static/{*path}" matches "/static/" with
+ *   path "" and "/static/css/a.css" with path "css/a.css"; not "/static").
+ * A segment is either a literal or exactly one {...}: "file-{id}" is
+ * refused, and so are empty or repeated names. Names: letters, digits, '_'.
+ * Trailing slashes are significant: "/users" and "/users/" are different
+ * patterns and paths, and "/users/{id}" does not match "/users/".
+ *
+ * Precedence, whatever the registration order: the patterns that match
+ * are compared segment by segment from the left, and at the first segment
+ * where they differ a literal beats a {param}, which beats a {*wildcard}.
+ * The first pattern in that order that routes the request's method (or GET
+ * for HEAD) answers; when patterns match but none routes the method the
+ * answer is 405 with Allow listing the methods of every matching pattern
+ * (plus HEAD with GET, and OPTIONS); when none matches, 404. An OPTIONS
+ * request no pattern routes is answered 204 with that Allow (a CORS
+ * preflight is the CORS filter's: srv_cors_add). Two registrations of the
+ * same method with the same pattern shape ("/u/{id}" and "/u/{name}") are
+ * refused with SRV_EEXIST.
+ *
+ * The core refuses with 400 (and closes) a request whose path holds an
+ * invalid %-escape ("%zz", "%4"), a "." or ".." segment, sent as is or
+ * %-encoded ("%2e%2e"), a NUL (%00), or a {*wildcard} value holding a "."
+ * or ".." segment once decoded ("..%2F" included): such paths are never
+ * routed, so a handler never sees one.
+ */
+
+/*
+ * srv_request_param: the %-decoded value of the {name} or {*name} segment
+ * of the request's route pattern, NULL when the pattern has no such name
+ * (or no route matched). Owned by the request: valid while the request is
+ * (until srv_respond returns). Any thread that holds the request.
+ */
+const char *srv_request_param(const srv_request *req, const char *name);
+
+/*
+ * srv_request_param_count / srv_request_param_at: the route's parameters
+ * in pattern order. param_at returns 0 and sets *name and *value (either
+ * may be NULL to skip), or SRV_EINVAL past the end. Same lifetime.
+ */
+size_t srv_request_param_count(const srv_request *req);
+int srv_request_param_at(const srv_request *req, size_t index, const char **name,
+                         const char **value);
+
+/*
+ * srv_request_route: the pattern of the route that matched, as registered
+ * ("/users/{id}"), or NULL when none did (a filter sees the request before
+ * the core answers 404/405). Owned by the server, valid for its life. Any
+ * thread that holds the request.
+ */
+const char *srv_request_route(const srv_request *req);
+
+/* ------------------------------------------------------------------ */
+/* Filters and response hooks (0.4)                                    */
+/* ------------------------------------------------------------------ */
+
+/* What a filter returns. */
+enum {
+    /* Let the request through to the next filter, then the handler (or the
+     * core's 404/405/OPTIONS answer). The filter must not have answered. */
+    SRV_FILTER_NEXT = 0,
+    /* The filter took the request: it answered with srv_respond, or will
+     * later from any thread (as an async handler may). Nothing after it
+     * runs. */
+    SRV_FILTER_DONE = 1
+};
+
+/*
+ * A filter runs for every routed-or-not request (after the path was
+ * checked and looked up, so srv_request_param and srv_request_route
+ * work; before the core's 404/405/OPTIONS answers), in registration
+ * order, before the handler. It may set response headers with
+ * srv_set_header (they go on whatever answer the request gets: the
+ * handler's, another filter's, the core's 404/405/OPTIONS) and return
+ * SRV_FILTER_NEXT, or answer (e.g. 401) and return SRV_FILTER_DONE.
+ * Threads: a filter registered SRV_FILTER_NONBLOCKING runs on the I/O
+ * thread that parsed the request as long as every filter before it is
+ * non-blocking too (threadpool: when the whole request - every filter and
+ * the handler - is non-blocking; otherwise on the connection's worker);
+ * a blocking filter sends the request to a worker, where it and every
+ * later filter and the handler run. A non-blocking filter must not block
+ * (srv_config.nonblocking_warn_ms counts it like a handler).
+ */
+typedef int (*srv_filter_fn)(srv_request *req, void *ctx);
+
+/* Filter flags (srv_filter_opts.flags). */
+enum {
+    /* The filter never blocks: it may run on the I/O thread. */
+    SRV_FILTER_NONBLOCKING = 1u << 0
+};
+
+typedef struct srv_filter_opts {
+    size_t size;          /* set by srv_filter_opts_init */
+    srv_filter_fn filter; /* required */
+    void *ctx;            /* passed to filter; default NULL */
+    unsigned flags;       /* SRV_FILTER_* bits; default 0 (may block) */
+} srv_filter_opts;
+
+/* srv_filter_opts_init: zero *opts and set its size. Any thread. */
+void srv_filter_opts_init_sized(srv_filter_opts *opts, size_t size);
+#define srv_filter_opts_init(opts) srv_filter_opts_init_sized((opts), sizeof *(opts))
+
+/*
+ * srv_filter_add: append the filter `opts` describes to the server's chain
+ * (the struct is not kept). Only before srv_server_start, from the
+ * controlling thread. Returns 0; SRV_EINVAL (NULL opts or filter, a size
+ * it cannot trust, unknown flags), SRV_ESTATE once started, SRV_ENOMEM.
+ */
+int srv_filter_add(srv_server *srv, const srv_filter_opts *opts);
+
+/*
+ * A response hook adds headers (srv_set_header) to every response of a
+ * request. It runs once per request, when the request is dispatched and
+ * before any filter, on the dispatching thread (the I/O thread, or the
+ * threadpool's worker): it must not block and must not answer. The headers
+ * it sets go out with every answer of the application (handlers, filters)
+ * and the core's routing answers (404, 405, the automatic OPTIONS 204), but
+ * not with the core's other answers: 400/413/414/431... to malformed input
+ * (never dispatched), the 503s of request_timeout_ms, max_queued and stop
+ * (the core drops the application's headers there), nor the 400 for a
+ * refused path. Typical use: security headers (X-Content-Type-Options,
+ * Strict-Transport-Security).
+ */
+typedef void (*srv_response_hook_fn)(srv_request *req, void *ctx);
+
+/*
+ * srv_response_hook_add: add a hook; hooks run in registration order.
+ * Only before srv_server_start, from the controlling thread. Returns 0;
+ * SRV_EINVAL (NULL fn), SRV_ESTATE once started, SRV_ENOMEM.
+ */
+int srv_response_hook_add(srv_server *srv, srv_response_hook_fn fn, void *ctx);
+
+/* ------------------------------------------------------------------ */
+/* CORS (0.4): a ready filter                                          */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Cross-origin resource sharing, as browsers check it (Fetch standard).
+ * Lists are comma-separated, blanks around items ignored; the strings are
+ * copied by srv_cors_add.
+ */
+typedef struct srv_cors_opts {
+    size_t size; /* set by srv_cors_opts_init */
+    /* Origins allowed ("https://app.example.com, http://localhost:3000"),
+     * compared exactly (scheme, host and port), or "*" for any (then
+     * Access-Control-Allow-Origin is "*", or the request's origin with
+     * allow_credentials). Required. */
+    const char *allowed_origins;
+    /* Methods a preflight may ask for. Default "GET, HEAD, POST". */
+    const char *allowed_methods;
+    /* Request headers a preflight may ask for (case-insensitive), or "*"
+     * for any (answered by echoing the request's list). Default "*". */
+    const char *allowed_headers;
+    /* Response headers the browser lets scripts read
+     * (Access-Control-Expose-Headers). Default NULL (none). */
+    const char *exposed_headers;
+    /* Non-zero: Access-Control-Allow-Credentials: true (cookies, HTTP
+     * auth). Default 0. */
+    int allow_credentials;
+    /* Access-Control-Max-Age of preflight answers, in seconds; negative
+     * sends none. Default 1800 (Spring's). */
+    int max_age;
+} srv_cors_opts;
+
+/* srv_cors_opts_init: set *opts to the defaults above and its size. Any
+ * thread. */
+void srv_cors_opts_init_sized(srv_cors_opts *opts, size_t size);
+#define srv_cors_opts_init(opts) srv_cors_opts_init_sized((opts), sizeof *(opts))
+
+/*
+ * srv_cors_add: append a non-blocking CORS filter to the chain (register it
+ * before filters that answer early, such as authentication, so that their
+ * 401 carries the CORS headers a browser needs to read it). What it does,
+ * for every request:
+ * - always adds "Vary: Origin" (the answer depends on it);
+ * - a preflight (OPTIONS with Origin and Access-Control-Request-Method) is
+ *   answered here, whatever the routes: 204 with Access-Control-Allow-Origin,
+ *   -Allow-Methods, -Allow-Headers, -Allow-Credentials (when set), -Max-Age
+ *   and Vary: Origin, Access-Control-Request-Method,
+ *   Access-Control-Request-Headers; 403 when the origin, the method or a
+ *   requested header is not allowed;
+ * - any other request with an allowed Origin gets Access-Control-Allow-Origin
+ *   (and -Allow-Credentials, -Expose-Headers) on its answer and goes on;
+ *   with an origin not allowed it goes on without them (the browser then
+ *   withholds the answer from the page).
+ * Only before srv_server_start, from the controlling thread (the filter then
+ * runs on the threads srv_filter_fn describes, as a non-blocking filter).
+ * Returns 0; SRV_EINVAL (no allowed_origins,
+ * "*" among other origins, a list item that is not a token or origin, a
+ * size it cannot trust), SRV_ESTATE once started, SRV_ENOMEM. The filter's
+ * memory is freed with the server.
+ */
+int srv_cors_add(srv_server *srv, const srv_cors_opts *opts);
+
+/* ------------------------------------------------------------------ */
+/* Response compression (0.4)                                          */
+/* ------------------------------------------------------------------ */
+
+/*
+ * gzip for responses, configured like Spring Boot's server.compression.*:
+ * an answer given with srv_respond is compressed when its Content-Type
+ * (parameters aside, case-insensitive) is in mime_types, its body has at
+ * least min_size bytes, the request's Accept-Encoding accepts gzip (q > 0,
+ * or "*"), the application set no Content-Encoding itself, and the status
+ * is not 206, 204, 304 or 1xx; it then carries "Content-Encoding: gzip"
+ * and its Content-Length is the compressed size. Every answer of a listed
+ * type and size gets "Vary: Accept-Encoding", compressed or not. A body
+ * that would not shrink is sent as it is. The core's own short answers
+ * (404, 503...) are below any sensible min_size. An ETag the application
+ * set is sent unchanged: make it weak (W/"...") or vary it by encoding.
+ */
+typedef struct srv_compression_opts {
+    size_t size;            /* set by srv_compression_opts_init */
+    /* Non-zero: compress. Default 1 (calling srv_compression_set is the
+     * opt-in; 0 turns it off again). */
+    int enabled;
+    /* Comma-separated types. Default "text/html, text/xml, text/plain,
+     * text/css, text/javascript, application/javascript, application/json,
+     * application/xml" (Spring's list). Copied. */
+    const char *mime_types;
+    /* Smallest body compressed, in bytes. Default 2048 (Spring's). */
+    size_t min_size;
+    /* zlib level 1 (fastest) to 9 (smallest). Default 6. */
+    int level;
+} srv_compression_opts;
+
+/* srv_compression_opts_init: the defaults above and the size. Any thread. */
+void srv_compression_opts_init_sized(srv_compression_opts *opts, size_t size);
+#define srv_compression_opts_init(opts) \
+    srv_compression_opts_init_sized((opts), sizeof *(opts))
+
+/*
+ * srv_compression_set: configure response compression (the struct is not
+ * kept; a second call replaces the first). Only before srv_server_start,
+ * from the controlling thread; the compression itself then runs inside
+ * srv_respond, on whichever thread answers. Returns 0; SRV_EINVAL (a size
+ * it cannot trust, no mime_types or an item that is not "type/subtype",
+ * a level outside 1-9), SRV_ESTATE once started, SRV_ENOMEM.
+ */
+int srv_compression_set(srv_server *srv, const srv_compression_opts *opts);
 
 #if defined(SRV_BUILDING) && defined(__GNUC__)
 #pragma GCC visibility pop

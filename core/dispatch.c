@@ -1,12 +1,210 @@
 /*
- * Dispatch: a complete request is counted, routed (404, 405 answered
- * here) and handed to its handler, on a worker or, for a non-blocking
- * route, on the engine's thread. The answer and the lists are inflight.c's.
+ * Dispatch: a complete request is counted, routed (router.c), passed
+ * through the response hooks and the filters, and handed to its handler,
+ * or answered 404/405/OPTIONS here. Non-blocking filters and handlers run
+ * on the engine's thread, the rest on a worker: the chain starts on the
+ * engine's thread and moves to a worker at the first stage that may block,
+ * never back. The answer and the lists are inflight.c's.
  */
 #include "srv_core.h"
 
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
+
+/* A non-blocking filter or handler held its I/O thread too long: count it,
+ * and say so once per server, since every connection of that thread
+ * waited. */
+static void srv__report_slow(srv_request *req, const char *what, uint64_t ms)
+{
+    srv_server *srv = req->srv;
+    atomic_fetch_add(&srv->slow_nonblocking, 1);
+    if (atomic_exchange(&srv->slow_reported, true))
+        return;
+    fprintf(stderr,
+            "libsrv: %s held its I/O thread for %llu ms on %s %s (nonblocking_warn_ms is %u); "
+            "it must not block: register it without the NONBLOCKING flag. Later cases are "
+            "only counted (srv_stats.slow_nonblocking).\n",
+            what, (unsigned long long)ms, req->method ? req->method : "",
+            req->route ? req->route->path : (req->path ? req->path : ""),
+            srv->cfg.nonblocking_warn_ms);
+}
+
+/* Application code that kept the request on the engine's thread (a
+ * handler or filter that returned without answering) joins the pending
+ * list, so the timeout and stop still answer it. */
+static void srv__inline_kept(srv_request *req)
+{
+    bool late = false;
+    pthread_mutex_lock(&req->mu);
+    if (!req->answered)
+        late = srv__inflight_join_late(req);
+    pthread_mutex_unlock(&req->mu);
+    if (late)
+        srv__inflight_answer(req, 503, true, NULL, NULL, false);
+}
+
+/* Run the route's handler on this (the engine's) thread, timed. The caller
+ * holds the application's reference and a reference of its own. */
+static void srv__handler_inline(srv_request *req)
+{
+    unsigned warn_ms = req->srv->cfg.nonblocking_warn_ms;
+    uint64_t t0 = warn_ms ? srv__coarse_ms() : 0;
+    req->route->handler(req, req->route->ctx);
+    if (warn_ms) {
+        uint64_t took = srv__coarse_ms() - t0;
+        if (took > warn_ms)
+            srv__report_slow(req, "the non-blocking handler", took);
+    }
+    srv__inline_kept(req);
+}
+
+/* The core's routing answer (404, 405 + Allow, the automatic OPTIONS 204
+ * + Allow), given like the application's own (srv_respond) so that the
+ * headers hooks and filters set go with it. Takes the application's
+ * reference. */
+static void srv__routing_answer(srv_request *req)
+{
+    int status = req->routing.status;
+    if (status == 405 || status == 204) {
+        char *allow = srv__router_allow(req);
+        if (allow != NULL) /* out of memory: the answer goes without it */
+            srv_set_header(req, "Allow", allow);
+        free(allow);
+    }
+    if (status == 204) {
+        srv_respond(req, 204, NULL, NULL, 0);
+        return;
+    }
+    char body[64];
+    int n = snprintf(body, sizeof body, "%d %s\n", status, srv__status_reason(status));
+    srv_respond(req, status, "text/plain; charset=utf-8", body, (size_t)n);
+}
+
+/* The last stage: the handler, or the core's routing answer. */
+static void srv__terminal(srv_request *req, bool inline_thread)
+{
+    if (req->route == NULL)
+        srv__routing_answer(req);
+    else if (inline_thread)
+        srv__handler_inline(req);
+    else
+        req->route->handler(req, req->route->ctx);
+}
+
+static bool srv__terminal_blocks(const srv_request *req)
+{
+    return req->route != NULL && !(req->route->flags & SRV_ROUTE_NONBLOCKING);
+}
+
+static void srv__run_hooks(srv_request *req)
+{
+    const srv__router *r = &req->srv->router;
+    if (req->routing.hooks_done)
+        return;
+    req->routing.hooks_done = true;
+    for (size_t i = 0; i < r->hook_count; i++)
+        r->hooks[i].fn(req, r->hooks[i].ctx);
+}
+
+/*
+ * Call the next filter. True when the request goes on: the filter returned
+ * SRV_FILTER_NEXT and nobody answered meanwhile. False: the filter took
+ * the request (SRV_FILTER_DONE, or it answered although it returned NEXT),
+ * or the core answered it (timeout, stop, the client left) while the
+ * filter ran - then the application's reference is let go here.
+ */
+static bool srv__filter_next(srv_request *req, bool timed)
+{
+    const srv__filter *f = &req->srv->router.filters[req->routing.next_filter++];
+    unsigned warn_ms = timed ? req->srv->cfg.nonblocking_warn_ms : 0;
+    uint64_t t0 = warn_ms ? srv__coarse_ms() : 0;
+    /* A filter that answered although it returns NEXT gave the
+     * application's reference away, and the engine may have released the
+     * request already: hold it until we have looked. */
+    atomic_fetch_add(&req->refs, 1);
+    int rc = f->fn(req, f->ctx);
+    if (warn_ms) {
+        uint64_t took = srv__coarse_ms() - t0;
+        if (took > warn_ms)
+            srv__report_slow(req, "a non-blocking filter", took);
+    }
+    if (rc != SRV_FILTER_NEXT) {
+        srv__request_unref(req);
+        return false;
+    }
+    pthread_mutex_lock(&req->mu);
+    bool answered = req->answered, by_core = req->core_answer || req->cancelled;
+    pthread_mutex_unlock(&req->mu);
+    if (answered && by_core)
+        srv__inflight_app_done(req);
+    srv__request_unref(req);
+    return !answered;
+}
+
+/* On a worker, the request on the pending list with the application's
+ * reference: the rest of the chain. */
+static void srv__chain_worker(srv_request *req)
+{
+    pthread_mutex_lock(&req->mu);
+    bool answered = req->answered;
+    pthread_mutex_unlock(&req->mu);
+    if (answered) { /* timed out or shut down while it waited for a worker */
+        srv__inflight_app_done(req);
+        return;
+    }
+    srv__run_hooks(req); /* unless they ran on the engine's thread */
+    const srv__router *r = &req->srv->router;
+    while (req->routing.next_filter < r->filter_count)
+        if (!srv__filter_next(req, false))
+            return;
+    srv__terminal(req, false);
+}
+
+static void srv__chain_job(srv_job *job)
+{
+    srv__chain_worker((srv_request *)((char *)job - offsetof(srv_request, job)));
+}
+
+/*
+ * On the engine's thread, with the application's reference: hooks, then
+ * the non-blocking filters up to the first blocking one, then the handler
+ * or the core's answer when they do not block either; whatever may block
+ * goes to a worker.
+ */
+static void srv__chain_inline(srv_request *req)
+{
+    srv_server *srv = req->srv;
+    const srv__router *r = &srv->router;
+    /* The engine may write and release the request inside srv_respond:
+     * hold it until the application code has returned. */
+    atomic_fetch_add(&req->refs, 1);
+    srv__run_hooks(req);
+    while (req->routing.next_filter < r->filter_count &&
+           (r->filters[req->routing.next_filter].flags & SRV_FILTER_NONBLOCKING)) {
+        if (!srv__filter_next(req, true)) {
+            srv__inline_kept(req);
+            srv__request_unref(req);
+            return;
+        }
+    }
+    if (req->routing.next_filter == r->filter_count && !srv__terminal_blocks(req)) {
+        srv__terminal(req, true);
+        srv__request_unref(req);
+        return;
+    }
+    if (!srv__inflight_join(req)) {
+        atomic_fetch_sub(&req->refs, 1); /* the application's: it never saw it */
+        srv__inflight_answer(req, 503, true, NULL, NULL, false);
+    } else {
+        req->job.run = srv__chain_job;
+        if (srv__pool_submit(srv, &req->job) != 0) {
+            srv__inflight_answer(req, 503, true, NULL, NULL, false);
+            srv__inflight_app_done(req);
+        }
+    }
+    srv__request_unref(req);
+}
 
 static void srv__handler_call(srv_request *req)
 {
@@ -25,68 +223,14 @@ static void srv__handler_job(srv_job *job)
     srv__handler_call((srv_request *)((char *)job - offsetof(srv_request, job)));
 }
 
-/* A non-blocking handler held its I/O thread too long: count it, and say
- * so once per server, since every connection of that thread waited. */
-static void srv__report_slow(srv_request *req, uint64_t ms)
-{
-    srv_server *srv = req->srv;
-    atomic_fetch_add(&srv->slow_nonblocking, 1);
-    if (atomic_exchange(&srv->slow_reported, true))
-        return;
-    fprintf(stderr,
-            "libsrv: the non-blocking handler of %s %s held its I/O thread for %llu ms "
-            "(nonblocking_warn_ms is %u); a non-blocking handler must not block: register it "
-            "without SRV_ROUTE_NONBLOCKING. Later cases are only counted "
-            "(srv_stats.slow_nonblocking).\n",
-            req->route->method, req->route->path, (unsigned long long)ms,
-            srv->cfg.nonblocking_warn_ms);
-}
-
-/*
- * A non-blocking route: the handler runs here, on the engine's thread. It
- * usually answers before it returns, and then the request never touches
- * the server's lists or mutex. Otherwise it joins the pending list when
- * the handler returns, so the timeout and stop still answer it.
- */
-static void srv__handler_inline(srv_request *req)
-{
-    srv_server *srv = req->srv;
-    unsigned warn_ms = srv->cfg.nonblocking_warn_ms;
-    /* The engine may write and release the request inside srv_respond:
-     * hold it until the handler has returned. */
-    atomic_fetch_add(&req->refs, 1);
-    uint64_t t0 = warn_ms ? srv__coarse_ms() : 0;
-    req->route->handler(req, req->route->ctx);
-    if (warn_ms) {
-        uint64_t took = srv__coarse_ms() - t0;
-        if (took > warn_ms)
-            srv__report_slow(req, took);
-    }
-    bool late = false;
-    pthread_mutex_lock(&req->mu);
-    if (!req->answered)
-        late = srv__inflight_join_late(req);
-    pthread_mutex_unlock(&req->mu);
-    if (late)
-        srv__inflight_answer(req, 503, true, NULL, NULL, false);
-    srv__request_unref(req);
-}
-
-/* Looks the route up (NULL: none, path_known says 405 rather than 404). */
-static const srv__route *srv__request_find_route(srv_request *req, bool *path_known)
-{
-    const char *method = req->method ? req->method : "";
-    const char *path = req->path ? req->path : "";
-    return srv__router_find(&req->srv->router, method, path, path_known);
-}
-
 bool srv__request_nonblocking(srv_request *req)
 {
-    bool path_known;
-    if (!req->route)
-        req->route = srv__request_find_route(req, &path_known);
-    /* No route: dispatch answers 404/405 itself, without a handler. */
-    return !req->route || (req->route->flags & SRV_ROUTE_NONBLOCKING);
+    srv__router_lookup(req);
+    if (req->routing.status == 400 || req->routing.status == 500)
+        return true; /* answered inside dispatch */
+    /* A filter may answer early, but which one does is known only once it
+     * ran: any blocking filter sends the whole request to a worker. */
+    return !req->srv->router.filters_block && !srv__terminal_blocks(req);
 }
 
 static void srv__request_route(srv_request *req, bool run_here)
@@ -95,28 +239,34 @@ static void srv__request_route(srv_request *req, bool run_here)
     srv__inflight_add(req, true);
     srv__forwarded_resolve(req);
 
-    bool path_known = false;
-    /* srv__request_nonblocking may have looked it up already. */
-    const srv__route *rt = req->route ? req->route : srv__request_find_route(req, &path_known);
-    if (rt == NULL) {
-        if (path_known) {
-            char allow[256];
-            srv__router_allow(&srv->router, req->path ? req->path : "", allow, sizeof allow);
-            srv__inflight_answer(req, 405, false, "Allow", allow, false);
-        } else {
-            srv__inflight_answer(req, 404, false, NULL, NULL, false);
-        }
+    srv__router_lookup(req); /* srv__request_nonblocking may have done it */
+    int status = req->routing.status;
+    if (status == 400 || status == 500) { /* a path refused, or no memory */
+        srv__inflight_answer(req, status, true, NULL, NULL, false);
         return;
     }
-    req->route = rt;
+    const srv__route *rt = req->route;
+    bool chain = srv->router.filter_count > 0 || srv->router.hook_count > 0;
 
-    if (rt->flags & SRV_ROUTE_NONBLOCKING) {
+    if (!chain && rt == NULL) {
+        atomic_fetch_add(&req->refs, 1); /* srv_respond takes it */
+        srv__routing_answer(req);
+        return;
+    }
+    bool inline_start = !run_here && (chain || (rt->flags & SRV_ROUTE_NONBLOCKING));
+    if (inline_start) {
         if (srv__inflight_final(srv)) {
             srv__inflight_answer(req, 503, true, NULL, NULL, false);
             return;
         }
         atomic_fetch_add(&req->refs, 1); /* the application's, until it answers */
-        srv__handler_inline(req);
+        if (chain) {
+            srv__chain_inline(req);
+        } else {
+            atomic_fetch_add(&req->refs, 1); /* ours, across the handler */
+            srv__handler_inline(req);
+            srv__request_unref(req);
+        }
         return;
     }
 
@@ -129,7 +279,10 @@ static void srv__request_route(srv_request *req, bool run_here)
     }
 
     if (run_here) {
-        srv__handler_call(req);
+        if (chain)
+            srv__chain_worker(req);
+        else
+            srv__handler_call(req);
         return;
     }
     req->job.run = srv__handler_job;

@@ -389,9 +389,14 @@ int srv_respond(srv_request *req, int status, const char *content_type, const vo
         for (const char *p = content_type; *p; p++)
             bad |= *p == '\r' || *p == '\n';
     srv_server *srv = req->srv;
+    /* srv_compression_set: maybe gzip the body (compress.c). */
+    void *gz = bad ? NULL : srv__compress_body(req, status, content_type, body, &len);
+    if (gz != NULL)
+        body = gz;
 
     pthread_mutex_lock(&req->mu);
     if (req->answered) {
+        free(gz);
         /* srv.h: a client that went away makes the response "dropped safely" (0). */
         int rc = req->cancelled ? 0 : SRV_ETIMEDOUT;
         pthread_mutex_unlock(&req->mu);
@@ -420,6 +425,7 @@ int srv_respond(srv_request *req, int status, const char *content_type, const vo
     }
     srv__claim_answer(req, false);
     pthread_mutex_unlock(&req->mu);
+    free(gz);
 
     srv__deliver(req);
     srv__request_unref(req); /* the application's reference */

@@ -24,35 +24,80 @@ uint64_t srv__coarse_ms(void);
  * (case-insensitive), e.g. Connection: "keep-alive, Upgrade". */
 bool srv__header_has_token(const char *list, const char *token);
 
-/* ---- router ---------------------------------------------------------- */
+/* ---- router (router.c): the route trie, the filters and the hooks ------- */
 
+/* One method's handler at a trie node (a registered pattern). */
 typedef struct srv__route {
     char *method;
-    char *path;
+    char *path; /* the pattern as registered, e.g. "/users/{id}" */
     srv_handler_fn handler;
     void *ctx;
-    unsigned flags; /* SRV_ROUTE_* */
+    unsigned flags;      /* SRV_ROUTE_* */
+    char **params;       /* names of its {param} and {*wildcard} segments, in order */
+    size_t param_count;
+    bool wildcard; /* the last of them is a {*wildcard} */
+    size_t index;  /* registration order: srv__router_at(index) */
 } srv__route;
 
+typedef struct srv__rnode srv__rnode; /* a trie node (router.c) */
+
+typedef struct srv__filter {
+    srv_filter_fn fn;
+    void *ctx;
+    unsigned flags; /* SRV_FILTER_* */
+    void (*free_ctx)(void *ctx); /* the library's own filters (CORS); NULL */
+} srv__filter;
+
+typedef struct srv__hook {
+    srv_response_hook_fn fn;
+    void *ctx;
+} srv__hook;
+
+/* Registered before start, read-only afterwards (lookups take no lock). */
 typedef struct srv__router {
-    srv__route *routes;
-    size_t count;
-    size_t cap;
+    srv__rnode *root;
+    size_t depth;   /* the deepest pattern, in segments */
+    srv__route **all; /* every route in registration order */
+    size_t count, all_cap;
+    srv__filter *filters;
+    size_t filter_count;
+    bool filters_block; /* some filter is not SRV_FILTER_NONBLOCKING */
+    srv__hook *hooks;
+    size_t hook_count;
+    /* Response compression (compress.c's, freed through compress_free so
+     * that the router calls nothing of compress.c); NULL: off. */
+    struct srv__compress *compress;
+    void (*compress_free)(struct srv__compress *c);
 } srv__router;
 
+/* What routing decided for a request (router.c fills it once). */
+typedef struct srv__routing {
+    bool done;      /* looked up */
+    int status;     /* 0: req->route; else 400, 404, 405 or 204 (automatic OPTIONS) */
+    const char **values; /* decoded parameter values, req->route->params names */
+    size_t next_filter;  /* dispatch.c: the next filter to run */
+    bool hooks_done;     /* dispatch.c: the response hooks ran */
+} srv__routing;
+
+/* SRV_EINVAL (bad pattern, method, flags), SRV_EEXIST (same method and
+ * pattern shape), SRV_ENOMEM. */
 int srv__router_add(srv__router *r, const srv_route_opts *opts);
 /* The routes by index, 0 to count - 1, in a fixed order once started
  * (metrics.c keeps its counters by that index). */
 size_t srv__router_count(const srv__router *r);
 void srv__router_at(const srv__router *r, size_t i, const char **method, const char **path);
 size_t srv__router_index(const srv__router *r, const srv__route *rt);
-/* The route for method+path; HEAD falls back to GET. *path_known tells
- * whether any method is routed for the path (405 rather than 404). */
-const srv__route *srv__router_find(const srv__router *r, const char *method,
-                                   const char *path, bool *path_known);
-/* The Allow header value for `path` ("GET, HEAD, POST") into buf. */
-void srv__router_allow(const srv__router *r, const char *path, char *buf,
-                       size_t cap);
+int srv__router_add_filter(srv__router *r, const srv__filter *f);
+int srv__router_add_hook(srv__router *r, const srv__hook *h);
+/* Replace the compression settings (the old ones are freed). */
+void srv__router_set_compress(srv__router *r, struct srv__compress *c,
+                              void (*free_fn)(struct srv__compress *c));
+/* Route req (once; the engine's thread that owns it): req->route and
+ * req->routing. HEAD falls back to GET at the same pattern. */
+void srv__router_lookup(srv_request *req);
+/* The Allow header value for req's path, a malloc'd string ("GET, HEAD,
+ * OPTIONS"), NULL when out of memory. */
+char *srv__router_allow(const srv_request *req);
 void srv__router_free(srv__router *r);
 
 /* ---- worker pool ------------------------------------------------------ */
@@ -306,6 +351,7 @@ struct srv_request {
     bool counted; /* in srv->inflight.in_flight */
     void *engine_data;
     const srv__route *route;
+    srv__routing routing; /* router.c (lookup), dispatch.c (next_filter) */
     uint64_t started_ms;
 
     /* The answer: `answered` flips once, under mu, by srv_respond or by
@@ -411,6 +457,12 @@ int srv__target_parse(srv_request *req, const char *target, size_t len);
  * decoded length, or (size_t)-1 when the result would hold a NUL. */
 size_t srv__percent_decode(const char *s, size_t n, char *out,
                            bool plus_is_space);
+
+/* compress.c: the body srv_respond should send instead of body[0..*len)
+ * (malloc'd, gzip; *len updated; Content-Encoding and Vary set on req), or
+ * NULL to send it as it is. Any thread; before the answer is claimed. */
+void *srv__compress_body(srv_request *req, int status, const char *content_type,
+                         const void *body, size_t *len);
 
 /* Access log (access_log.c): copy the path (srv_server_new); check the
  * format and open the file (srv_server_start: SRV_EINVAL, SRV_ESYS);
@@ -524,6 +576,9 @@ int srv__config_validate(srv_server *srv);
 #define SRV__CONFIG_MIN_SIZE (offsetof(srv_config, server_name) + sizeof(const char *))
 #define SRV__CONFIG_MAX_SIZE ((size_t)4096)
 #define SRV__ROUTE_OPTS_MIN_SIZE (offsetof(srv_route_opts, flags) + sizeof(unsigned))
+#define SRV__FILTER_OPTS_MIN_SIZE (offsetof(srv_filter_opts, flags) + sizeof(unsigned))
+#define SRV__CORS_OPTS_MIN_SIZE (offsetof(srv_cors_opts, max_age) + sizeof(int))
+#define SRV__COMPRESSION_OPTS_MIN_SIZE (offsetof(srv_compression_opts, level) + sizeof(int))
 #define SRV__STRUCT_MAX_SIZE ((size_t)4096)
 /* Own a configured string: *copy = strdup(*field), and *field (a field of
  * srv->cfg) points at it from then on; the caller frees *copy. NULL stays

@@ -14,7 +14,7 @@
 set -eu
 
 PACKAGES="build-essential meson ninja-build pkg-config curl
-libevent-dev libmicrohttpd-dev libh2o-evloop-dev libssl-dev openssl libgnutls28-dev
+libevent-dev libmicrohttpd-dev libh2o-evloop-dev libssl-dev openssl libgnutls28-dev zlib1g-dev
 libcmocka-dev libcurl4-openssl-dev
 hey nghttp2-client gnuplot-nox valgrind wrk procps python3-prometheus-client
 clang libclang-rt-14-dev"

@@ -1,7 +1,13 @@
 /*
  * Greetings: the seeds' demo API on libsrv, and the example to copy.
  *   GET /greetings?name=Ana  ->  "Hello Ana!" (or Hi, Olá, Oi, Hallo) after --sleep-ms
+ *   GET /greetings/Ana       ->  the same, the name from the path
  *   GET /health              ->  "UP"
+ * --cors ORIGIN lets pages from ORIGIN call it from a browser (the CORS
+ * filter: preflights answered, Access-Control-* headers on the answers);
+ * --compression gzips answers of text types from 2 KB when the client
+ * accepts it (srv_compression_set; a greeting is shorter: this is the
+ * switch an application would turn on).
  * Blocking mode sleeps on the worker thread; --async waits with srv_after so
  * no worker is held. SIGINT/SIGTERM stop the server gracefully.
  */
@@ -70,7 +76,10 @@ static void sleep_ms(unsigned ms)
 /* "<Word> <name>!", with World when the name is missing or empty. */
 static void greet(srv_request *req)
 {
-    const char *name = srv_request_query(req, "name");
+    /* /greetings/{name}, else /greetings?name= */
+    const char *name = srv_request_param(req, "name");
+    if (name == NULL)
+        name = srv_request_query(req, "name");
     if (name == NULL || name[0] == '\0')
         name = "World";
     const char *word = words[random_u64() % (sizeof words / sizeof words[0])];
@@ -128,9 +137,9 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: greetings [options]\n"
-            "Serves GET /greetings?name=NAME, GET /health (liveness) and GET /ready\n"
-            "(readiness: 503 while starting, draining or stopping) and GET /metrics\n"
-            "(Prometheus).\n"
+            "Serves GET /greetings?name=NAME, GET /greetings/NAME, GET /health (liveness),\n"
+            "GET /ready (readiness: 503 while starting, draining or stopping) and\n"
+            "GET /metrics (Prometheus).\n"
             "\n"
             "  --engine NAME          engine to run (default: $SRV_ENGINE, else the default)\n"
             "  --host ADDR            numeric IPv4/IPv6 address to bind (default 0.0.0.0)\n"
@@ -150,6 +159,10 @@ static void usage(FILE *out)
             "  --tls-cert FILE        serve HTTPS with this PEM certificate chain\n"
             "  --tls-key FILE         ... and this PEM private key (both needed; SIGHUP\n"
             "                         reloads them)\n"
+            "  --cors ORIGIN          allow browser calls from ORIGIN (e.g.\n"
+            "                         https://app.example.com; comma-separated list, or *)\n"
+            "  --compression          gzip text answers of 2 KB or more when the client\n"
+            "                         accepts it\n"
             "  --trusted-proxies LIST believe X-Forwarded-For/-Proto/-Host and Forwarded\n"
             "                         from these addresses or CIDR blocks only\n"
             "                         (e.g. 127.0.0.1,10.0.0.0/8); the access log then shows\n"
@@ -208,6 +221,8 @@ int main(int argc, char **argv)
 {
     uint64_t t0 = now_ns();
     const char *engine_name = NULL;
+    const char *cors_origins = NULL;
+    int compression = 0;
     greetings app = {.sleep_ms = 1000, .async = 0};
     enum handlers handlers = HANDLERS_AUTO;
     unsigned processes = 1;
@@ -248,6 +263,10 @@ int main(int argc, char **argv)
             cfg.access_log = mode;
             continue;
         }
+        if (strcmp(flag, "--compression") == 0) {
+            compression = 1;
+            continue;
+        }
         int takes_value = strcmp(flag, "--engine") == 0 || strcmp(flag, "--host") == 0 ||
                           strcmp(flag, "--port") == 0 || strcmp(flag, "--threads") == 0 ||
                           strcmp(flag, "--io-threads") == 0 ||
@@ -256,7 +275,8 @@ int main(int argc, char **argv)
                           strcmp(flag, "--tls-cert") == 0 || strcmp(flag, "--tls-key") == 0 ||
                           strcmp(flag, "--trusted-proxies") == 0 ||
                           strcmp(flag, "--access-log-file") == 0 ||
-                          strcmp(flag, "--processes") == 0 || strcmp(flag, "--drain-ms") == 0;
+                          strcmp(flag, "--processes") == 0 || strcmp(flag, "--drain-ms") == 0 ||
+                          strcmp(flag, "--cors") == 0;
         if (!takes_value)
             bad_usage("unknown option '%s'", flag);
         if (i + 1 >= argc)
@@ -287,6 +307,8 @@ int main(int argc, char **argv)
             processes = (unsigned)parse_number(flag, val, 1, 256);
         else if (strcmp(flag, "--drain-ms") == 0)
             cfg.drain_ms = (unsigned)parse_number(flag, val, 0, 3600000);
+        else if (strcmp(flag, "--cors") == 0)
+            cors_origins = val;
         else if (strcmp(flag, "--handlers") == 0) {
             if (strcmp(val, "auto") == 0)
                 handlers = HANDLERS_AUTO;
@@ -346,29 +368,56 @@ int main(int argc, char **argv)
     if (cfg.request_timeout_ms < app.sleep_ms + 10000u)
         cfg.request_timeout_ms = app.sleep_ms + 10000u;
 
+    int rc;
     srv_server *srv = srv_server_new(engine, &cfg);
     if (srv == NULL) {
         fprintf(stderr, "greetings: out of memory\n");
         return 1;
     }
-    srv_route_opts greetings_route, health_route;
+    srv_route_opts greetings_route, named_route, health_route;
     srv_route_opts_init(&greetings_route);
     greetings_route.method = "GET";
     greetings_route.path = "/greetings";
     greetings_route.handler = handle_greetings;
     greetings_route.ctx = &app;
     greetings_route.flags = greetings_flags;
+    named_route = greetings_route;
+    named_route.path = "/greetings/{name}";
     srv_route_opts_init(&health_route);
     health_route.method = "GET";
     health_route.path = "/health";
     health_route.handler = handle_health;
     health_route.flags = health_flags;
-    if (srv_route_add(srv, &greetings_route) != 0 || srv_route_add(srv, &health_route) != 0) {
+    if (srv_route_add(srv, &greetings_route) != 0 || srv_route_add(srv, &named_route) != 0 ||
+        srv_route_add(srv, &health_route) != 0) {
         fprintf(stderr, "greetings: cannot register the routes\n");
         srv_server_free(srv);
         return 1;
     }
-    int rc = srv_server_start(srv);
+    if (cors_origins != NULL) {
+        srv_cors_opts cors;
+        srv_cors_opts_init(&cors);
+        cors.allowed_origins = cors_origins;
+        cors.allowed_methods = "GET, HEAD";
+        rc = srv_cors_add(srv, &cors);
+        if (rc != 0) {
+            fprintf(stderr, "greetings: --cors '%s': %s (give origins such as "
+                    "https://app.example.com, comma-separated, or *)\n", cors_origins,
+                    srv_strerror(rc));
+            srv_server_free(srv);
+            return 2;
+        }
+    }
+    if (compression) {
+        srv_compression_opts z;
+        srv_compression_opts_init(&z); /* Spring's defaults: text types, 2 KB */
+        if (srv_compression_set(srv, &z) != 0) {
+            fprintf(stderr, "greetings: cannot turn compression on\n");
+            srv_server_free(srv);
+            return 1;
+        }
+    }
+    rc = srv_server_start(srv);
     if (rc != 0) {
         fprintf(stderr, "greetings: %s\n", *srv_server_last_error(srv)
                                                 ? srv_server_last_error(srv)

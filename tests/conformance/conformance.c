@@ -1492,6 +1492,25 @@ int main(int argc, char **argv)
              g_engine_name, run);
     failed += cmocka_run_group_tests_name(name, input_bound, group_h1, NULL);
 
+    /* Routing and filters (conformance_routing.c): its own server. */
+#define ROUTING_CASE(fn) cmocka_unit_test_setup_teardown(fn, routing_setup, routing_teardown)
+    const struct CMUnitTest routing[] = {
+        ROUTING_CASE(test_routing_params),        ROUTING_CASE(test_routing_405_options),
+        ROUTING_CASE(test_routing_filter_401),    ROUTING_CASE(test_routing_filter_pass),
+        ROUTING_CASE(test_routing_hook_on_404),   ROUTING_CASE(test_routing_cors_preflight),
+        ROUTING_CASE(test_routing_cors_simple),   ROUTING_CASE(test_routing_hostile_paths),
+        ROUTING_CASE(test_routing_gzip),
+    };
+#undef ROUTING_CASE
+    snprintf(name, sizeof name, "conformance %s%s: routing patterns, filters, CORS, gzip",
+             g_engine_name, run);
+    failed += cmocka_run_group_tests_name(name, routing, group_h1, NULL);
+    if (engine_caps() & SRV_CAP_HTTP2) { /* libcurl over h2 (the raw case stays HTTP/1.1) */
+        snprintf(name, sizeof name, "conformance %s%s: routing patterns, filters, CORS, gzip over "
+                 "HTTP/2 (libcurl)", g_engine_name, run);
+        failed += cmocka_run_group_tests_name(name, routing, group_h2, NULL);
+    }
+
     if (engine_caps() & SRV_CAP_HTTP2) {
         snprintf(name, sizeof name, "conformance %s%s: HTTP/2 prior knowledge "
                  "(libcurl)", g_engine_name, run);

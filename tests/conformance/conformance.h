@@ -417,4 +417,20 @@ void test_stream_other_thread(void **state);
 void test_stream_refused(void **state);
 void test_stream_head(void **state);
 
+/* ------------------------------------------------------------------ */
+/* Cases: conformance_routing.c (their own server: routing_setup)     */
+/* ------------------------------------------------------------------ */
+
+int routing_setup(void **state);
+int routing_teardown(void **state);
+void test_routing_params(void **state);
+void test_routing_405_options(void **state);
+void test_routing_filter_401(void **state);
+void test_routing_filter_pass(void **state);
+void test_routing_hook_on_404(void **state);
+void test_routing_cors_preflight(void **state);
+void test_routing_cors_simple(void **state);
+void test_routing_hostile_paths(void **state);
+void test_routing_gzip(void **state);
+
 #endif /* SRV_CONFORMANCE_H */

@@ -26,7 +26,7 @@ static int setup(void **state)
     srv_server *srv = fake_server(f, &cfg);
     /* Every path used below is routed to the capturing handler. */
     static const char *const paths[] = {"/p", "/q", "/a b", "/caf\xC3\xA9", "/a+b", "/x/y",
-                                        "/", "/a%zz"};
+                                        "/"};
     for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
         if (srv_route(srv, "GET", paths[i], fake_handler, &handled_paths_ctx) != 0)
             return -1;
@@ -199,8 +199,8 @@ static void test_path_decoding(void **state)
     r = get(f, "/%78/%79", NULL);
     assert_string_equal(r->path_seen, "/x/y");
 
-    r = get(f, "/a%zz", NULL); /* an invalid escape in a path is kept too */
-    assert_string_equal(r->path_seen, "/a%zz");
+    /* An invalid escape in a path is refused by the router (400):
+     * test_router_patterns.c; in a query it is kept (above). */
 }
 
 static void test_absolute_form(void **state)
