@@ -1113,13 +1113,18 @@ static void etp_stream_kick(void *state, srv_request *req)
     etp_post(srv__request_engine_data(req));
 }
 
-/* Poller: wait for the socket to take more, under the send deadline. */
-static void etp_stream_wait_out(etp_state *st, etp_conn *c, int progress)
+/* Poller: wait for the socket to take more, under the send deadline.
+ * Over TLS a write that stopped for the SSL's input (WANT_READ) waits for
+ * input; every other wait - the socket full, or `yield` after a burst that
+ * blocked on nothing - is for room to write (a TLS stream that yielded
+ * used to wait for input that never came, and was cut at its deadline). */
+static void etp_stream_wait_out(etp_state *st, etp_conn *c, int progress, int yield)
 {
     if (progress || c->deadline == UINT64_MAX)
         c->deadline = srv__now_ms() + (uint64_t)etp_write_timeout(st);
+    int want_input = c->ssl && !c->tls_want_write && !yield;
     struct epoll_event ev = {
-        .events = (c->ssl && !c->tls_want_write ? EPOLLIN : EPOLLOUT) | EPOLLONESHOT,
+        .events = (want_input ? EPOLLIN : EPOLLOUT) | EPOLLONESHOT,
         .data.ptr = c};
     if (epoll_ctl(c->p->epfd, EPOLL_CTL_MOD, c->fd, &ev) != 0) {
         c->io_dead = 1;
@@ -1172,7 +1177,7 @@ static void etp_stream_pump(etp_state *st, etp_conn *c)
             return;
         }
         if (r == 0) {
-            etp_stream_wait_out(st, c, c->shsent > before);
+            etp_stream_wait_out(st, c, c->shsent > before, 0);
             return;
         }
         c->shead_done = 1;
@@ -1204,11 +1209,11 @@ static void etp_stream_pump(etp_state *st, etp_conn *c)
         }
         progress |= sent > 0;
         if (r == 0) {
-            etp_stream_wait_out(st, c, progress);
+            etp_stream_wait_out(st, c, progress, 0);
             return;
         }
     }
-    etp_stream_wait_out(st, c, 1); /* let the other connections run */
+    etp_stream_wait_out(st, c, 1, 1); /* let the other connections run */
 }
 
 /* Poller: an answer that is a stream (c stays in its list, its deadline

@@ -744,8 +744,11 @@ void test_stream_other_thread(void **state)
     sfx *f = *state;
     st_read r = {.verify = 1, .slow_calls = 10};
     long status = 0;
+    long long t0 = rc_now_ms();
     CURLcode rc = st_get(f, "/s/thread?bytes=8000000", &r, &status, NULL, 0, NULL);
-    CHECK(rc == CURLE_OK, "GET /s/thread: %s", curl_easy_strerror(rc));
+    CHECK(rc == CURLE_OK, "GET /s/thread: %s after %llu bytes, %lld ms (end rc %d)",
+          curl_easy_strerror(rc), (unsigned long long)r.got, rc_now_ms() - t0,
+          atomic_load(&g_st.end_rc));
     CHECK_INT("bytes", r.got, 8000000);
     CHECK(r.bad_at == 0, "byte %llu is not the pattern's", (unsigned long long)(r.bad_at - 1));
 }
