@@ -1141,6 +1141,32 @@ long long trickle(rc_conn *c, const void *first, size_t flen,
 /* main                                                                */
 /* ------------------------------------------------------------------ */
 
+/* The raw-socket cases that run in the clear and inside TLS alike. */
+#define RAW_CASES \
+    cmocka_unit_test_setup_teardown(test_raw_pipelined, setup_default, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_raw_post, setup_default, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_raw_chunked_extensions_trailers, setup_default, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_raw_head, setup_default, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_raw_expect_continue, setup_default, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_raw_http10, setup_default, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_raw_garbage_request_line, setup_default, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_raw_header_without_colon, setup_default, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_raw_headers_too_big, setup_default, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_raw_body_too_big, setup_default, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_raw_uri_too_long, setup_default, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_raw_content_length_and_te, setup_default, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_raw_unknown_transfer_coding, setup_default, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_raw_bad_content_length, setup_default, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_raw_bad_chunk_size, setup_default, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_raw_bad_version, setup_default, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_raw_nul_and_binary, setup_default, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_raw_truncated_half_close, setup_default, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_raw_slow_head, setup_default, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_raw_slowloris, setup_default, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_raw_idle_keepalive, setup_default, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_raw_client_disconnect, setup_default, fx_teardown), \
+    cmocka_unit_test_setup_teardown(test_raw_max_connections, setup_few_connections, fx_teardown)
+
 #define HTTP_CASES                                                          \
     cmocka_unit_test_setup_teardown(test_request_accessors, setup_default, fx_teardown), \
     cmocka_unit_test_setup_teardown(test_forwarded_untrusted, setup_default, fx_teardown), \
@@ -1231,29 +1257,7 @@ static int conformance_tls_main(void)
     /* The raw-socket cases inside TLS (conformance_tls_raw.c), and the two
      * libcurl cases with a raw side connection. */
     const struct CMUnitTest raw_tls[] = {
-        cmocka_unit_test_setup_teardown(test_raw_pipelined, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_post, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_chunked_extensions_trailers, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_head, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_expect_continue, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_http10, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_garbage_request_line, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_header_without_colon, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_headers_too_big, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_body_too_big, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_uri_too_long, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_content_length_and_te, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_unknown_transfer_coding, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_bad_content_length, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_bad_chunk_size, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_bad_version, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_nul_and_binary, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_truncated_half_close, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_slow_head, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_slowloris, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_idle_keepalive, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_client_disconnect, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_max_connections, setup_few_connections, fx_teardown),
+        RAW_CASES,
         cmocka_unit_test_setup_teardown(test_raw_max_connections_readable, setup_few_connections, fx_teardown),
         cmocka_unit_test_setup_teardown(test_tls_refused_handshake_stalls, setup_few_connections, fx_teardown),
         cmocka_unit_test_setup_teardown(test_raw_chunk_size_0x, setup_default, fx_teardown),
@@ -1345,30 +1349,8 @@ int main(int argc, char **argv)
     failed += cmocka_run_group_tests_name(name, http, group_h1, NULL);
 
     const struct CMUnitTest raw[] = {
-        cmocka_unit_test_setup_teardown(test_raw_pipelined, setup_default, fx_teardown),
+        RAW_CASES,
         cmocka_unit_test_setup_teardown(test_raw_extension_methods, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_post, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_chunked_extensions_trailers, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_head, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_expect_continue, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_http10, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_garbage_request_line, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_header_without_colon, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_headers_too_big, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_body_too_big, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_uri_too_long, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_content_length_and_te, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_unknown_transfer_coding, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_bad_content_length, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_bad_chunk_size, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_bad_version, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_nul_and_binary, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_truncated_half_close, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_slow_head, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_slowloris, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_idle_keepalive, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_client_disconnect, setup_default, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_raw_max_connections, setup_few_connections, fx_teardown),
     };
     snprintf(name, sizeof name, "conformance %s%s: raw HTTP/1", g_engine_name, run);
     failed += cmocka_run_group_tests_name(name, raw, group_h1, NULL);
