@@ -73,6 +73,19 @@ static void st_end(srv_stream *s)
     atomic_fetch_add(&g_st.ended, 1);
 }
 
+/* Counted before srv_stream_start, not after: the engine may send the head
+ * (a HEAD's whole answer) before the handler's next line runs, and a case
+ * waiting for ended == started must not see 0 == 0 in between. */
+static void st_starting(void)
+{
+    atomic_fetch_add(&g_st.started, 1);
+}
+
+static void st_not_started(void)
+{
+    atomic_fetch_sub(&g_st.started, 1);
+}
+
 static unsigned long st_query(srv_request *req, const char *name, unsigned long dflt)
 {
     const char *v = srv_request_query(req, name);
@@ -111,11 +124,12 @@ static void h_events(srv_request *req, void *ctx)
     e->srv = srv_request_server(req);
     e->count = st_query(req, "count", 10);
     e->interval = st_query(req, "interval_ms", 100);
+    st_starting();
     if (srv_sse_start(req, &e->s) != 0) {
+        st_not_started();
         free(e);
         return;
     }
-    atomic_fetch_add(&g_st.started, 1);
     if (srv_after(e->srv, 0, st_events_tick, e) != 0) {
         st_end(e->s);
         free(e);
@@ -160,14 +174,15 @@ static void h_download(srv_request *req, void *ctx)
     d->end_at = st_query(req, "end_at", d->total);
     int64_t len = st_query(req, "length", 0) ? (int64_t)d->total : SRV_LENGTH_UNKNOWN;
     srv_stream *s;
+    st_starting();
     int rc = srv_stream_start(req, 200, "application/octet-stream", len, &s);
     if (rc != 0) {
+        st_not_started();
         if (rc == SRV_EENGINE) /* no SRV_CAP_STREAM: the request is still ours */
             srv_respond(req, 501, "text/plain", "no streams\n", 11);
         free(d);
         return;
     }
-    atomic_fetch_add(&g_st.started, 1);
     st_dl_pump(s, d);
 }
 
@@ -199,11 +214,12 @@ static void h_forever(srv_request *req, void *ctx)
     (void)ctx;
     st_forever *e = calloc(1, sizeof *e);
     e->srv = srv_request_server(req);
+    st_starting();
     if (srv_stream_start(req, 200, "text/plain", SRV_LENGTH_UNKNOWN, &e->s) != 0) {
+        st_not_started();
         free(e);
         return;
     }
-    atomic_fetch_add(&g_st.started, 1);
     st_forever_tick(e);
 }
 
@@ -270,11 +286,12 @@ static void h_thread(srv_request *req, void *ctx)
     t->total = st_query(req, "bytes", 1000);
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->cv, NULL);
+    st_starting();
     if (srv_stream_start(req, 200, "application/octet-stream", SRV_LENGTH_UNKNOWN, &t->s) != 0) {
+        st_not_started();
         free(t);
         return;
     }
-    atomic_fetch_add(&g_st.started, 1);
     pthread_mutex_lock(&f->mu);
     if (f->nthreads < 4 && pthread_create(&f->threads[f->nthreads], NULL, st_thr_main, t) == 0)
         f->nthreads++;
