@@ -189,13 +189,15 @@ static void usage(FILE *out)
             "  --buffer BYTES each stream's buffer (srv_config.stream_buffer_bytes,\n"
             "                 default 65536)\n"
             "  --worker       run the handlers on the worker pool (default: on the I/O\n"
-            "                 thread, as they never block)\n");
+            "                 thread, as they never block)\n"
+            "Every srv_config field can also be set as SRV_<FIELD> in the environment\n"
+            "(e.g. SRV_MAX_CONNECTIONS=20000); the flags above win.\n");
 }
 
 int main(int argc, char **argv)
 {
-    const char *engine_name = NULL, *host = "0.0.0.0";
-    int port = 8080, worker = 0;
+    const char *engine_name = NULL, *host = NULL;
+    int port = -1, worker = 0;
     size_t buffer = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--engine") == 0 && i + 1 < argc) {
@@ -224,8 +226,19 @@ int main(int argc, char **argv)
     }
     srv_config cfg;
     srv_config_init(&cfg);
-    cfg.host = host;
-    cfg.port = port;
+    cfg.host = "0.0.0.0";
+    cfg.port = 8080;
+    /* SRV_* variables over the defaults (e.g. SRV_MAX_CONNECTIONS for many
+     * clients), flags over both. */
+    char err[256];
+    if (srv_config_from_env(&cfg, "SRV_", err, sizeof err) != 0) {
+        fprintf(stderr, "stream: %s\n", err);
+        return 2;
+    }
+    if (host != NULL)
+        cfg.host = host;
+    if (port >= 0)
+        cfg.port = port;
     if (buffer > 0)
         cfg.stream_buffer_bytes = buffer;
     srv_server *srv = srv_server_new(engine, &cfg);
