@@ -523,8 +523,15 @@ int srv_server_stop(srv_server *srv, unsigned grace_ms);
  * reloads its certificate (srv_server_reload_tls; a failure is reported on
  * stderr and the old certificate stays) and keeps running; on SIGUSR1 it
  * reopens the access log file (srv_server_reopen_log). Installs its own
- * handlers for those signals while it waits and restores the previous ones
- * before it returns. Returns 0 or the error of start/stop. Controlling thread only.
+ * handlers for those signals while it waits, unblocks them in the calling
+ * thread, and restores the previous handlers and signal mask before it
+ * returns. A signal that comes before the handlers are installed gets its
+ * previous disposition (SIGTERM's default kills): an application that
+ * announces readiness before calling this blocks SIGINT, SIGTERM (SIGUSR1,
+ * and SIGHUP with TLS) first (pthread_sigmask, before srv_server_start so
+ * every thread inherits it); a signal sent in between stays pending and is
+ * handled as soon as srv_server_run unblocks it. Returns 0 or the error of
+ * start/stop. Controlling thread only.
  */
 int srv_server_run(srv_server *srv, unsigned grace_ms);
 

@@ -243,6 +243,17 @@ int srv_server_run(srv_server *srv, unsigned grace_ms)
     if (srv->tls != NULL) /* SIGHUP reloads the certificate (nginx's habit) */
         sigaction(SIGHUP, &sa, &old_hup);
     sigaction(SIGUSR1, &sa, &old_usr1); /* reopen the access log (logrotate) */
+    /* An application that blocked these before saying it is ready (so a
+     * supervisor's early SIGTERM does not kill it before the handlers are
+     * in place) gets them now, pending ones included. */
+    sigset_t run_sigs, old_mask;
+    sigemptyset(&run_sigs);
+    sigaddset(&run_sigs, SIGINT);
+    sigaddset(&run_sigs, SIGTERM);
+    sigaddset(&run_sigs, SIGUSR1);
+    if (srv->tls != NULL)
+        sigaddset(&run_sigs, SIGHUP);
+    pthread_sigmask(SIG_UNBLOCK, &run_sigs, &old_mask);
 
     for (;;) {
         unsigned char b;
@@ -265,6 +276,7 @@ int srv_server_run(srv_server *srv, unsigned grace_ms)
         break;
     }
 
+    pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     if (srv->tls != NULL)

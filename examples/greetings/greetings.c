@@ -20,6 +20,8 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -417,6 +419,17 @@ int main(int argc, char **argv)
             return 1;
         }
     }
+    /* The start line below tells a supervisor (or a test) that we serve: a
+     * SIGTERM it sends at once must wait for srv_server_run's handlers, not
+     * kill the process with the default action. srv_server_run unblocks. */
+    sigset_t run_sigs;
+    sigemptyset(&run_sigs);
+    sigaddset(&run_sigs, SIGINT);
+    sigaddset(&run_sigs, SIGTERM);
+    sigaddset(&run_sigs, SIGUSR1);
+    if (cfg.tls_cert_file != NULL)
+        sigaddset(&run_sigs, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &run_sigs, NULL);
     rc = srv_server_start(srv);
     if (rc != 0) {
         fprintf(stderr, "greetings: %s\n", *srv_server_last_error(srv)
