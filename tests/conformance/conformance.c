@@ -423,7 +423,7 @@ static int fx_setup(void **state, enum preset p)
         /* 300 TLS handshakes at once cost the 2 I/O threads seconds of CPU
          * under the sanitizers, all inside the first head's deadline. */
         if (g_tls)
-            f->cfg.header_timeout_ms = 10000;
+            f->cfg.header_timeout_ms = 40000;
         break;
     case P_IPV6_ANY:
         f->cfg.host = "::";
