@@ -1010,7 +1010,8 @@ char *pattern(size_t n)
  * accepts a new connection: wait (bounded, 1 s) until a slot is free. */
 void wait_for_free_slot(const fx *f)
 {
-    for (int i = 0; i < 100 && stats(f).connections_open >= f->cfg.max_connections; i++)
+    /* Up to 10 s: the server notices the closes on its own time. */
+    for (int i = 0; i < 1000 && stats(f).connections_open >= f->cfg.max_connections; i++)
         usleep(10 * 1000);
 }
 

@@ -245,8 +245,8 @@ void test_tls_vanish_mid_handshake(void **state)
         SSL_free(ssl);
     }
     SSL_CTX_free(cctx);
-    CHECK(tls_wait_no_connections(f, 3000), "[vanish mid-handshake] %u connection(s) still "
-          "open 3 s after their clients vanished", stats(f).connections_open);
+    CHECK(tls_wait_no_connections(f, 10000), "[vanish mid-handshake] %u connection(s) still "
+          "open 10 s after their clients vanished", stats(f).connections_open);
     tls_still_serving(f, "after clients vanished mid-handshake");
 }
 
