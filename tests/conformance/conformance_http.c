@@ -586,14 +586,19 @@ void test_concurrent_300(void **state)
     CHECK(ok == N_CONCURRENT, "[300 concurrent over %s] %d of %d answered 200 "
           "in %lld ms; first failure: %s, status %ld", f->m->name, ok,
           N_CONCURRENT, took, curl_easy_strerror(first_err), first_status);
-    /* Cleartext: the whole run; over TLS the handshakes' CPU is not the
-     * server's parallelism, so each request from its connection's ready. */
+    /* Cleartext: the whole run within 10 s (32 workers would need ~10 s).
+     * Over TLS the handshakes' CPU is not the server's parallelism: each
+     * request from its connection's ready, and still the I/O threads that
+     * run it are busy with the other handshakes (mhd's GnuTLS under TSan,
+     * loaded: 7.9 s), so 30 s - handlers run one per I/O thread would need
+     * 150 s. */
     if (!g_tls)
         CHECK(took < 10000, "[300 concurrent over %s] took %lld ms (ideal ~2000 "
               "with 200 workers): requests were serialised", f->m->name, took);
-    CHECK(served_max_us < 10000000, "[300 concurrent over %s] a request took %lld ms "
-          "once connected (ideal ~2000 with 200 workers): requests were serialised",
-          f->m->name, served_max_us / 1000);
+    long long served_bound_ms = g_tls ? 30000 : 10000;
+    CHECK(served_max_us < served_bound_ms * 1000, "[300 concurrent over %s] a request took "
+          "%lld ms once connected (ideal ~2000 with 200 workers, bound %lld): requests were "
+          "serialised", f->m->name, served_max_us / 1000, served_bound_ms);
     CHECK(took >= 1000, "[300 concurrent] %lld ms is less than the handler's "
           "1 s sleep", took);
 }
