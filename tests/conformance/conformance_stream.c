@@ -660,7 +660,7 @@ void test_stream_vanished_client(void **state)
     rc_init(&c);
     CHECK_INT("connect", rc_connect(&c, f->port, 2000), RC_OK);
     rc_send_str(&c, "GET /s/forever HTTP/1.1\r\n" HOST "\r\n", 2000);
-    for (int i = 0; i < 200 && rc_unread(&c) < 3000; i++) {
+    for (int i = 0; i < 1000 && rc_unread(&c) < 3000; i++) { /* up to 10 s */
         size_t u = 0;
         rc_wait_close(&c, 10, &u);
     }
@@ -723,11 +723,13 @@ void test_stream_graceful_stop(void **state)
     CHECK_INT("connect", rc_connect(&b, f->port, 2000), RC_OK);
     rc_send_str(&a, "GET /s/events?count=4&interval_ms=150 HTTP/1.1\r\n" HOST "\r\n", 2000);
     rc_send_str(&b, "GET /s/forever HTTP/1.1\r\n" HOST "\r\n", 2000);
-    for (int i = 0; i < 200 && (rc_unread(&a) == 0 || rc_unread(&b) < 2000); i++) {
+    for (int i = 0; i < 1000 && (rc_unread(&a) == 0 || rc_unread(&b) < 2000); i++) {
         size_t u = 0;
         rc_wait_close(&a, 5, &u);
         rc_wait_close(&b, 5, &u);
     }
+    CHECK(rc_unread(&a) > 0 && rc_unread(&b) >= 2000, "the streams did not get going before "
+          "the stop: %zu and %zu bytes in 10 s", rc_unread(&a), rc_unread(&b));
     st_stop s = {.srv = f->srv, .grace = 1200};
     pthread_t t;
     long long t0 = rc_now_ms();
@@ -750,7 +752,7 @@ void test_stream_graceful_stop(void **state)
     CHECK_INT("srv_server_stop", s.rc, 0);
     CHECK(took < 1200 + 2500, "stop took %lld ms with a 1200 ms grace", took);
     long long w = rc_now_ms();
-    while (atomic_load(&g_st.closed) == 0 && rc_now_ms() - w < 3000)
+    while (atomic_load(&g_st.closed) == 0 && rc_now_ms() - w < 10000)
         sleep_ms(10);
     CHECK(atomic_load(&g_st.closed) > 0, "the cut stream's owner was not told");
     rc_close(&a);
