@@ -423,7 +423,7 @@ static int fx_setup(void **state, enum preset p)
         /* 300 TLS handshakes at once cost the 2 I/O threads seconds of CPU
          * under the sanitizers, all inside the first head's deadline. */
         if (g_tls)
-            f->cfg.header_timeout_ms = 10000;
+            f->cfg.header_timeout_ms = 40000;
         break;
     case P_IPV6_ANY:
         f->cfg.host = "::";
@@ -1010,7 +1010,8 @@ char *pattern(size_t n)
  * accepts a new connection: wait (bounded, 1 s) until a slot is free. */
 void wait_for_free_slot(const fx *f)
 {
-    for (int i = 0; i < 100 && stats(f).connections_open >= f->cfg.max_connections; i++)
+    /* Up to 10 s: the server notices the closes on its own time. */
+    for (int i = 0; i < 1000 && stats(f).connections_open >= f->cfg.max_connections; i++)
         usleep(10 * 1000);
 }
 

@@ -391,25 +391,79 @@ void test_async_thread(void **state)
     http_res_free(&r);
 }
 
+static size_t discard(char *p, size_t size, size_t n, void *arg)
+{
+    (void)p;
+    (void)arg;
+    return size * n;
+}
+
+/* GET path, and give up (curl closes its HTTP/1 connection or resets its
+ * HTTP/2 stream) as soon as the handler has started, while it still runs:
+ * 1 then. 0 when the transfer ended first (*rc says how) or the handler
+ * had not started within timeout_ms. (A fixed 200 ms client timeout gave
+ * up before the request was even sent when a loaded machine was slow to
+ * connect or to finish a TLS handshake, and the handler never ran.) */
+static int get_abandoned_in_handler(fx *f, const char *path, unsigned entered,
+                                    long timeout_ms, CURLcode *rc)
+{
+    *rc = CURLE_OK;
+    CURL *h = easy_new(f);
+    CURLM *m = curl_multi_init();
+    if (!h || !m) {
+        *rc = CURLE_OUT_OF_MEMORY;
+        curl_easy_cleanup(h);
+        curl_multi_cleanup(m);
+        return 0;
+    }
+    char url[256];
+    snprintf(url, sizeof url, "%s://127.0.0.1:%d%s", url_scheme(), f->port, path);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, discard);
+    curl_multi_add_handle(m, h);
+    int running = 1, abandoned = 0;
+    for (;;) {
+        curl_multi_perform(m, &running);
+        if (!running)
+            break;
+        if (fx_read(f, &f->entered) > entered) {
+            abandoned = 1;
+            break;
+        }
+        curl_multi_poll(m, NULL, 0, 10, NULL);
+    }
+    if (!abandoned) {
+        int left;
+        CURLMsg *msg;
+        while ((msg = curl_multi_info_read(m, &left)) != NULL)
+            if (msg->msg == CURLMSG_DONE)
+                *rc = msg->data.result;
+    }
+    curl_multi_remove_handle(m, h); /* mid-transfer: the close or the reset */
+    curl_easy_cleanup(h);
+    curl_multi_cleanup(m);
+    return abandoned;
+}
+
 /* curl gives up (closing its connection, or resetting its HTTP/2 stream)
  * while the handler still runs; the late srv_respond must be harmless. */
 void test_client_disconnect(void **state)
 {
     fx *f = *state;
-    const char *paths[] = {"/late?ms=500", "/late/async?ms=500"};
+    const char *paths[] = {"/late?ms=1000", "/late/async?ms=1000"};
     for (size_t i = 0; i < 2; i++) {
         unsigned entered = fx_read(f, &f->entered);
         unsigned done = fx_read(f, &f->late_done);
-        http_res r;
-        http_do(f, &(http_req){.path = paths[i], .timeout_ms = 200}, &r);
-        CURLcode rc = r.rc;
-        http_res_free(&r);
-        CHECK(rc == CURLE_OPERATION_TIMEDOUT,
-              "[client disconnect %s over %s] curl should have timed out, got %s",
-              paths[i], f->m->name, curl_easy_strerror(rc));
+        CURLcode rc;
+        int abandoned = get_abandoned_in_handler(f, paths[i], entered, 5000, &rc);
+        CHECK(abandoned,
+              "[client disconnect %s over %s] the transfer ended (%s) before the "
+              "handler had started, or it never started", paths[i], f->m->name,
+              curl_easy_strerror(rc));
         CHECK(fx_wait(f, &f->entered, entered + 1, 2000),
               "[client disconnect %s] the handler never ran", paths[i]);
-        CHECK(fx_wait(f, &f->late_done, done + 1, 3000),
+        CHECK(fx_wait(f, &f->late_done, done + 1, 5000),
               "[client disconnect %s] the late srv_respond never happened",
               paths[i]);
         int late_rc;
@@ -419,10 +473,11 @@ void test_client_disconnect(void **state)
         CHECK(late_rc == 0, "[client disconnect %s] late srv_respond returned "
               "%d (%s); srv.h: 0 when handed to the engine, dropped safely",
               paths[i], late_rc, srv_strerror(late_rc));
-        CHECK(wait_no_inflight(f, 3000),
+        CHECK(wait_no_inflight(f, 10000),
               "[client disconnect %s] requests_in_flight stayed %u: the "
               "abandoned request was never freed", paths[i],
               stats(f).requests_in_flight);
+        http_res r;
         http_do(f, &(http_req){.path = "/hello"}, &r);
         check_http(f, "GET /hello after a client disconnect", &r, 200);
         http_res_free(&r);
@@ -441,24 +496,17 @@ void test_never_responds(void **state)
           T_SHORT_REQUEST_MS);
     http_res_free(&r);
     /* The core may bump the counter just after handing the 503 over. */
-    long long until = rc_now_ms() + 1000;
+    long long until = rc_now_ms() + 5000;
     while (stats(f).timeouts < before.timeouts + 1 && rc_now_ms() < until)
         sleep_ms(5);
     CHECK(stats(f).timeouts >= before.timeouts + 1,
-          "[GET /never] srv_stats.timeouts did not count the 503 (1 s after "
+          "[GET /never] srv_stats.timeouts did not count the 503 (5 s after "
           "the client got it)");
-    CHECK(wait_no_inflight(f, 2000), "[GET /never] request still in flight "
+    CHECK(wait_no_inflight(f, 10000), "[GET /never] request still in flight "
           "after the 503");
     http_do(f, &(http_req){.path = "/hello"}, &r);
     check_http(f, "GET /hello after a timed-out request", &r, 200);
     http_res_free(&r);
-}
-
-static size_t discard(char *p, size_t size, size_t n, void *arg)
-{
-    (void)p;
-    (void)arg;
-    return size * n;
 }
 
 #define N_CONCURRENT 300
@@ -477,8 +525,11 @@ void test_concurrent_300(void **state)
     for (int i = 0; i < N_CONCURRENT; i++) {
         hs[i] = easy_new(f);
         curl_easy_setopt(hs[i], CURLOPT_URL, url);
-        curl_easy_setopt(hs[i], CURLOPT_TIMEOUT_MS, 20000L);
-        curl_easy_setopt(hs[i], CURLOPT_CONNECTTIMEOUT_MS, 10000L);
+        /* Over TLS the 300 handshakes at once are CPU-bound (seconds on a
+         * slow machine under the sanitizers: mhd's GnuTLS took over 10 s
+         * loaded): generous bounds, the parallelism is judged below. */
+        curl_easy_setopt(hs[i], CURLOPT_TIMEOUT_MS, g_tls ? 60000L : 20000L);
+        curl_easy_setopt(hs[i], CURLOPT_CONNECTTIMEOUT_MS, g_tls ? 40000L : 10000L);
         curl_easy_setopt(hs[i], CURLOPT_FRESH_CONNECT, 1L);
         curl_easy_setopt(hs[i], CURLOPT_FORBID_REUSE, 1L);
         curl_easy_setopt(hs[i], CURLOPT_WRITEFUNCTION, discard);
@@ -486,7 +537,7 @@ void test_concurrent_300(void **state)
     }
     long long t0 = rc_now_ms();
     int running = 1;
-    while (running && rc_now_ms() - t0 < 30000) {
+    while (running && rc_now_ms() - t0 < 70000) {
         curl_multi_perform(m, &running);
         if (running)
             curl_multi_poll(m, NULL, 0, 200, NULL);
@@ -495,6 +546,10 @@ void test_concurrent_300(void **state)
     int ok = 0, left;
     CURLcode first_err = CURLE_OK;
     long first_status = 0;
+    /* The longest a request took once its connection was ready (TCP, and
+     * TLS handshake done): requests waiting for a worker make it long,
+     * however slowly the handshakes went. */
+    long long served_max_us = 0;
     CURLMsg *msg;
     while ((msg = curl_multi_info_read(m, &left)) != NULL) {
         if (msg->msg != CURLMSG_DONE)
@@ -502,6 +557,14 @@ void test_concurrent_300(void **state)
         long status = 0, version = 0;
         curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &status);
         curl_easy_getinfo(msg->easy_handle, CURLINFO_HTTP_VERSION, &version);
+        curl_off_t total = 0, ready = 0, app = 0;
+        curl_easy_getinfo(msg->easy_handle, CURLINFO_TOTAL_TIME_T, &total);
+        curl_easy_getinfo(msg->easy_handle, CURLINFO_CONNECT_TIME_T, &ready);
+        curl_easy_getinfo(msg->easy_handle, CURLINFO_APPCONNECT_TIME_T, &app);
+        if (app > ready)
+            ready = app;
+        if (msg->data.result == CURLE_OK && total - ready > served_max_us)
+            served_max_us = (long long)(total - ready);
         long want = f->m->http2 ? (long)CURL_HTTP_VERSION_2_0
                                 : (long)CURL_HTTP_VERSION_1_1;
         if (msg->data.result == CURLE_OK && status == 200 && version == want)
@@ -517,13 +580,25 @@ void test_concurrent_300(void **state)
     }
     curl_multi_cleanup(m);
     if (g_timing)
-        fprintf(stderr, "# %s %s: %d concurrent 1 s requests in %lld ms\n",
-                g_engine_name, f->m->name, N_CONCURRENT, took);
+        fprintf(stderr, "# %s %s: %d concurrent 1 s requests in %lld ms, the longest "
+                "%lld ms once connected\n", g_engine_name, f->m->name, N_CONCURRENT, took,
+                served_max_us / 1000);
     CHECK(ok == N_CONCURRENT, "[300 concurrent over %s] %d of %d answered 200 "
           "in %lld ms; first failure: %s, status %ld", f->m->name, ok,
           N_CONCURRENT, took, curl_easy_strerror(first_err), first_status);
-    CHECK(took < 10000, "[300 concurrent over %s] took %lld ms (ideal ~2000 "
-          "with 200 workers): requests were serialised", f->m->name, took);
+    /* Cleartext: the whole run within 10 s (32 workers would need ~10 s).
+     * Over TLS the handshakes' CPU is not the server's parallelism: each
+     * request from its connection's ready, and still the I/O threads that
+     * run it are busy with the other handshakes (mhd's GnuTLS under TSan,
+     * loaded: 7.9 s), so 30 s - handlers run one per I/O thread would need
+     * 150 s. */
+    if (!g_tls)
+        CHECK(took < 10000, "[300 concurrent over %s] took %lld ms (ideal ~2000 "
+              "with 200 workers): requests were serialised", f->m->name, took);
+    long long served_bound_ms = g_tls ? 30000 : 10000;
+    CHECK(served_max_us < served_bound_ms * 1000, "[300 concurrent over %s] a request took "
+          "%lld ms once connected (ideal ~2000 with 200 workers, bound %lld): requests were "
+          "serialised", f->m->name, served_max_us / 1000, served_bound_ms);
     CHECK(took >= 1000, "[300 concurrent] %lld ms is less than the handler's "
           "1 s sleep", took);
 }

@@ -624,7 +624,7 @@ void test_raw_client_disconnect(void **state)
         pthread_mutex_unlock(&f->mu);
         CHECK(late_rc == 0, "[%s] late srv_respond returned %d (%s)", what,
               late_rc, srv_strerror(late_rc));
-        CHECK(wait_no_inflight(f, 3000), "[%s] requests_in_flight stayed %u",
+        CHECK(wait_no_inflight(f, 10000), "[%s] requests_in_flight stayed %u",
               what, stats(f).requests_in_flight);
         still_serving(f, what);
     }

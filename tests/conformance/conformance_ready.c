@@ -84,8 +84,11 @@ static void *stop_run(void *arg)
 void test_ready_and_drain(void **state)
 {
     (void)state;
+    /* Long enough for the two requests below to fall inside the drain
+     * on a slow, loaded machine. */
+    enum { DRAIN_MS = 2000 };
     ready_fx r = {0};
-    int rc = ready_start(&r, 800, 0);
+    int rc = ready_start(&r, DRAIN_MS, 0);
     CHECK(rc == 0, "start: %s (%s)", srv_strerror(rc), srv_server_last_error(r.srv));
     char body[256];
     int st = get(r.port, "/ready", body, sizeof body);
@@ -95,7 +98,11 @@ void test_ready_and_drain(void **state)
     stopper s = {.srv = r.srv};
     pthread_t t;
     CHECK(pthread_create(&t, NULL, stop_run, &s) == 0, "pthread_create");
-    sleep_ms(200);
+    /* Wait for the stopper thread to begin the drain (it may be scheduled
+     * late on a loaded machine), instead of a fixed sleep. */
+    long long until = rc_now_ms() + 5000;
+    while (srv_server_ready(r.srv) != 0 && rc_now_ms() < until)
+        sleep_ms(5);
     /* Draining: readiness says no, everything else is served, new
      * connections included. */
     st = get(r.port, "/ready", body, sizeof body);
@@ -104,8 +111,8 @@ void test_ready_and_drain(void **state)
     st = get(r.port, "/hello", body, sizeof body);
     CHECK(st == 200, "draining: /hello on a new connection %d, want 200 (still serving)", st);
     pthread_join(t, NULL);
-    CHECK(s.rc == 0 && s.took >= 700, "stop: rc %d after %lld ms: the drain lasts 800 ms", s.rc,
-          s.took);
+    CHECK(s.rc == 0 && s.took >= DRAIN_MS - 100, "stop: rc %d after %lld ms: the drain lasts %d ms",
+          s.rc, s.took, (int)DRAIN_MS);
     CHECK(get(r.port, "/ready", body, sizeof body) == -1, "stopped: still accepting");
     srv_server_free(r.srv);
 }

@@ -47,15 +47,20 @@ void test_slow_idle_flood(void **state)
 }
 
 /* The first request's head has header_timeout_ms from the connect, not
- * that long for its first byte and again for the rest. */
+ * that long for its first byte and again for the rest. The first byte
+ * comes 900 ms after the connect: cut near 1000 ms (seen up to 1100 ms
+ * loaded), not near 1900; the bound sits between with room on both sides
+ * (it was 1500 after a 700 ms wait). */
 void test_slow_first_head_timeout(void **state)
 {
     fx *f = *state;
-    const char *what = "first head begun 700 ms after connect (header_timeout_ms 1000)";
+    const char *what = "first head begun 900 ms after connect (header_timeout_ms 1000)";
     rc_conn *c = conn_open(f, what);
     long long t0 = rc_now_ms();
-    rc_sleep_ms(700);
-    conn_send_str(c, what, "GET /hello HTTP/1.1\r\n" HOST "X-Slow: ");
+    rc_sleep_ms(900);
+    /* On a slow machine the cut may come first: then this send may fail,
+     * and the read below sees the close either way. */
+    rc_send_str(c, "GET /hello HTTP/1.1\r\n" HOST "X-Slow: ", 1000);
     rc_response r;
     int rc = rc_read_response(c, &r, 0, T_HEADER_MS + 3000);
     long long took = rc_now_ms() - t0;
@@ -63,7 +68,7 @@ void test_slow_first_head_timeout(void **state)
     rc_response_free(&r);
     CHECK(rc == RC_CLOSED || rc == RC_RESET || (rc == RC_OK && st == 408),
           "[%s] expected 408 or a close, got %s status %d", what, rc_strerror(rc), st);
-    CHECK(took <= T_HEADER_MS + 500, "[%s] cut %lld ms after the connect", what, took);
+    CHECK(took <= T_HEADER_MS + 650, "[%s] cut %lld ms after the connect", what, took);
     rc_close(c);
     still_serving(f, what);
 }

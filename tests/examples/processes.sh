@@ -47,6 +47,21 @@ until [ "$(grep -c 'listening on' "$out")" -ge 3 ]; do
 done
 serve "after a child was killed"
 last=$(children)
+# A child prints its start line before srv_server_run installs its SIGTERM
+# handler: the SIGTERM the parent passes on would kill one still in between
+# (signal 15, and the parent exits 1), which a loaded machine made happen.
+# Wait until every child handles SIGTERM (/proc/PID/status SigCgt).
+sigterm_caught() {
+    mask=$(sed -n 's/^SigCgt:[[:space:]]*//p' "/proc/$1/status" 2>/dev/null)
+    [ -n "$mask" ] && [ $(( 0x$mask >> 14 & 1 )) -eq 1 ]
+}
+for c in $last; do
+    i=0
+    until sigterm_caught "$c"; do
+        i=$((i + 1)); [ $i -gt 200 ] && fail "child $c did not handle SIGTERM within 20 s"
+        sleep 0.1
+    done
+done
 kill -TERM "$parent"
 i=0
 while kill -0 "$parent" 2>/dev/null; do

@@ -57,7 +57,25 @@ def get(sock_or_none=None):
     return data
 
 
+def wait_sigterm_caught(p):
+    """Greetings prints its start line before srv_server_run installs the
+    SIGTERM handler: a SIGTERM sent in between kills it (-15), which a
+    loaded machine made happen. Wait until the handler is in place
+    (/proc/PID/status SigCgt)."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        with open(f"/proc/{p.pid}/status") as f:
+            for line in f:
+                if line.startswith("SigCgt:") and int(line.split()[1], 16) >> (signal.SIGTERM - 1) & 1:
+                    return
+        if p.poll() is not None:
+            fail(f"greetings exited {p.returncode} before it handled SIGTERM")
+        time.sleep(0.01)
+    fail("greetings did not handle SIGTERM within 20 s of its start")
+
+
 def stop(p):
+    wait_sigterm_caught(p)
     p.send_signal(signal.SIGTERM)
     rc = p.wait(timeout=20)
     if rc != 0:
