@@ -571,13 +571,14 @@ static char *up_pattern(size_t n)
 }
 
 /* While the application holds the body paused, the engine reads nothing:
- * the client's send of 32 MiB stays blocked (TCP back-pressure) and the
- * application is given nothing more; a resume from this thread lets it
- * all through. */
+ * the client's send of 64 MiB (more than the kernel's buffers can take:
+ * tcp_rmem's maximum is 32 MiB here, tcp_wmem's 4 MiB) stays blocked (TCP
+ * back-pressure) and the application is given nothing more; a resume from
+ * this thread lets it all through. */
 void test_upload_paused_blocks_client(void **state)
 {
     ufx *f = *state;
-    const size_t total = 32u << 20;
+    const size_t total = 64u << 20;
     rc_conn c;
     rc_init(&c);
     CHECK_INT("connect", rc_connect(&c, f->port, 2000), RC_OK);
@@ -601,7 +602,7 @@ void test_upload_paused_blocks_client(void **state)
     int sender_done = atomic_load(&s.done);
     CHECK(later == at_pause, "the application got %lld more bytes while paused",
           later - at_pause);
-    CHECK(!sender_done, "the client sent all 32 MiB while the application was paused: the "
+    CHECK(!sender_done, "the client sent all 64 MiB while the application was paused: the "
           "engine buffered the body instead of holding the client back");
     atomic_store(&g_up.hold, 0);
     up *u = atomic_load(&g_up.held);
