@@ -1441,6 +1441,10 @@ static void etp_body_step(etp_state *st, etp_conn *c)
  * already read after the head, and move the body on. */
 static void etp_body_begin(etp_state *st, etp_conn *c, const char *rest, size_t n)
 {
+    if (n > 0 && etp_keep_rest(c, rest, n) != 0) { /* never a body with a hole */
+        etp_poller_fail(st, c, 500);
+        return;
+    }
     srv_request *req = c->req;
     c->req = NULL;
     srv__http1_stream_body(&c->parser);
@@ -1451,8 +1455,6 @@ static void etp_body_begin(etp_state *st, etp_conn *c, const char *rest, size_t 
         c->bmode = ETP_B_EOM;
     c->bwin = 0;
     c->deadline = UINT64_MAX;
-    if (n > 0 && etp_keep_rest(c, rest, n) != 0)
-        c->lost_input = 1; /* the body is then short: the pace cuts it */
     pthread_mutex_lock(&c->mu);
     c->inl = req;
     c->inl_done = 0;
