@@ -106,6 +106,8 @@ int srv__body_data(srv_request *req, const void *data, size_t n)
         return SRV__BODY_OVER;
     }
     b->received += n;
+    if (req->srv->metrics != NULL) /* srv_received_bytes_total, as it arrives */
+        atomic_fetch_add_explicit(&req->srv->metrics->bytes_in, n, memory_order_relaxed);
     b->in_data = true;
     b->resumed = false;
     srv_body_data_fn fn = b->on_data;
