@@ -725,7 +725,9 @@ void test_upload_vanished_client(void **state)
         while (atomic_load(&g_up.received) == 0 && rc_now_ms() < end)
             sleep_ms(5);
         rc_close(&c);
-        CHECK(up_wait_ends(ends0 + 1, 5000), "on_end not called after the client left");
+        /* At once, or (mhd: its library may miss the FIN mid-body) by the
+         * pace window (3 s): bounded either way. */
+        CHECK(up_wait_ends(ends0 + 1, 15000), "on_end not called after the client left");
         CHECK_INT("on_end status", atomic_load(&g_up.end_status), SRV_ECLOSED);
         CHECK(up_wait_no_inflight(f->srv, 5000), "the upload is still in flight");
         sleep_ms(50);
