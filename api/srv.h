@@ -162,7 +162,11 @@ enum {
      * past the 413's swallow limit; a request still arriving at the end of
      * a stop) is closed without an answer: the TLS session is the
      * library's to write (mhd: libmicrohttpd's GnuTLS). */
-    SRV_CAP_TLS_CLOSES_RAW = 1u << 9
+    SRV_CAP_TLS_CLOSES_RAW = 1u << 9,
+    /* Streams request bodies to routes registered SRV_ROUTE_STREAM_BODY
+     * (srv_request_body_read). Without it srv_server_start refuses such a
+     * route with SRV_EENGINE (never a silently buffered body). */
+    SRV_CAP_STREAM_BODY = 1u << 10
 };
 
 /* srv_engine_caps: the engine's SRV_CAP_* bits (0 for NULL). Any thread. */
@@ -433,7 +437,14 @@ enum {
     /* The handler never blocks: run it on the I/O thread (see
      * srv_handler_fn). Holding the thread longer than
      * srv_config.nonblocking_warn_ms is counted and reported. */
-    SRV_ROUTE_NONBLOCKING = 1u << 0
+    SRV_ROUTE_NONBLOCKING = 1u << 0,
+    /* (0.5) The handler runs as soon as the request's head is complete,
+     * before its body is read: the application pulls the body piece by
+     * piece with srv_request_body_read ("Streamed request bodies" below),
+     * so a body of any size costs bounded memory. srv_request_body is then
+     * always empty. The body's limit is srv_route_opts.max_body_bytes, not
+     * srv_config.max_body_bytes. Needs SRV_CAP_STREAM_BODY. */
+    SRV_ROUTE_STREAM_BODY = 1u << 1
 };
 
 /*
@@ -450,6 +461,13 @@ typedef struct srv_route_opts {
     srv_handler_fn handler; /* required */
     void *ctx;              /* passed to handler; default NULL */
     unsigned flags;         /* SRV_ROUTE_* bits; default 0 (worker) */
+    /* ---- fields above: 0.2; below: added in 0.5 ---- */
+    /* With SRV_ROUTE_STREAM_BODY: the most body bytes the route takes; a
+     * Content-Length over it is answered 413 before the handler runs, a
+     * chunked body that grows past it is cut with 413 (the application's
+     * on_end gets SRV_ETOOBIG). 0 means unlimited. Ignored (must be 0) for
+     * other routes, whose limit is srv_config.max_body_bytes. Default 0. */
+    uint64_t max_body_bytes;
 } srv_route_opts;
 
 /* srv_route_opts_init: zero *opts and set its size. Any thread. */
@@ -465,6 +483,9 @@ void srv_route_opts_init_sized(srv_route_opts *opts, size_t size);
  * starting with '/' or not a valid pattern, or unknown flag bits;
  * SRV_EEXIST when the method is already routed for the same pattern shape
  * (parameter names aside); SRV_ESTATE once started; SRV_ENOMEM.
+ * A SRV_ROUTE_STREAM_BODY route on an engine without SRV_CAP_STREAM_BODY is
+ * SRV_EENGINE (srv_server_last_error says so); max_body_bytes on a route
+ * without that flag is SRV_EINVAL.
  */
 int srv_route_add(srv_server *srv, const srv_route_opts *opts);
 
@@ -755,6 +776,90 @@ int srv_set_header(srv_request *req, const char *name, const char *value);
  */
 int srv_respond(srv_request *req, int status, const char *content_type,
                 const void *body, size_t len);
+
+/* ------------------------------------------------------------------ */
+/* Streamed request bodies (0.5)                                       */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A route registered SRV_ROUTE_STREAM_BODY gets its request when the head
+ * is complete. The handler (or any thread later) decides: answer at once
+ * without reading (a 401 or 413: an `Expect: 100-continue` client is then
+ * never told to send, and the connection closes after the answer unless
+ * the whole body had already arrived, so unread body bytes are never read
+ * as a next request), or call srv_request_body_read to receive the body.
+ * Pieces arrive in order on the engine's I/O thread that reads the
+ * connection (threadpool: its poller; mhd: its polling thread; h2o: its
+ * event loop): the callbacks must not block - copy, hash, hand the piece
+ * to another thread, or pause. A piece is only valid during its call.
+ *
+ * Flow control: on_data returning SRV_EAGAIN keeps the piece (it was
+ * consumed) and pauses delivery; the engine then stops reading the socket
+ * (TCP back-pressure; HTTP/2: the stream's window is not replenished)
+ * until srv_request_body_resume, from any thread.
+ *
+ * Limits and deadlines: route max_body_bytes (413); a body that does not
+ * keep up a minimum pace - SRV_BODY_MIN_PACE_BYTES within each
+ * header_timeout_ms, counted only while the application is reading and
+ * not paused - is cut with 408 (slow-drip clients); a malformed chunked
+ * body is cut with 400. The core answers those itself (the connection
+ * closes) and on_end says why. request_timeout_ms counts from the later of
+ * the dispatch and the last body activity, so a long upload that makes
+ * progress is not cut by it.
+ */
+
+/* A streamed body must bring at least this many bytes in each
+ * header_timeout_ms (or its end), or it is cut with 408. */
+#define SRV_BODY_MIN_PACE_BYTES 65536
+
+/*
+ * on_data: `len` (> 0) more body bytes, de-chunked. Return 0 for more, or
+ * SRV_EAGAIN to pause (the piece counts as taken) until
+ * srv_request_body_resume. Any other value stops the delivery for good:
+ * neither on_data nor on_end is called again, and the connection closes
+ * after the answer. The engine's I/O thread; must not block. It may call
+ * srv_respond, srv_request_body_resume and the request accessors.
+ */
+typedef int (*srv_body_data_fn)(srv_request *req, const void *data, size_t len, void *ctx);
+
+/*
+ * on_end: called exactly once after a successful srv_request_body_read
+ * (unless on_data stopped the delivery): `status` is 0 when the whole body
+ * arrived; SRV_ECLOSED when it never will - the client went away, the
+ * request was answered before the end (by the application, the core's
+ * request timeout or a stop); SRV_ETOOBIG past max_body_bytes (the core
+ * answered 413); SRV_ETIMEDOUT when the body was too slow (the core
+ * answered 408); SRV_EBADREQ for a malformed chunked body (the core
+ * answered 400). After a non-zero status a srv_respond is dropped
+ * (SRV_ETIMEDOUT, or 0 when the client left) but still required unless
+ * the request was already answered by the application. The engine's I/O
+ * thread; must not block. The request stays valid during the call.
+ */
+typedef void (*srv_body_end_fn)(srv_request *req, int status, void *ctx);
+
+/*
+ * srv_request_body_read: start receiving the body of a request of a
+ * SRV_ROUTE_STREAM_BODY route (sends the interim "100 Continue" when the
+ * client asked for it). Callbacks come later, never inside this call. Once
+ * per request; any thread that holds the request, before it is answered.
+ * Returns 0; SRV_EINVAL (NULL req/on_data/on_end, a route without the
+ * flag, a second call); SRV_ETIMEDOUT when the core already answered the
+ * request, SRV_ECLOSED when the client already went away (callbacks then
+ * never called).
+ */
+int srv_request_body_read(srv_request *req, srv_body_data_fn on_data, srv_body_end_fn on_end,
+                          void *ctx);
+
+/*
+ * srv_request_body_resume: deliver again after on_data returned SRV_EAGAIN.
+ * Any thread, also from inside on_data. Returns 0 (also when the body
+ * already ended or was not paused: nothing to do); SRV_EINVAL for NULL or
+ * before srv_request_body_read. The request stays valid for this call
+ * until on_end has been called (or on_data stopped the delivery): an
+ * application that resumes from another thread makes its resume and its
+ * on_end exclusive (a mutex, a flag), as with srv_stream_end.
+ */
+int srv_request_body_resume(srv_request *req);
 
 /* ------------------------------------------------------------------ */
 /* Streamed responses                                                  */

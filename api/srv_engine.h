@@ -23,7 +23,7 @@ extern "C" {
 #endif
 
 /* Bumped on any change to struct srv_engine's layout; slots only appended. */
-#define SRV_ENGINE_VERSION 2
+#define SRV_ENGINE_VERSION 3
 
 /* Capability bits in srv_engine.caps: the public SRV_CAP_* of srv.h (tests
  * and applications read them with srv_engine_caps, never the name). The
@@ -39,6 +39,7 @@ enum {
     SRV_ENGINE_CAP_TLS_HTTP2 = SRV_CAP_TLS_HTTP2,
     SRV_ENGINE_CAP_STREAM = SRV_CAP_STREAM,
     SRV_ENGINE_CAP_TLS_CLOSES_RAW = SRV_CAP_TLS_CLOSES_RAW,
+    SRV_ENGINE_CAP_STREAM_BODY = SRV_CAP_STREAM_BODY,
     /* Engine-only: the engine's library frames a streamed body itself
      * (chunked encoding, the close of HTTP/1.0, HTTP/2 DATA frames), so the
      * core hands it the bare bytes. Without it the core frames HTTP/1.1
@@ -65,7 +66,7 @@ _Static_assert((SRV_ENGINE_CAP_LIB_FRAMING & SRV_ENGINE_CAP_TLS_QUIET_CLOSE) == 
                    (SRV_ENGINE_CAP_LIB_FRAMING & SRV_ENGINE_CAP_TLS_GNUTLS) == 0 &&
                    (SRV_ENGINE_CAP_TLS_QUIET_CLOSE & SRV_ENGINE_CAP_TLS_GNUTLS) == 0,
                "engine-only capability bits overlap");
-_Static_assert((SRV_ENGINE_CAPS_INTERNAL & ((SRV_CAP_TLS_CLOSES_RAW << 1) - 1)) == 0,
+_Static_assert((SRV_ENGINE_CAPS_INTERNAL & ((SRV_CAP_STREAM_BODY << 1) - 1)) == 0,
                "an engine-only capability bit overlaps a public SRV_CAP_* bit");
 
 struct srv_engine {
@@ -143,6 +144,18 @@ struct srv_engine {
      */
     void (*stream_kick)(void *state, srv_request *req);
     /* Slots above are valid for version 2. */
+
+    /**
+     * body_kick: the application of a streamed-body request (see
+     * srv__request_streams_body) asked for the body or resumed it:
+     * srv__body_state may say SRV__BODY_GO now. Any thread, with the
+     * request's lock held: post the request to the thread that reads its
+     * connection and return; call no core function here. Never called
+     * after the engine's srv__body_detach for the request. Required with
+     * SRV_ENGINE_CAP_STREAM_BODY.
+     */
+    void (*body_kick)(void *state, srv_request *req);
+    /* Slots above are valid for version 3. */
 };
 
 /* ------------------------------------------------------------------ */
@@ -475,6 +488,59 @@ void srv__stream_sent(srv_request *req, size_t n);
  * Call it exactly once for every streamed response, before releasing it.
  */
 void srv__stream_detach(srv_request *req);
+
+/* ------------------------------------------------------------------ */
+/* Streamed request bodies (engines with SRV_ENGINE_CAP_STREAM_BODY)   */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A request whose route is SRV_ROUTE_STREAM_BODY is dispatched when its
+ * head is complete (srv__request_headers_done accepted it); the engine
+ * then reads the body only while srv__body_state says GO and gives each
+ * de-chunked piece to srv__body_data, on the thread that reads the
+ * connection. Sequence: dispatch; [GO: send "100 Continue" the first time
+ * when srv__request_expects_continue; read; srv__body_data ...;
+ * srv__body_end(req, 0) at the end (also under GO)]; the answer comes
+ * through respond as for any request; srv__body_detach before release.
+ * When the answer comes before the body's end the engine closes the
+ * connection after writing it (unread body bytes are never parsed as a
+ * next request).
+ */
+
+/* True when the complete head's route streams its body: dispatch now.
+ * Looks the route up (as srv__request_nonblocking). The engine's thread. */
+bool srv__request_streams_body(srv_request *req);
+
+enum {
+    SRV__BODY_IDLE = 0, /* not asked for, or paused: wait for body_kick
+                         * (no body deadline meanwhile) */
+    SRV__BODY_GO = 1,   /* read and deliver */
+    SRV__BODY_OVER = 2  /* the application takes no more (it stopped, or
+                         * the end was reported): read nothing more; the
+                         * connection closes after the answer unless the
+                         * end was reached */
+};
+
+/* What to do now. The connection's thread. */
+int srv__body_state(srv_request *req);
+
+/* Deliver n > 0 body bytes (valid during the call) to the application;
+ * returns the state after it (IDLE: it paused). Past the route's
+ * max_body_bytes the core answers 413 and returns OVER. */
+int srv__body_data(srv_request *req, const void *data, size_t n);
+
+/* The body ended: status 0 when complete (call it under GO, once the last
+ * byte was delivered), or 400 (malformed chunks), 408 (too slow: see
+ * SRV_BODY_MIN_PACE_BYTES), 413, 431: the application is told and the core
+ * answers that status with a close (when not answered yet). Once. */
+void srv__body_end(srv_request *req, int status);
+
+/* The engine is done with the body (the answer came before its end, the
+ * client left, the connection closes): an application still reading gets
+ * on_end(SRV_ECLOSED) now. No body_kick after it returns. Call it once for
+ * every streamed-body request before releasing it (a no-op after a
+ * complete end). The connection's thread. */
+void srv__body_detach(srv_request *req);
 
 /* ------------------------------------------------------------------ */
 /* HTTP helpers                                                        */

@@ -51,7 +51,10 @@ enum srv_http1_event {
                                 * core; the body (if any) comes next */
     SRV_HTTP1_MESSAGE_COMPLETE, /* the body is complete: dispatch the request;
                                  * the parser is ready for the next message */
-    SRV_HTTP1_FAIL             /* answer srv__http1_status() and close */
+    SRV_HTTP1_FAIL,            /* answer srv__http1_status() and close */
+    SRV_HTTP1_BODY             /* srv__http1_stream_body mode: p->piece,
+                                * p->piece_len are de-chunked body bytes
+                                * (inside the input just fed) */
 };
 
 typedef struct srv_http1 {
@@ -62,6 +65,9 @@ typedef struct srv_http1 {
     int started;        /* a byte of this message (not an empty line) came */
     int chunked;        /* the body is chunked */
     uint64_t remaining; /* Content-Length body / current chunk: bytes left */
+    int deliver;        /* srv__http1_stream_body: pieces, not appends */
+    const char *piece;  /* SRV_HTTP1_BODY's bytes */
+    size_t piece_len;
     /* Internal. */
     size_t max_head, max_uri, max_body;
     size_t meta_bytes;  /* chunk extensions + trailers of this message */
@@ -103,6 +109,14 @@ static inline int srv__http1_status(const srv_http1 *p)
 static inline int srv__http1_idle(const srv_http1 *p)
 {
     return !p->started;
+}
+
+/* After HEAD_READY: give this message's body as SRV_HTTP1_BODY events
+ * instead of appending it to the request (a streamed body: the core's
+ * limits are then the engine's to apply through srv__body_data). */
+static inline void srv__http1_stream_body(srv_http1 *p)
+{
+    p->deliver = 1;
 }
 
 /* Non-zero after HEAD_READY when a body follows (chunked or a non-zero

@@ -26,6 +26,13 @@ int srv__engine_check(srv_server *srv)
                               e->name);
         return SRV_EENGINE;
     }
+    /* Version 3: body_kick, required with SRV_ENGINE_CAP_STREAM_BODY. */
+    if ((e->caps & SRV_ENGINE_CAP_STREAM_BODY) && (e->version < 3 || !e->body_kick)) {
+        srv__server_set_error(srv,
+                              "engine \"%s\" claims streamed bodies without a body_kick slot",
+                              e->name);
+        return SRV_EENGINE;
+    }
     return 0;
 }
 
@@ -61,6 +68,11 @@ void srv__engine_respond(srv_server *srv, srv_request *req)
 void srv__engine_stream_kick(srv_server *srv, srv_request *req)
 {
     srv->engine->stream_kick(srv->engine_state, req);
+}
+
+void srv__engine_body_kick(srv_server *srv, srv_request *req)
+{
+    srv->engine->body_kick(srv->engine_state, req);
 }
 
 void srv__engine_quiesce(srv_server *srv)

@@ -23,7 +23,8 @@ enum {
     H1_CHUNK_CR,   /* chunk data done: CR due */
     H1_CHUNK_DLF,  /* LF due */
     H1_TRAILERS,   /* collecting trailer lines */
-    H1_FAILED
+    H1_FAILED,
+    H1_BODY_DONE   /* a streamed Content-Length body was all given */
 };
 
 /* Chunk-extension grammar (RFC 9112 7.1.1):
@@ -247,6 +248,7 @@ static void h1_next_message(srv_http1 *p)
     p->started = 0;
     p->chunked = 0;
     p->remaining = 0;
+    p->deliver = 0;
     p->meta_bytes = 0;
     p->empty_lines = 0;
     p->sub = 0;
@@ -350,6 +352,11 @@ enum srv_http1_event srv__http1_feed(srv_http1 *p, srv_request *req, const char 
             }
             continue;
         }
+        if (p->state == H1_BODY_DONE) {
+            h1_next_message(p);
+            ev = SRV_HTTP1_MESSAGE_COMPLETE;
+            break;
+        }
         if (i == len)
             break;
         unsigned char c = (unsigned char)d[i];
@@ -409,6 +416,16 @@ enum srv_http1_event srv__http1_feed(srv_http1 *p, srv_request *req, const char 
             size_t n = len - i;
             if (n > p->remaining)
                 n = (size_t)p->remaining;
+            if (p->deliver) { /* one piece per event */
+                p->piece = d + i;
+                p->piece_len = n;
+                i += n;
+                p->remaining -= n;
+                if (p->remaining == 0)
+                    p->state = p->state == H1_CHUNK_DATA ? H1_CHUNK_CR : H1_BODY_DONE;
+                ev = SRV_HTTP1_BODY;
+                break;
+            }
             rc = srv__request_append_body(req, d + i, n);
             if (rc != 0) {
                 ev = h1_fail(p, rc);
@@ -473,7 +490,7 @@ enum srv_http1_event srv__http1_feed(srv_http1 *p, srv_request *req, const char 
             if (p->remaining == 0) {
                 p->state = H1_TRAILERS;
                 p->line_len = 0;
-            } else if (p->remaining > p->max_body - h1_body_len(req)) {
+            } else if (!p->deliver && p->remaining > p->max_body - h1_body_len(req)) {
                 ev = h1_fail(p, 413); /* refused before its data is read */
             } else {
                 p->state = H1_CHUNK_DATA;

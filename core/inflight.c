@@ -313,6 +313,11 @@ static size_t srv__collect_pending(srv_server *srv, srv_request **out, size_t ca
     for (srv_request *r = srv->inflight.pending_head; r != NULL && n < cap; r = r->next) {
         if (expired_only && r->deadline_ms > now)
             break;
+        /* A streamed body that makes progress holds off the timeout: it
+         * counts from the last body activity (srv.h). */
+        uint64_t touch = atomic_load_explicit(&r->body_touch_ms, memory_order_relaxed);
+        if (expired_only && touch != 0 && touch + srv->cfg.request_timeout_ms > now)
+            continue;
         atomic_fetch_add(&r->refs, 1);
         out[n++] = r;
     }

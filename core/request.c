@@ -101,6 +101,7 @@ srv_request *srv__request_new(srv_server *srv, const struct sockaddr *peer, sock
     req->srv = srv;
     atomic_init(&req->refs, 1);
     atomic_init(&req->engine_close, false);
+    atomic_init(&req->body_touch_ms, 0);
     req->major = 1;
     req->minor = 1;
     req->keep_alive = -1;
@@ -257,6 +258,22 @@ static bool srv__parse_length(const char *s, size_t *out)
     return true;
 }
 
+/* The body limit of a request whose head is complete: a streamed-body
+ * route's own (0: none), else max_body_bytes. The route is looked up only
+ * when some route streams its body. */
+static uint64_t srv__body_limit(srv_request *req)
+{
+    srv_server *srv = req->srv;
+    if (srv->router.stream_body_routes > 0) {
+        srv__router_lookup(req);
+        const srv__route *rt = req->route;
+        if (req->routing.status == 0 && rt != NULL && (rt->flags & SRV_ROUTE_STREAM_BODY) &&
+            (srv->engine->caps & SRV_ENGINE_CAP_STREAM_BODY))
+            return rt->max_body ? rt->max_body : UINT64_MAX;
+    }
+    return srv->cfg.max_body_bytes;
+}
+
 int srv__request_headers_done(srv_request *req)
 {
     bool http2 = req->major == 2 && req->minor == 0 &&
@@ -300,7 +317,7 @@ int srv__request_headers_done(srv_request *req)
         return 400; /* request smuggling: refuse rather than pick one */
     if (te != NULL && strcasecmp(te, "chunked") != 0)
         return 501;
-    if (have_length && length > req->srv->cfg.max_body_bytes)
+    if (have_length && length > srv__body_limit(req))
         return 413;
     return 0;
 }

@@ -213,7 +213,8 @@ int srv__router_add(srv__router *r, const srv_route_opts *opts)
     const char *method = opts->method, *path = opts->path;
     if (method == NULL || path == NULL || opts->handler == NULL ||
         !srv__http_is_token(method, strlen(method)) || path[0] != '/' ||
-        (opts->flags & ~(unsigned)SRV_ROUTE_NONBLOCKING) != 0)
+        (opts->flags & ~(unsigned)(SRV_ROUTE_NONBLOCKING | SRV_ROUTE_STREAM_BODY)) != 0 ||
+        (opts->max_body_bytes != 0 && !(opts->flags & SRV_ROUTE_STREAM_BODY)))
         return SRV_EINVAL;
     srv__route *rt = calloc(1, sizeof *rt);
     if (rt == NULL)
@@ -257,6 +258,9 @@ int srv__router_add(srv__router *r, const srv_route_opts *opts)
     rt->handler = opts->handler;
     rt->ctx = opts->ctx;
     rt->flags = opts->flags;
+    rt->max_body = opts->max_body_bytes;
+    if (rt->flags & SRV_ROUTE_STREAM_BODY)
+        r->stream_body_routes++;
     n->routes[n->nroutes++] = rt;
     rt->index = r->count;
     r->all[r->count++] = rt;

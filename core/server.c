@@ -83,6 +83,14 @@ int srv_route_add(srv_server *srv, const srv_route_opts *opts)
     srv_route_opts o;
     memset(&o, 0, sizeof o);
     memcpy(&o, opts, opts->size < sizeof o ? opts->size : sizeof o);
+    if ((o.flags & SRV_ROUTE_STREAM_BODY) && !(srv->engine->caps & SRV_ENGINE_CAP_STREAM_BODY)) {
+        /* Never a silently buffered body: the application asked for a stream. */
+        srv__server_set_error(srv, "engine %s cannot stream request bodies "
+                                   "(SRV_ROUTE_STREAM_BODY on %s %s)",
+                              srv->engine->name, o.method ? o.method : "",
+                              o.path ? o.path : "");
+        return SRV_EENGINE;
+    }
     return srv__router_add(&srv->router, &o);
 }
 

@@ -33,6 +33,7 @@ typedef struct srv__route {
     srv_handler_fn handler;
     void *ctx;
     unsigned flags;      /* SRV_ROUTE_* */
+    uint64_t max_body;   /* SRV_ROUTE_STREAM_BODY's limit, 0: none */
     char **params;       /* names of its {param} and {*wildcard} segments, in order */
     size_t param_count;
     bool wildcard; /* the last of them is a {*wildcard} */
@@ -57,6 +58,7 @@ typedef struct srv__hook {
 typedef struct srv__router {
     srv__rnode *root;
     size_t depth;   /* the deepest pattern, in segments */
+    size_t stream_body_routes; /* routes with SRV_ROUTE_STREAM_BODY */
     srv__route **all; /* every route in registration order */
     size_t count, all_cap;
     srv__filter *filters;
@@ -383,6 +385,24 @@ struct srv_request {
     srv_job job;
 
     struct srv_stream stream; /* a streamed answer (stream.active) */
+
+    /* A streamed request body (body.c; fields under mu). */
+    struct srv__body {
+        bool streamed; /* dispatched at its head: the route streams it */
+        bool reading;  /* srv_request_body_read was called */
+        bool paused;   /* on_data said SRV_EAGAIN, not resumed yet */
+        bool in_data;  /* on_data is running */
+        bool resumed;  /* resumed while on_data ran */
+        bool over;     /* no more delivery: ended, stopped or detached */
+        bool detached; /* the engine let go: no body_kick */
+        int early;     /* ended (SRV_E...) before the application read */
+        uint64_t received, limit; /* limit 0: none */
+        srv_body_data_fn on_data;
+        srv_body_end_fn on_end;
+        void *ctx;
+    } body_s;
+    /* Last body activity (ms): the request timeout counts from it. */
+    atomic_uint_fast64_t body_touch_ms;
 };
 
 /* ---- request.c: lifetime and building ---------------------------------- */
@@ -447,6 +467,8 @@ void srv__streams_drop_all(srv_server *srv);
 size_t srv__chunk_head(size_t n, char *out);
 /* Kick the engine (req->mu held): data, an end or a cut is ready. */
 void srv__engine_stream_kick(srv_server *srv, srv_request *req);
+/* Kick the engine (req->mu held): the application wants body bytes. */
+void srv__engine_body_kick(srv_server *srv, srv_request *req);
 
 /* Parse and decode a request-target into req (query.c). Returns 0 or an
  * HTTP status. */

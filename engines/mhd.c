@@ -14,6 +14,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -40,7 +41,9 @@ enum {
     EMHD_BODY,  /* head complete, body arriving (deadline: EMHD_BODY_RATE) */
     EMHD_ACTIVE, /* request complete: handler (request_timeout_ms) */
     EMHD_SEND,   /* response queued, MHD writing it (deadline: no progress) */
-    EMHD_REFUSED /* stop answered 503 while it arrived: MHD closes it */
+    EMHD_REFUSED, /* stop answered 503 while it arrived: MHD closes it */
+    EMHD_SBODY   /* a streamed body the application reads (dispatched: not
+                  * arriving); deadline: the pace window, cut with 408 */
 };
 
 /* A body must arrive within header_timeout_ms of the head, plus 1 s per
@@ -101,6 +104,7 @@ struct emhd_conn {
      * MHD thread sets it when SEND begins, then the watchdog). */
     _Atomic unsigned long long acked;
     atomic_bool stalled;     /* ended while writing: reset, no linger */
+    atomic_bool body_cut;    /* the watchdog cut a streamed body for its pace */
 };
 
 /*
@@ -179,6 +183,7 @@ enum {
     EMHD_REQ_BODY,    /* head accepted: body pieces, then the call that dispatches */
     EMHD_REQ_SWALLOW, /* a status found in the body (413): the rest is discarded
                        * (bounded), the last call answers it */
+    EMHD_REQ_SBODY,   /* dispatched at its head: a streamed body (emhd_sbody) */
     EMHD_REQ_ANSWERED /* handed to the core (dispatched or failed): the call after
                        * its answer queues it */
 };
@@ -201,10 +206,27 @@ typedef struct emhd_req {
     atomic_int sstate; /* a streamed response's suspend hand-over (EMHD_S_*) */
     long long body_from; /* ms: head complete (the body deadline's start) */
     size_t body_bytes;   /* body bytes received so far */
+    /* A streamed body (SRV_ROUTE_STREAM_BODY; docs/ENGINES.md). MHD thread
+     * only, but bst, which respond and body_kick change too. */
+    bool sbody;       /* the core pulls the body */
+    bool bfirst;      /* the first call (the head) is done */
+    bool bhead_wait;  /* suspended in the first call: MHD repeats it */
+    bool bstarted;    /* MHD was let read the body (it sent any 100 then) */
+    bool bend;        /* srv__body_end(req, 0) was called */
+    bool bdetached;   /* srv__body_detach was called */
+    bool need100;     /* the client asked for "100 Continue" */
+    bool hasbody;     /* the head announced a body (a length > 0, or chunks) */
+    uint64_t bwin;    /* body bytes since the pace window opened */
+    atomic_int bst;   /* EMHD_B_* bits: who resumes a body wait */
     const char *uri;  /* MHD's copy of the target, in its read buffer */
     size_t target_len;
     char target[]; /* the raw request-target, as MHD received it */
 } emhd_req;
+
+/* A streamed body's wait hand-over (emhd_req.bst): the MHD thread sets
+ * SUSP once suspended; a kick or the answer sets its bit, and whoever
+ * clears SUSP resumes the connection (exactly one does). ANS stays. */
+enum { EMHD_B_SUSP = 1, EMHD_B_KICK = 2, EMHD_B_ANS = 4 };
 
 /* The core's clock, signed: deadlines here are atomic_llong, 0 for none. */
 static long long emhd_now_ms(void)
@@ -380,6 +402,15 @@ static void *emhd_watchdog(void *arg)
                 continue;
             if (phase == EMHD_SEND) /* not reading (nginx's send_timeout): reset */
                 atomic_store(&ec->stalled, true);
+            if (phase == EMHD_SBODY) {
+                /* Below the pace: the core's 408 (no one reads it). Unless
+                 * the client already left (MHD 0.9.75 does not always see
+                 * a FIN mid-body at once): then it is a vanished client. */
+                struct pollfd pf = {.fd = ec->fd, .events = POLLRDHUP};
+                bool gone = poll(&pf, 1, 0) > 0 &&
+                            (pf.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+                atomic_store(&ec->body_cut, !gone);
+            }
             shutdown(ec->fd, SHUT_RDWR);
         }
         struct timespec ts;
@@ -601,6 +632,38 @@ static void emhd_answer_raw(emhd_server *es, struct MHD_Connection *conn, int fd
 }
 
 
+/* A streamed body's connection closes (completed, the client left, MHD's
+ * own error, or the watchdog's pace cut): tell the application once, and
+ * make sure the request's answer has reached emhd_respond (which touches
+ * er) before er goes. MHD thread. */
+static void emhd_sbody_closed(emhd_req *er, struct MHD_Connection *conn, bool lib_error)
+{
+    srv_request *req = er->req;
+    if (!er->bdetached) {
+        er->bdetached = true;
+        int st = 0;
+        if (er->ec != NULL && atomic_load(&er->ec->body_cut)) {
+            st = 408;
+        } else if (lib_error && er->phase != EMHD_REQ_ANSWERED) {
+            /* MHD answered a malformed chunk itself (400; SRV_CAP_LIB_CHUNKED). */
+            const union MHD_ConnectionInfo *ci =
+                MHD_get_connection_info(conn, MHD_CONNECTION_INFO_HTTP_STATUS);
+            if (ci != NULL && ci->http_status == 400)
+                st = 400;
+        }
+        if (st != 0)
+            srv__body_end(req, st); /* on_end; the core's answer is not written */
+        srv__body_detach(req);      /* on_end(SRV_ECLOSED) unless told; no kick after */
+    }
+    er->phase = EMHD_REQ_ANSWERED; /* counted and logged through req, not raw */
+    /* The client left first: withdraw it (respond runs here). Else an
+     * answer was claimed: wait for its respond, a few instructions away. */
+    if (!(atomic_load(&er->bst) & EMHD_B_ANS) && !srv__request_cancel(req))
+        while (!(atomic_load(&er->bst) & EMHD_B_ANS))
+            sched_yield();
+    atomic_store(&er->hand, EMHD_HAND_READY);
+}
+
 /* A request MHD closed without MHD_OPTION_NOTIFY_COMPLETED (it happens in
  * 0.9.75 on some paths after the URI callback, e.g. a NUL in a header
  * line): let go of it as notify_completed would, so neither its memory nor
@@ -613,6 +676,8 @@ static void emhd_abandon(emhd_server *es, emhd_req *er)
     emhd_arrived(er);
     if (atomic_load(&er->hand) == EMHD_HAND_SUSPENDED)
         return;
+    if (er->sbody && er->req != NULL)
+        emhd_sbody_closed(er, er->conn, false);
     if (er->req != NULL) {
         if (srv__response_streamed(er->req))
             srv__stream_detach(er->req);
@@ -872,6 +937,8 @@ static void emhd_notify_completed(void *cls, struct MHD_Connection *conn, void *
     if (er->ec != NULL && er->ec->req == er)
         er->ec->req = NULL;
     emhd_arrived(er);
+    if (er->sbody && er->req != NULL)
+        emhd_sbody_closed(er, conn, toe == MHD_REQUEST_TERMINATED_WITH_ERROR);
     bool ready = atomic_load(&er->hand) == EMHD_HAND_READY;
     if (er->phase != EMHD_REQ_ANSWERED) {
         /* MHD answered itself (431, a bad Content-Length or chunk, ...):
@@ -1128,6 +1195,9 @@ static bool emhd_head_intact(emhd_req *er, struct MHD_Connection *conn, const ch
 /* First call: the head is complete. Build the request and let the core
  * judge it before any body byte is consumed (MHD 0.9.75 lets
  * Content-Length with chunked, unknown codings and more through). */
+static enum MHD_Result emhd_sbody_begin(emhd_server *es, emhd_req *er,
+                                        struct MHD_Connection *conn, bool http10);
+
 static enum MHD_Result emhd_begin(emhd_server *es, emhd_req *er, struct MHD_Connection *conn,
                                   const char *method, const char *version, bool http10)
 {
@@ -1164,6 +1234,8 @@ static enum MHD_Result emhd_begin(emhd_server *es, emhd_req *er, struct MHD_Conn
         st = srv__request_headers_done(er->req);
     if (st != 0)
         return emhd_fail(er, conn, st, http10);
+    if (srv__request_streams_body(er->req))
+        return emhd_sbody_begin(es, er, conn, http10);
     er->phase = EMHD_REQ_BODY;
     /* Expect: 100-continue is answered by MHD once this call returns
      * without a response. */
@@ -1223,6 +1295,207 @@ static enum MHD_Result emhd_dispatch(emhd_server *es, emhd_req *er, struct MHD_C
     return MHD_YES;
 }
 
+/* ------------------------------------------------------------------ */
+/* Streamed request bodies (docs/ENGINES.md, "mhd: streamed request    */
+/* bodies")                                                            */
+/* ------------------------------------------------------------------ */
+
+/* Set `bit` and take SUSP: true when the caller must resume the
+ * connection (the MHD thread had suspended it). Any thread. */
+static bool emhd_b_wake(emhd_req *er, int bit)
+{
+    int cur = atomic_load(&er->bst);
+    while (!atomic_compare_exchange_weak(&er->bst, &cur, (cur | bit) & ~EMHD_B_SUSP)) {
+    }
+    return (cur & EMHD_B_SUSP) != 0;
+}
+
+/* MHD thread: leave MHD's loop until a kick or the answer (no deadline:
+ * the application's pace is its own). MHD reads nothing meanwhile: what it
+ * holds stays unconsumed, the socket fills, the client's send blocks. */
+static enum MHD_Result emhd_b_wait(emhd_server *es, emhd_req *er, struct MHD_Connection *conn)
+{
+    emhd_phase(er->ec, EMHD_ACTIVE, 0);
+    atomic_fetch_add(&es->outstanding, 1); /* stop waits for every resume */
+    MHD_suspend_connection(conn);
+    int cur = atomic_load(&er->bst);
+    for (;;) {
+        if (cur & (EMHD_B_KICK | EMHD_B_ANS)) { /* woken already: resume ourselves */
+            if (atomic_compare_exchange_weak(&er->bst, &cur, cur & ~EMHD_B_KICK))
+                break;
+        } else if (atomic_compare_exchange_weak(&er->bst, &cur, cur | EMHD_B_SUSP)) {
+            return MHD_YES; /* a waker resumes */
+        }
+    }
+    MHD_resume_connection(conn);
+    atomic_fetch_sub(&es->outstanding, 1);
+    return MHD_YES;
+}
+
+/* The pace window: opened when reading starts or goes on after a pause,
+ * restarted each SRV_BODY_MIN_PACE_BYTES; the watchdog cuts it (408). */
+static void emhd_b_window(emhd_server *es, emhd_req *er)
+{
+    er->bwin = 0;
+    emhd_phase(er->ec, EMHD_SBODY, emhd_now_ms() + es->header_ms);
+}
+
+/* Write the claimed answer past MHD (cleartext only: over TLS only MHD
+ * can write) - for an answer MHD cannot send in time. */
+static void emhd_b_raw(emhd_server *es, emhd_req *er, int fd)
+{
+    if (es->tls || fd < 0)
+        return;
+    size_t hlen = 0, blen = 0;
+    const char *head = srv__response_http1_head(er->req, &hlen);
+    const void *body = srv__response_body(er->req, &blen);
+    struct iovec iov[2] = {{(void *)head, hlen}, {(void *)body, blen}};
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = head != NULL ? 2 : 0};
+    (void)sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+/* Body bytes after the application stopped or the request was answered:
+ * discarded up to the swallow limit, then the answer is written past MHD
+ * and the connection closed (as emhd_cut). */
+static enum MHD_Result emhd_b_swallow(emhd_server *es, emhd_req *er, struct MHD_Connection *conn,
+                                      size_t *size)
+{
+    er->swallowed += *size;
+    *size = 0;
+    if (er->swallowed <= es->swallow_limit)
+        return MHD_YES;
+    if (atomic_load(&er->bst) & EMHD_B_ANS) {
+        srv__request_set_close(er->req);
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        emhd_b_raw(es, er, ci != NULL ? ci->connect_fd : -1);
+    }
+    return MHD_NO;
+}
+
+/*
+ * The access handler for a streamed body (MHD thread). MHD 0.9.75 calls it
+ * for the head with nothing (and again after a resume when it suspended in
+ * that call: the "first call" is repeated, and MHD decides on "100
+ * Continue" only after a first call that returns unsuspended, so the 100
+ * goes out exactly when the application asked for the body, and never
+ * when it answered first: a response queued in the first call refuses the
+ * body); then once per piece it read (again with the same piece after a
+ * resume when we left it unconsumed); then with nothing once the body is
+ * complete (repeated after a resume while no response is queued). Each
+ * call looks at everything: the answer, then the core's state.
+ */
+static enum MHD_Result emhd_sbody(emhd_server *es, emhd_req *er, struct MHD_Connection *conn,
+                                  const char *data, size_t *size, bool http10)
+{
+    /* Suspended in this same pass: MHD 0.9.75 may call again before it
+     * leaves the connection (its body loop); suspending twice would
+     * corrupt its lists. Take nothing: the waker's resume brings it back. */
+    if (atomic_load(&er->bst) & EMHD_B_SUSP)
+        return MHD_YES;
+    atomic_fetch_and(&er->bst, ~EMHD_B_KICK);
+    bool first = *size == 0 && (!er->bfirst || er->bhead_wait);
+    er->bfirst = true;
+    er->bhead_wait = false;
+    for (;;) {
+        if (atomic_load(&er->bst) & EMHD_B_ANS) {
+            atomic_store(&er->hand, EMHD_HAND_READY);
+            if (!er->bdetached) {
+                er->bdetached = true;
+                srv__body_detach(er->req); /* on_end(SRV_ECLOSED) unless told */
+            }
+            if (*size != 0)
+                return emhd_b_swallow(es, er, conn, size);
+            /* The answer goes out at the head or once MHD has the whole
+             * body; one given before the application read it all closes. */
+            if (!er->bend && er->hasbody)
+                srv__request_set_close(er->req);
+            emhd_handed(er);
+            emhd_phase(er->ec, EMHD_ACTIVE, 0);
+            return emhd_send(er, conn, http10);
+        }
+        int k = srv__body_state(er->req);
+        if (*size != 0) {
+            if (k == SRV__BODY_IDLE)
+                return emhd_b_wait(es, er, conn); /* the piece stays MHD's */
+            if (k == SRV__BODY_OVER)
+                return emhd_b_swallow(es, er, conn, size);
+            size_t n = *size;
+            *size = 0;
+            er->bstarted = true;
+            if (er->ec != NULL && atomic_load(&er->ec->phase) != EMHD_SBODY)
+                emhd_b_window(es, er);
+            er->bwin += n;
+            if (er->bwin >= SRV_BODY_MIN_PACE_BYTES)
+                emhd_b_window(es, er);
+            if (srv__body_data(er->req, data, n) == SRV__BODY_IDLE)
+                return emhd_b_wait(es, er, conn);
+            return MHD_YES;
+        }
+        if (first) { /* the head: MHD reads (and sends its 100) once asked */
+            if (k != SRV__BODY_GO) {
+                er->bhead_wait = true;
+                return emhd_b_wait(es, er, conn);
+            }
+            er->bstarted = true;
+            emhd_b_window(es, er);
+            return MHD_YES;
+        }
+        /* Nothing after the head: MHD has the whole body. */
+        if (!er->bend && k == SRV__BODY_GO) {
+            er->bend = true;
+            emhd_phase(er->ec, EMHD_ACTIVE, 0);
+            srv__body_end(er->req, 0); /* on_end may answer: look again */
+            continue;
+        }
+        return emhd_b_wait(es, er, conn); /* paused at the end, or the answer comes */
+    }
+}
+
+/* The head of a streamed-body request is accepted: dispatch it now. */
+static enum MHD_Result emhd_sbody_begin(emhd_server *es, emhd_req *er,
+                                        struct MHD_Connection *conn, bool http10)
+{
+    srv_request *req = er->req;
+    const char *te = srv_request_header(req, "Transfer-Encoding");
+    const char *cl = srv_request_header(req, "Content-Length");
+    er->sbody = true;
+    er->need100 = srv__request_expects_continue(req);
+    er->hasbody = te != NULL || (cl != NULL && strcmp(cl, "0") != 0);
+    er->phase = EMHD_REQ_SBODY;
+    emhd_phase(er->ec, EMHD_ACTIVE, 0); /* dispatched: request_timeout_ms */
+    srv__request_dispatch(req);
+    emhd_arrived(er); /* after dispatch counted it in flight */
+    size_t none = 0;
+    return emhd_sbody(es, er, conn, NULL, &none, http10);
+}
+
+/* body_kick slot: any thread, the request's lock held, never after
+ * srv__body_detach (so er lives). */
+static void emhd_body_kick(void *state, srv_request *req)
+{
+    emhd_server *es = state;
+    emhd_req *er = srv__request_engine_data(req);
+    if (!emhd_b_wake(er, EMHD_B_KICK))
+        return; /* the MHD thread runs: it looks at the state again */
+    if (er->bfirst && !er->bend) /* reading goes on: its pace window opens */
+        emhd_b_window(es, er);
+    MHD_resume_connection(er->conn);
+    atomic_fetch_sub(&es->outstanding, 1);
+}
+
+/* respond for a streamed-body request (any thread). */
+static void emhd_sbody_respond(emhd_server *es, emhd_req *er)
+{
+    struct MHD_Connection *conn = er->conn;
+    if (!emhd_b_wake(er, EMHD_B_ANS))
+        return; /* the MHD thread runs and sees ANS: er may be gone now */
+    /* Suspended: the MHD thread queues the answer once resumed (at the
+     * head: in the repeated first call, so no 100 is ever sent). */
+    MHD_resume_connection(conn);
+    atomic_fetch_sub(&es->outstanding, 1);
+}
+
 static enum MHD_Result emhd_access(void *cls, struct MHD_Connection *conn, const char *url,
                                    const char *method, const char *version,
                                    const char *upload_data, size_t *upload_data_size,
@@ -1246,6 +1519,8 @@ static enum MHD_Result emhd_access(void *cls, struct MHD_Connection *conn, const
         if (*upload_data_size != 0)
             return emhd_body(es, er, conn, upload_data, upload_data_size); /* may -> SWALLOW */
         return emhd_dispatch(es, er, conn, http10);                     /* -> ANSWERED */
+    case EMHD_REQ_SBODY:
+        return emhd_sbody(es, er, conn, upload_data, upload_data_size, http10);
     case EMHD_REQ_SWALLOW:
         if (*upload_data_size != 0)
             return emhd_body(es, er, conn, upload_data, upload_data_size);
@@ -1518,6 +1793,10 @@ static void emhd_respond(void *state, srv_request *req)
 {
     emhd_server *es = state;
     emhd_req *er = srv__request_engine_data(req);
+    if (er->sbody) {
+        emhd_sbody_respond(es, er);
+        return;
+    }
     struct MHD_Connection *conn = er->conn;
     /* Once READY is published the MHD thread may send, finish and free er
      * at any moment: touch only locals and es from here on. */
@@ -1573,7 +1852,7 @@ static bool emhd_input_waiting(emhd_server *es)
     for (emhd_conn *ec = es->conns; ec != NULL && !any; ec = ec->next) {
         char b;
         int p = atomic_load(&ec->phase);
-        any = p != EMHD_ACTIVE && p != EMHD_SEND && ec->fd >= 0 &&
+        any = p != EMHD_ACTIVE && p != EMHD_SEND && p != EMHD_SBODY && ec->fd >= 0 &&
               recv(ec->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
     }
     pthread_mutex_unlock(&es->lock);
@@ -1675,9 +1954,11 @@ const srv_engine srv_engine_mhd = {
      * emhd_answer_raw's cleartext answers become closes over TLS. */
     .caps = SRV_ENGINE_CAP_VERSION_505 | SRV_ENGINE_CAP_GARBAGE_400 | SRV_ENGINE_CAP_LIB_CHUNKED |
             SRV_ENGINE_CAP_LIB_ERRORS | SRV_ENGINE_CAP_STREAM | SRV_ENGINE_CAP_LIB_FRAMING |
-                SRV_ENGINE_CAP_TLS | SRV_ENGINE_CAP_TLS_GNUTLS | SRV_ENGINE_CAP_TLS_CLOSES_RAW,
+                SRV_ENGINE_CAP_TLS | SRV_ENGINE_CAP_TLS_GNUTLS | SRV_ENGINE_CAP_TLS_CLOSES_RAW |
+                SRV_ENGINE_CAP_STREAM_BODY,
     .start = emhd_start,
     .respond = emhd_respond,
+    .body_kick = emhd_body_kick,
     .stream_kick = emhd_stream_kick,
     .quiesce = emhd_quiesce,
     .stop = emhd_stop,

@@ -36,6 +36,8 @@ static int etp_poller_feed(etp_state *st, etp_conn *c, const char *d, size_t n);
 static void etp_stream_begin(etp_state *st, etp_conn *c, srv_request *req);
 static void etp_stream_pump(etp_state *st, etp_conn *c);
 static void etp_mq_remove(etp_conn *c);
+static void etp_body_begin(etp_state *st, etp_conn *c, const char *rest, size_t n);
+static void etp_body_step(etp_state *st, etp_conn *c);
 
 /* Set on the poller thread while it dispatches connection c's request: a
  * respond for c on this thread then comes from inside the handler. */
@@ -361,7 +363,14 @@ static void etp_conn_finish(etp_conn *c, int linger)
         srv__request_release(c->wreq);
         c->wreq = NULL;
     }
-    if (c->inl) { /* only at stop, once the core answered everything */
+    if (c->bmode && c->inl) { /* a streamed body cut short */
+        srv__body_detach(c->inl);
+        srv__request_cancel(c->inl); /* unless answered: its respond posts c */
+        c->bmode = ETP_B_NONE;
+    }
+    etp_mq_remove(c); /* nothing of it may wait in the queue once freed */
+    if (c->inl) { /* at stop once the core answered everything, or a
+                   * streamed body's request whose client left */
         srv__request_release(c->inl);
         c->inl = NULL;
     }
@@ -632,12 +641,18 @@ static void etp_poller_messages(etp_poller *p)
     p->mq_head = p->mq_tail = NULL;
     pthread_mutex_unlock(&p->mqlock);
     while (c) {
+        /* in_mq stays set until c's turn: a post meanwhile is dropped
+         * (this turn looks at everything), never re-links c. */
+        pthread_mutex_lock(&p->mqlock);
         etp_conn *next = c->mq_next;
         c->mq_next = NULL;
-        c->in_mq = 0; /* only the poller reads it once posted */
+        c->in_mq = 0;
+        pthread_mutex_unlock(&p->mqlock);
         if (c->sreq)
             etp_stream_pump(st, c); /* a stream_kick */
-        else
+        else if (c->bmode)
+            etp_body_step(st, c); /* a body_kick, or its answer */
+        else if (c->inl)
             etp_inline_resume(st, c);
         c = next;
     }
@@ -650,6 +665,10 @@ static void etp_post(etp_conn *c)
 {
     etp_poller *p = c->p;
     pthread_mutex_lock(&p->mqlock);
+    if (c->in_mq) { /* a streamed body's kick and answer share one post */
+        pthread_mutex_unlock(&p->mqlock);
+        return;
+    }
     int was_empty = p->mq_head == NULL;
     c->mq_next = NULL;
     c->in_mq = 1;
@@ -747,6 +766,10 @@ static int etp_poller_feed(etp_state *st, etp_conn *c, const char *d, size_t n)
             return 0;
         }
         if (ev == SRV_HTTP1_HEAD_READY) {
+            if (!c->refuse && srv__request_streams_body(c->req)) {
+                etp_body_begin(st, c, d + off, n - off);
+                return 0;
+            }
             etp_wait_for(c, ETP_WAIT_BODY);
             if (!c->refuse && srv__http1_body_expected(&c->parser) &&
                 srv__request_expects_continue(c->req)) {
@@ -773,6 +796,20 @@ static void etp_poller_read(etp_state *st, etp_conn *c)
     pthread_mutex_unlock(&c->p->plock);
     if (c->sreq) { /* a stream waiting for room in the socket */
         etp_stream_pump(st, c);
+        return;
+    }
+    if (c->bhead) { /* a worker found a streamed body's head */
+        c->bhead = 0;
+        char *buf = c->pend;
+        size_t off = c->pend_off, len = c->pend_len;
+        c->pend = NULL;
+        c->pend_off = c->pend_len = 0;
+        etp_body_begin(st, c, buf ? buf + off : NULL, len - off);
+        free(buf);
+        return;
+    }
+    if (c->bmode) { /* a streamed body's bytes */
+        etp_body_step(st, c);
         return;
     }
     if (c->lingering) {
@@ -835,6 +872,13 @@ static void etp_poller_scan(etp_poller *p, uint64_t now, int stopping)
         if (due->sreq) { /* the send deadline, or stop: cut it */
             due->io_dead = 1;
             etp_poller_close(st, due, 0);
+        } else if (due->bmode && !due->awaiting && !stopping) {
+            /* A streamed body below SRV_BODY_MIN_PACE_BYTES a window: 408
+             * (the core answers, its respond posts c). */
+            due->bmode = ETP_B_OVER;
+            due->awaiting = 1;
+            due->deadline = UINT64_MAX;
+            srv__body_end(due->inl, 408);
         } else if (due->lingering || due->awaiting || srv__http1_idle(&due->parser)) {
             etp_poller_close(st, due, 0);
         } else if (stopping) {
@@ -1228,6 +1272,202 @@ static void etp_stream_begin(etp_state *st, etp_conn *c, srv_request *req)
 }
 
 /* ------------------------------------------------------------------ */
+/* Streamed request bodies (the poller reads them into the core)       */
+/* ------------------------------------------------------------------ */
+
+/* The body_kick slot: any thread, the request's lock held. */
+static void etp_body_kick(void *state, srv_request *req)
+{
+    (void)state;
+    etp_post(srv__request_engine_data(req));
+}
+
+/* Poller: nothing to read until a kick or the answer comes (no deadline:
+ * the application's pace is its own; request_timeout_ms bounds it). */
+static void etp_body_park(etp_conn *c)
+{
+    c->awaiting = 1;
+    c->deadline = UINT64_MAX;
+}
+
+/* Poller: c's request was answered. A body not read to its end closes
+ * the connection after the answer (its unread bytes are never parsed as a
+ * next request); then the answer is written as any late inline one. */
+static void etp_body_answered(etp_state *st, etp_conn *c)
+{
+    srv_request *req = c->inl;
+    if (c->bmode == ETP_B_READ || c->bmode == ETP_B_OVER) {
+        srv__request_set_close(req);
+        c->lost_input = 1;
+        free(c->pend); /* body bytes: dropped, the lingering close reads on */
+        c->pend = NULL;
+        c->pend_off = c->pend_len = 0;
+    }
+    c->bmode = ETP_B_NONE;
+    srv__body_detach(req); /* a reader not at the end: on_end(SRV_ECLOSED) */
+    etp_mq_remove(c); /* a kick or this answer posted meanwhile: none comes after */
+    etp_inline_resume(st, c);
+}
+
+/* Poller: the client left (or the socket failed) while its body streams. */
+static void etp_body_gone(etp_state *st, etp_conn *c)
+{
+    c->io_dead = 1;
+    etp_poller_close(st, c, 0); /* etp_conn_finish detaches and cancels */
+}
+
+/* Poller: feed d[0..n) to the parser in body mode, each piece to the core,
+ * until the input runs out or the core says stop/wait. *used: consumed. */
+static void etp_body_feed(etp_state *st, etp_conn *c, const char *d, size_t n, size_t *used)
+{
+    srv_request *req = c->inl;
+    size_t off = 0;
+    while (off < n && c->bmode == ETP_B_READ) {
+        size_t u = 0;
+        enum srv_http1_event ev = srv__http1_feed(&c->parser, req, d + off, n - off, &u);
+        off += u;
+        if (ev == SRV_HTTP1_BODY) {
+            c->bwin += c->parser.piece_len;
+            if (c->bwin >= SRV_BODY_MIN_PACE_BYTES) { /* the pace is kept: a new window */
+                c->bwin = 0;
+                c->deadline = srv__now_ms() + st->cfg->header_timeout_ms;
+            }
+            int k = srv__body_data(req, c->parser.piece, c->parser.piece_len);
+            if (k == SRV__BODY_OVER)
+                c->bmode = ETP_B_OVER;
+            if (k != SRV__BODY_GO)
+                break;
+        } else if (ev == SRV_HTTP1_MESSAGE_COMPLETE) {
+            c->bmode = ETP_B_EOM; /* what follows is the next request */
+        } else if (ev == SRV_HTTP1_FAIL) {
+            c->bmode = ETP_B_OVER; /* on_end, then the core's 400/431 */
+            srv__body_end(req, srv__http1_status(&c->parser));
+        }
+    }
+    /* A Content-Length body's last piece leaves the end for the next feed. */
+    if (c->bmode == ETP_B_READ && off == n) {
+        size_t u = 0;
+        if (srv__http1_feed(&c->parser, req, d + off, 0, &u) == SRV_HTTP1_MESSAGE_COMPLETE)
+            c->bmode = ETP_B_EOM;
+    }
+    *used = off;
+}
+
+/*
+ * Poller: move c's streamed body on: the answer (it ends the body), the
+ * application's state (GO: bytes kept in c->pend first, then the socket;
+ * IDLE: wait for a kick), the end. Runs on every event, kick and answer;
+ * each looks at everything again.
+ */
+static void etp_body_step(etp_state *st, etp_conn *c)
+{
+    srv_request *req = c->inl;
+    for (;;) {
+        pthread_mutex_lock(&c->mu);
+        int answered = c->inl_done || c->inl_answered;
+        pthread_mutex_unlock(&c->mu);
+        if (answered) {
+            etp_body_answered(st, c);
+            return;
+        }
+        if (c->bmode == ETP_B_OVER || c->bmode == ETP_B_DONE) {
+            etp_body_park(c); /* the answer comes */
+            return;
+        }
+        int k = srv__body_state(req);
+        if (k == SRV__BODY_OVER) { /* the application stopped reading */
+            if (c->bmode == ETP_B_READ)
+                c->bmode = ETP_B_OVER;
+            etp_body_park(c);
+            return;
+        }
+        if (k == SRV__BODY_IDLE) {
+            etp_body_park(c);
+            return;
+        }
+        if (!c->bcont) { /* the application wants the body: tell the client */
+            static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+            size_t sent = 0;
+            c->bcont = 1;
+            if (etp_io_send_some(c, cont, sizeof cont - 1, NULL, 0, &sent) < 0) {
+                etp_body_gone(st, c);
+                return;
+            }
+        }
+        if (c->bmode == ETP_B_EOM) {
+            c->bmode = ETP_B_DONE;
+            srv__body_end(req, 0);
+            continue; /* on_end may have answered */
+        }
+        if (c->pend_off < c->pend_len) {
+            size_t used = 0;
+            etp_body_feed(st, c, c->pend + c->pend_off, c->pend_len - c->pend_off, &used);
+            c->pend_off += used;
+            if (c->pend_off == c->pend_len) {
+                free(c->pend);
+                c->pend = NULL;
+                c->pend_off = c->pend_len = 0;
+            }
+            continue;
+        }
+        ssize_t n = etp_io_recv(c, c->p->rbuf, sizeof c->p->rbuf);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            c->awaiting = 0;
+            if (c->deadline == UINT64_MAX) { /* a pace window opens */
+                c->bwin = 0;
+                c->deadline = srv__now_ms() + st->cfg->header_timeout_ms;
+            }
+            if (etp_arm(st, c, EPOLL_CTL_MOD) != 0)
+                etp_body_gone(st, c);
+            return;
+        }
+        if (n <= 0) {
+            etp_body_gone(st, c);
+            return;
+        }
+        size_t used = 0;
+        etp_body_feed(st, c, c->p->rbuf, (size_t)n, &used);
+        if (used < (size_t)n && etp_keep_rest(c, c->p->rbuf + used, (size_t)n - used) != 0) {
+            etp_body_gone(st, c);
+            return;
+        }
+    }
+}
+
+/* Poller: c->req's head is complete and its route streams the body:
+ * dispatch it now (the handler decides whether to read), keep the bytes
+ * already read after the head, and move the body on. */
+static void etp_body_begin(etp_state *st, etp_conn *c, const char *rest, size_t n)
+{
+    if (n > 0 && etp_keep_rest(c, rest, n) != 0) { /* never a body with a hole */
+        etp_poller_fail(st, c, 500);
+        return;
+    }
+    srv_request *req = c->req;
+    c->req = NULL;
+    srv__http1_stream_body(&c->parser);
+    c->bmode = ETP_B_READ;
+    c->bcont = !(srv__http1_body_expected(&c->parser) && srv__request_expects_continue(req));
+    size_t u = 0; /* no body at all: complete at once */
+    if (srv__http1_feed(&c->parser, req, NULL, 0, &u) == SRV_HTTP1_MESSAGE_COMPLETE)
+        c->bmode = ETP_B_EOM;
+    c->bwin = 0;
+    c->deadline = UINT64_MAX;
+    pthread_mutex_lock(&c->mu);
+    c->inl = req;
+    c->inl_done = 0;
+    pthread_mutex_unlock(&c->mu);
+    c->inl_answered = 0;
+    etp_dispatching = c;
+    srv__request_dispatch(req);
+    etp_dispatching = NULL;
+    etp_set_arriving(c, 0); /* in flight (counted by dispatch) */
+    etp_body_step(st, c);
+}
+
+/* ------------------------------------------------------------------ */
 /* Answering (workers)                                                 */
 /* ------------------------------------------------------------------ */
 
@@ -1248,6 +1488,7 @@ static void etp_respond(void *state, srv_request *req)
     }
     pthread_mutex_lock(&c->mu);
     if (c->inl == req) { /* a poller's inline request, answered later */
+        c->inl_done = 1;
         pthread_mutex_unlock(&c->mu);
         etp_post(c);
         return;
@@ -1397,7 +1638,8 @@ static void etp_worker_fail(etp_conn *c, int status)
 
 /*
  * Worker: parse bytes already read (pipelined, or read by the keep-wait).
- * 1: c->ready holds the next complete request; 0: all consumed, the next
+ * 1: c->ready holds the next complete request; 2: c->req is a streamed
+ * body's head (c->bhead) for the poller; 0: all consumed, the next
  * message (if begun) continues in the poller; -1: failed and answered.
  */
 static int etp_worker_parse(etp_conn *c, const char *d, size_t n, size_t *usedp)
@@ -1435,6 +1677,11 @@ static int etp_worker_parse(etp_conn *c, const char *d, size_t n, size_t *usedp)
             break;
         }
         if (ev == SRV_HTTP1_HEAD_READY) {
+            if (srv__request_streams_body(c->req)) { /* the poller reads such a body */
+                c->bhead = 1;
+                r = 2;
+                break;
+            }
             etp_wait_for(c, ETP_WAIT_BODY);
             if (srv__http1_body_expected(&c->parser) && srv__request_expects_continue(c->req)) {
                 static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -1477,6 +1724,27 @@ static int etp_hand_back(etp_conn *c)
     return rc == 0 ? 0 : -1;
 }
 
+/* Worker: a streamed body's head (c->req, c->bhead) goes to the poller,
+ * which dispatches it from its next event (EPOLLOUT: at once). 0: the
+ * poller has it; -1: close it here. */
+static int etp_hand_back_body(etp_conn *c)
+{
+    c->deadline = UINT64_MAX;
+    etp_set_phase(c, ETP_PH_POLL);
+    pthread_mutex_lock(&c->p->plock);
+    if (c->p->gone) {
+        pthread_mutex_unlock(&c->p->plock);
+        return -1;
+    }
+    etp_plist_add(c);
+    struct epoll_event ev = {.events = EPOLLOUT | EPOLLONESHOT, .data.ptr = c};
+    int rc = epoll_ctl(c->p->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+    if (rc != 0)
+        etp_plist_del(c);
+    pthread_mutex_unlock(&c->p->plock);
+    return rc == 0 ? 0 : -1;
+}
+
 /*
  * Worker: wait ETP_KEEP_WAIT_MS for the next request of a kept-alive
  * connection when no other connection waits for a worker: a client that
@@ -1512,7 +1780,7 @@ static int etp_keep_wait(etp_conn *c)
         return 0;
     size_t used = 0;
     int r = etp_worker_parse(c, buf, (size_t)n, &used);
-    if (r == 1 && used < (size_t)n) {
+    if ((r == 1 || r == 2) && used < (size_t)n) {
         c->pend = malloc((size_t)n - used);
         if (!c->pend)
             return -1;
@@ -1565,6 +1833,11 @@ static void etp_conn_run(srv_job *job)
         }
         if (r == 1) /* the core answers it 503 itself once stopping */
             continue;
+        if (r == 2) { /* a streamed body: the poller reads it */
+            if (etp_hand_back_body(c) != 0)
+                etp_conn_finish(c, 0);
+            return;
+        }
         if (r != 0 || etp_hand_back(c) != 0) {
             etp_conn_finish(c, r < 0 && !c->io_dead);
             return;
@@ -1768,10 +2041,12 @@ const srv_engine srv_engine_threadpool = {
     .version = SRV_ENGINE_VERSION,
     .name = "threadpool",
     .caps = SRV_ENGINE_CAP_VERSION_505 | SRV_ENGINE_CAP_GARBAGE_400 |
-            SRV_ENGINE_CAP_H2_PREFACE_GOAWAY | SRV_ENGINE_CAP_TLS | SRV_ENGINE_CAP_STREAM,
+            SRV_ENGINE_CAP_H2_PREFACE_GOAWAY | SRV_ENGINE_CAP_TLS | SRV_ENGINE_CAP_STREAM |
+            SRV_ENGINE_CAP_STREAM_BODY,
     .start = etp_start,
     .respond = etp_respond,
     .stream_kick = etp_stream_kick,
+    .body_kick = etp_body_kick,
     .quiesce = etp_quiesce,
     .stop = etp_stop,
     .destroy = etp_destroy,

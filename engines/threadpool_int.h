@@ -51,6 +51,15 @@
  * the poller) before it hands the connection back. */
 #define ETP_KEEP_WAIT_MS 2
 
+/* A streamed request body's progress (etp_conn.bmode). */
+enum etp_bmode {
+    ETP_B_NONE = 0,
+    ETP_B_READ, /* arriving: the parser gives pieces */
+    ETP_B_EOM,  /* all arrived; the end not yet told (the application paused) */
+    ETP_B_DONE, /* the end was told: the connection may be kept */
+    ETP_B_OVER  /* cut (413/400/408) or the application stopped: close after */
+};
+
 /* Who has a connection; stop() reads it to know what to do with it. */
 enum etp_phase {
     ETP_PH_POLL,    /* the poller's: idle, or a request arriving */
@@ -125,6 +134,15 @@ typedef struct etp_conn {
     size_t shsent;   /* bytes of its head sent */
     int shead_done;
     int in_mq;       /* on p->mq (p->mqlock) */
+
+    /* A streamed request body (docs/ENGINES.md, "Streamed request
+     * bodies"): the poller reads it into the core while the core says GO;
+     * c->inl is its request. Owned by the poller. */
+    int bmode;        /* ETP_B_*: 0 when no body streams */
+    int bcont;        /* "100 Continue" sent, or not due */
+    int bhead;        /* a worker parsed a streamed-body head: c->req */
+    int inl_done;     /* c->inl was answered from another thread (c->mu) */
+    uint64_t bwin;    /* body bytes since the pace window opened */
 
     /* TLS (engines/threadpool_tls.c); ssl is NULL on a cleartext server,
      * and every I/O call below checks it first. Owned like the parser. */

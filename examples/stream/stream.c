@@ -6,12 +6,19 @@
  *                                          chunked, or with Content-Length
  *                                          when length=1; written as the
  *                                          client takes them (on_writable)
+ *   PUT /upload (also POST)            ->  "<bytes> <sha256-hex>\n" of the
+ *                                          request body, streamed into the
+ *                                          digest piece by piece
+ *                                          (SRV_ROUTE_STREAM_BODY)
  * No handler holds a thread: each returns once its stream started. Memory
- * stays at one stream buffer per client however large the download.
+ * stays at one stream buffer per client however large the download, and
+ * at one read buffer per client however large the upload.
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include <srv.h>
+
+#include <openssl/evp.h>
 
 #include <errno.h>
 #include <stdint.h>
@@ -176,13 +183,74 @@ static void handle_download(srv_request *req, void *ctx)
     download_pump(d->stream, d);
 }
 
+/* ---- PUT/POST /upload --------------------------------------------------- */
+
+struct upload {
+    EVP_MD_CTX *md;
+    uint64_t bytes;
+};
+
+static int upload_data(srv_request *req, const void *data, size_t len, void *ctx)
+{
+    (void)req;
+    struct upload *u = ctx;
+    u->bytes += len;
+    return EVP_DigestUpdate(u->md, data, len) == 1 ? 0 : SRV_EINVAL; /* stop on failure */
+}
+
+static void upload_end(srv_request *req, int status, void *ctx)
+{
+    struct upload *u = ctx;
+    char out[96];
+    int n;
+    if (status == 0) {
+        unsigned char digest[EVP_MAX_MD_SIZE];
+        unsigned dlen = 0;
+        EVP_DigestFinal_ex(u->md, digest, &dlen);
+        n = snprintf(out, sizeof out, "%llu ", (unsigned long long)u->bytes);
+        for (unsigned i = 0; i < dlen; i++)
+            n += snprintf(out + n, sizeof out - (size_t)n, "%02x", digest[i]);
+        out[n++] = '\n';
+        srv_respond(req, 200, "text/plain", out, (size_t)n);
+    } else {
+        /* Cut (the core answered 408/413/400) or the client left: this
+         * answer is dropped, but it gives the request back. */
+        n = snprintf(out, sizeof out, "upload failed: %s\n", srv_strerror(status));
+        srv_respond(req, 400, "text/plain", out, (size_t)n);
+    }
+    EVP_MD_CTX_free(u->md);
+    free(u);
+}
+
+static void handle_upload(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    struct upload *u = calloc(1, sizeof *u);
+    if (u != NULL)
+        u->md = EVP_MD_CTX_new();
+    if (u == NULL || u->md == NULL || EVP_DigestInit_ex(u->md, EVP_sha256(), NULL) != 1) {
+        if (u != NULL)
+            EVP_MD_CTX_free(u->md);
+        free(u);
+        srv_respond(req, 500, "text/plain", "out of memory\n", 14);
+        return;
+    }
+    int rc = srv_request_body_read(req, upload_data, upload_end, u);
+    if (rc != 0) { /* the client already left, or the core answered */
+        EVP_MD_CTX_free(u->md);
+        free(u);
+        srv_respond(req, 500, "text/plain", "cannot read the body\n", 21);
+    }
+}
+
 /* ---- main -------------------------------------------------------------- */
 
 static void usage(FILE *out)
 {
     fprintf(out,
             "usage: stream [--engine NAME] [--host ADDR] [--port N] [--buffer BYTES] [--worker]\n"
-            "Serves GET /events?count=N&interval_ms=M and GET /download?bytes=N[&length=1].\n"
+            "Serves GET /events?count=N&interval_ms=M, GET /download?bytes=N[&length=1]\n"
+            "and PUT or POST /upload (answers \"<bytes> <sha256-hex>\" of the body).\n"
             "  --engine NAME  engine to run (default: $SRV_ENGINE, else the default)\n"
             "  --host ADDR    address to bind (default 0.0.0.0)\n"
             "  --port N       TCP port, 0 for any free one (default 8080)\n"
@@ -247,17 +315,27 @@ int main(int argc, char **argv)
         return 1;
     }
     const struct {
-        const char *path;
+        const char *method, *path;
         srv_handler_fn fn;
-    } routes[] = {{"/events", handle_events}, {"/download", handle_download}};
-    for (size_t i = 0; i < 2; i++) {
+        unsigned flags;
+    } routes[] = {{"GET", "/events", handle_events, 0},
+                  {"GET", "/download", handle_download, 0},
+                  {"PUT", "/upload", handle_upload, SRV_ROUTE_STREAM_BODY},
+                  {"POST", "/upload", handle_upload, SRV_ROUTE_STREAM_BODY}};
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
         srv_route_opts o;
         srv_route_opts_init(&o);
-        o.method = "GET";
+        o.method = routes[i].method;
         o.path = routes[i].path;
         o.handler = routes[i].fn;
-        o.flags = worker ? 0 : SRV_ROUTE_NONBLOCKING;
-        if (srv_route_add(srv, &o) != 0) {
+        o.flags = routes[i].flags | (worker ? 0 : SRV_ROUTE_NONBLOCKING);
+        int arc = srv_route_add(srv, &o);
+        if (arc == SRV_EENGINE) { /* an engine without streamed bodies */
+            fprintf(stderr, "stream: no %s %s: %s\n", o.method, o.path,
+                    srv_server_last_error(srv));
+            continue;
+        }
+        if (arc != 0) {
             fprintf(stderr, "stream: cannot add route %s\n", routes[i].path);
             srv_server_free(srv);
             return 1;

@@ -12,6 +12,24 @@
  */
 #include "conformance.h"
 
+/* conformance_upload.c's cases: those that speak libcurl (HTTP/2 too), and
+ * all of them (the raw ones speak HTTP/1.1, over TLS in the tls run). */
+#define UPLOAD_CURL_CASES                                                               \
+    cmocka_unit_test_setup_teardown(test_upload_64m_length, up_setup, up_teardown),    \
+        cmocka_unit_test_setup_teardown(test_upload_64m_chunked, up_setup, up_teardown), \
+        cmocka_unit_test_setup_teardown(test_upload_slow_app, up_setup, up_teardown)
+#define UPLOAD_CASES                                                                     \
+    UPLOAD_CURL_CASES,                                                                   \
+        cmocka_unit_test_setup_teardown(test_upload_paused_blocks_client, up_setup,      \
+                                        up_teardown),                                    \
+        cmocka_unit_test_setup_teardown(test_upload_expect_continue, up_setup, up_teardown), \
+        cmocka_unit_test_setup_teardown(test_upload_answer_unread, up_setup, up_teardown), \
+        cmocka_unit_test_setup_teardown(test_upload_vanished_client, up_setup, up_teardown), \
+        cmocka_unit_test_setup_teardown(test_upload_route_limit, up_setup, up_teardown),  \
+        cmocka_unit_test_setup_teardown(test_upload_bad_chunk, up_setup, up_teardown),    \
+        cmocka_unit_test_setup_teardown(test_upload_slow_drip, up_setup, up_teardown),    \
+        cmocka_unit_test_setup_teardown(test_upload_graceful_stop, up_setup, up_teardown)
+
 /* ------------------------------------------------------------------ */
 /* Globals                                                             */
 /* ------------------------------------------------------------------ */
@@ -1288,6 +1306,21 @@ static int conformance_tls_main(void)
             failed += cmocka_run_group_tests_name(name, streams, group_h2, NULL);
         }
     }
+    if (engine_caps() & SRV_CAP_STREAM_BODY) { /* conformance_upload.c inside TLS */
+        const struct CMUnitTest uploads[] = {
+            UPLOAD_CASES,
+        };
+        snprintf(name, sizeof name, "conformance %s (TLS): streamed request bodies",
+                 g_engine_name);
+        failed += cmocka_run_group_tests_name(name, uploads, tls_raw_group_setup,
+                                              tls_raw_group_teardown);
+        if (engine_caps() & SRV_CAP_TLS_HTTP2) {
+            const struct CMUnitTest uploads_h2[] = {UPLOAD_CURL_CASES};
+            snprintf(name, sizeof name, "conformance %s (TLS): streamed request bodies over "
+                     "HTTP/2", g_engine_name);
+            failed += cmocka_run_group_tests_name(name, uploads_h2, group_h2, NULL);
+        }
+    }
     const struct CMUnitTest tls_client[] = {
         cmocka_unit_test_setup_teardown(test_tls_stop_idle_after_handshake, setup_default,
                                         fx_teardown),
@@ -1534,6 +1567,25 @@ int main(int argc, char **argv)
         snprintf(name, sizeof name, "conformance %s%s: no SRV_CAP_STREAM, streams refused",
                  g_engine_name, run);
         failed += cmocka_run_group_tests_name(name, streams, group_h1, NULL);
+    }
+    /* Streamed request bodies (conformance_upload.c, their own fixture). */
+    if (engine_caps() & SRV_CAP_STREAM_BODY) {
+        const struct CMUnitTest uploads[] = {UPLOAD_CASES};
+        snprintf(name, sizeof name, "conformance %s%s: streamed request bodies", g_engine_name,
+                 run);
+        failed += cmocka_run_group_tests_name(name, uploads, group_h1, NULL);
+        if (engine_caps() & SRV_CAP_HTTP2) {
+            const struct CMUnitTest uploads_h2[] = {UPLOAD_CURL_CASES};
+            snprintf(name, sizeof name, "conformance %s%s: streamed request bodies over HTTP/2",
+                     g_engine_name, run);
+            failed += cmocka_run_group_tests_name(name, uploads_h2, group_h2, NULL);
+        }
+    } else {
+        const struct CMUnitTest uploads[] = {cmocka_unit_test(test_upload_refused)};
+        snprintf(name, sizeof name,
+                 "conformance %s%s: no SRV_CAP_STREAM_BODY, streamed bodies refused",
+                 g_engine_name, run);
+        failed += cmocka_run_group_tests_name(name, uploads, group_h1, NULL);
     }
     curl_global_cleanup();
     return failed == 0 ? 0 : 1;

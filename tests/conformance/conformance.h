@@ -415,6 +415,25 @@ void test_stream_send_deadline(void **state);
 void test_stream_graceful_stop(void **state);
 void test_stream_other_thread(void **state);
 void test_stream_refused(void **state);
+
+/* ------------------------------------------------------------------ */
+/* Cases: conformance_upload.c (their own fixture: up_setup/teardown)  */
+/* ------------------------------------------------------------------ */
+
+int up_setup(void **state);
+int up_teardown(void **state);
+void test_upload_64m_length(void **state);
+void test_upload_64m_chunked(void **state);
+void test_upload_slow_app(void **state);
+void test_upload_paused_blocks_client(void **state);
+void test_upload_expect_continue(void **state);
+void test_upload_answer_unread(void **state);
+void test_upload_vanished_client(void **state);
+void test_upload_route_limit(void **state);
+void test_upload_bad_chunk(void **state);
+void test_upload_slow_drip(void **state);
+void test_upload_graceful_stop(void **state);
+void test_upload_refused(void **state);
 void test_stream_head(void **state);
 
 /* ------------------------------------------------------------------ */

@@ -34,6 +34,9 @@ typedef struct result {
 
 static srv_server *g_srv;
 static fake *g_fake;
+/* Piece mode (srv__http1_stream_body after each head): bodies are collected
+ * from SRV_HTTP1_BODY events instead of the request. */
+static int g_pieces;
 
 static int setup(void **state)
 {
@@ -65,6 +68,8 @@ static void run_step(const char *in, size_t len, size_t step, result *r)
     srv__http1_init(&p, g_srv);
     srv_request *req = NULL;
     size_t off = 0;
+    char pbody[256];
+    size_t plen = 0;
     while (off < len || (req && !srv__http1_idle(&p))) {
         size_t n = step == 0 ? len - off : (len - off < step ? len - off : step);
         if (!req)
@@ -83,6 +88,17 @@ static void run_step(const char *in, size_t len, size_t step, result *r)
             assert_true(r->nmsgs < MAX_MSGS);
             r->continue_wanted[r->nmsgs] =
                 srv__http1_body_expected(&p) && srv__request_expects_continue(req);
+            if (g_pieces)
+                srv__http1_stream_body(&p);
+            plen = 0;
+            continue;
+        }
+        if (ev == SRV_HTTP1_BODY) {
+            assert_true(g_pieces);
+            assert_true(p.piece_len > 0 && plen + p.piece_len <= sizeof pbody);
+            assert_true(p.piece >= in + off - used && p.piece + p.piece_len <= in + off);
+            memcpy(pbody + plen, p.piece, p.piece_len);
+            plen += p.piece_len;
             continue;
         }
         if (ev == SRV_HTTP1_MESSAGE_COMPLETE) {
@@ -92,6 +108,11 @@ static void run_step(const char *in, size_t len, size_t step, result *r)
             snprintf(r->target[k], sizeof r->target[k], "%s", srv_request_target(req));
             size_t bl = 0;
             const void *b = srv_request_body(req, &bl);
+            if (g_pieces) { /* nothing appended to the request */
+                assert_int_equal(bl, 0);
+                b = pbody;
+                bl = plen;
+            }
             assert_true(bl < sizeof r->body[k]);
             if (bl)
                 memcpy(r->body[k], b, bl);
@@ -317,6 +338,52 @@ static void test_chunked_bounds(void **state)
     assert_int_equal(r.nmsgs, 1);
 }
 
+/* Piece mode gives the same de-chunked bodies as events, the same framing
+ * failures, and no max_body_bytes of its own (the engine applies the
+ * route's limit through the core). */
+static void test_piece_mode(void **state)
+{
+    (void)state;
+    static const char *const inputs[] = {
+        "POST /a HTTP/1.1\r\n" H "Content-Length: 5\r\n\r\nhelloGET /b HTTP/1.1\r\n" H "\r\n",
+        "POST /a HTTP/1.1\r\n" H "Transfer-Encoding: chunked\r\n\r\n"
+        "3;x=y\r\nabc\r\n4\r\ndefg\r\n0\r\nT: v\r\n\r\nGET /b HTTP/1.1\r\n" H "\r\n",
+        "GET /a HTTP/1.1\r\n" H "\r\n",
+        "POST /a HTTP/1.1\r\n" H "Transfer-Encoding: chunked\r\n\r\n2\r\nABXY0\r\n\r\n",
+        "POST /a HTTP/1.1\r\n" H "Transfer-Encoding: chunked\r\n\r\n0x2\r\nAB\r\n0\r\n\r\n",
+    };
+    for (size_t i = 0; i < sizeof inputs / sizeof inputs[0]; i++) {
+        result whole, pieces;
+        g_pieces = 0;
+        run_str(inputs[i], &whole);
+        g_pieces = 1;
+        run_str(inputs[i], &pieces);
+        g_pieces = 0;
+        assert_int_equal(pieces.fail, whole.fail);
+        assert_int_equal(pieces.nmsgs, whole.nmsgs);
+        for (size_t k = 0; k < whole.nmsgs; k++) {
+            assert_int_equal(pieces.body_len[k], whole.body_len[k]);
+            assert_memory_equal(pieces.body[k], whole.body[k], whole.body_len[k]);
+        }
+    }
+    /* 150 bytes, over this server's max_body_bytes (100): whole, 413; in
+     * pieces the parser leaves the limit to the engine. */
+    char big[512];
+    char body[151];
+    memset(body, 'z', 150);
+    body[150] = '\0';
+    snprintf(big, sizeof big, "POST /a HTTP/1.1\r\n" H "Transfer-Encoding: chunked\r\n\r\n"
+             "96\r\n%s\r\n0\r\n\r\n", body);
+    result r;
+    expect_fail(big, 413);
+    g_pieces = 1;
+    run_str(big, &r);
+    g_pieces = 0;
+    assert_int_equal(r.fail, 0);
+    assert_int_equal(r.nmsgs, 1);
+    assert_int_equal(r.body_len[0], 150);
+}
+
 static void test_request_line(void **state)
 {
     (void)state;
@@ -427,6 +494,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_chunked_bounds, setup, teardown),
         cmocka_unit_test_setup_teardown(test_request_line, setup, teardown),
         cmocka_unit_test_setup_teardown(test_header_lines, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_piece_mode, setup, teardown),
     };
     return cmocka_run_group_tests_name("http1 parser", tests, NULL, NULL);
 }

@@ -1,0 +1,922 @@
+/*
+ * Streamed request bodies (SRV_ROUTE_STREAM_BODY, srv_request_body_read)
+ * on every engine that has SRV_CAP_STREAM_BODY: 64 MiB with a length and
+ * chunked, checked by digest in bounded memory; an application that pauses
+ * (SRV_EAGAIN) and resumes from another thread, with the client's send
+ * held back meanwhile; Expect: 100-continue answered only once the body is
+ * read; an answer without reading (no 100, nothing smuggled from the
+ * unread body); a client vanishing mid-body; the route's size limit; a
+ * malformed chunk; a slow-drip body; a graceful stop during an upload.
+ * Without the capability the route is refused at registration.
+ */
+#include "conformance.h"
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define UP_SANITIZER 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define UP_SANITIZER 1
+#endif
+
+#ifdef UP_SANITIZER
+size_t __sanitizer_get_current_allocated_bytes(void);
+static long up_held_kb(void)
+{
+    return (long)(__sanitizer_get_current_allocated_bytes() / 1024);
+}
+#else
+static long up_held_kb(void)
+{
+    FILE *fp = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = 0;
+    if (fp == NULL)
+        return 0;
+    while (fgets(line, sizeof line, fp) != NULL)
+        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
+            break;
+    fclose(fp);
+    return kb;
+}
+#endif
+
+/* Byte i of every upload. */
+static unsigned char up_byte(uint64_t i)
+{
+    return (unsigned char)(i ^ (i >> 8) ^ (i >> 16) ^ (i >> 24));
+}
+
+/* The digest both sides compute: FNV-1a, 64 bits. */
+#define UP_FNV_INIT 0xcbf29ce484222325ull
+static uint64_t up_fnv(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+static uint64_t up_fnv_pattern(uint64_t total)
+{
+    unsigned char buf[4096];
+    uint64_t h = UP_FNV_INIT;
+    for (uint64_t at = 0; at < total;) {
+        size_t n = total - at < sizeof buf ? (size_t)(total - at) : sizeof buf;
+        for (size_t i = 0; i < n; i++)
+            buf[i] = up_byte(at + i);
+        h = up_fnv(h, buf, n);
+        at += n;
+    }
+    return h;
+}
+
+/* One upload as the application sees it. */
+enum { UP_SUM, UP_SLOW, UP_HOLD };
+typedef struct up {
+    pthread_mutex_t mu;
+    srv_request *req;
+    int mode;
+    uint64_t bytes, fnv;
+    int ended;
+    struct up *qnext; /* the resumer's queue */
+} up;
+
+#define UP_MAX 64
+
+typedef struct ufx {
+    const mode *m;
+    srv_server *srv;
+    int port;
+    int stopped;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    up *ups[UP_MAX];
+    int nups;
+    up *q_head; /* uploads to resume (UP_SLOW), by the resumer thread */
+    int quit;
+    pthread_t resumer;
+} ufx;
+
+/* What the application saw. */
+static struct {
+    atomic_int entered;     /* handlers entered */
+    atomic_int reads;       /* srv_request_body_read calls that succeeded */
+    atomic_int ends;        /* on_end calls */
+    atomic_int dup_end;     /* on_end called twice for one request */
+    atomic_int end_status;  /* the last on_end's status */
+    atomic_llong received;  /* body bytes delivered, every request */
+    atomic_int hold;        /* UP_HOLD pauses while set */
+    up *_Atomic held;       /* the UP_HOLD upload */
+} g_up;
+
+static ufx *g_ufx;
+
+static up *up_new(ufx *f, srv_request *req, int mode)
+{
+    up *u = calloc(1, sizeof *u);
+    pthread_mutex_init(&u->mu, NULL);
+    u->req = req;
+    u->mode = mode;
+    u->fnv = UP_FNV_INIT;
+    pthread_mutex_lock(&f->mu);
+    if (f->nups < UP_MAX)
+        f->ups[f->nups++] = u;
+    pthread_mutex_unlock(&f->mu);
+    return u; /* freed at teardown (a resume may still look at it) */
+}
+
+/* Resume u unless its body already ended (then the request may be gone). */
+static void up_resume(up *u)
+{
+    pthread_mutex_lock(&u->mu);
+    if (!u->ended)
+        srv_request_body_resume(u->req);
+    pthread_mutex_unlock(&u->mu);
+}
+
+static void *up_resumer_main(void *arg)
+{
+    ufx *f = arg;
+    pthread_mutex_lock(&f->mu);
+    for (;;) {
+        while (!f->quit && f->q_head == NULL)
+            pthread_cond_wait(&f->cv, &f->mu);
+        if (f->q_head == NULL)
+            break;
+        up *u = f->q_head;
+        f->q_head = u->qnext;
+        u->qnext = NULL;
+        pthread_mutex_unlock(&f->mu);
+        up_resume(u);
+        pthread_mutex_lock(&f->mu);
+    }
+    pthread_mutex_unlock(&f->mu);
+    return NULL;
+}
+
+static int up_on_data(srv_request *req, const void *data, size_t len, void *ctx)
+{
+    (void)req;
+    up *u = ctx;
+    pthread_mutex_lock(&u->mu);
+    u->bytes += len;
+    u->fnv = up_fnv(u->fnv, data, len);
+    pthread_mutex_unlock(&u->mu);
+    atomic_fetch_add(&g_up.received, (long long)len);
+    if (u->mode == UP_SLOW) { /* every piece: later, from the resumer thread */
+        ufx *f = g_ufx;
+        pthread_mutex_lock(&f->mu);
+        u->qnext = f->q_head;
+        f->q_head = u;
+        pthread_cond_signal(&f->cv);
+        pthread_mutex_unlock(&f->mu);
+        return SRV_EAGAIN;
+    }
+    if (u->mode == UP_HOLD && atomic_load(&g_up.hold))
+        return SRV_EAGAIN; /* the case resumes it */
+    return 0;
+}
+
+static void up_on_end(srv_request *req, int status, void *ctx)
+{
+    up *u = ctx;
+    pthread_mutex_lock(&u->mu);
+    if (u->ended)
+        atomic_fetch_add(&g_up.dup_end, 1);
+    u->ended = 1;
+    uint64_t bytes = u->bytes, fnv = u->fnv;
+    pthread_mutex_unlock(&u->mu);
+    atomic_store(&g_up.end_status, status);
+    atomic_fetch_add(&g_up.ends, 1); /* before the answer the client waits for */
+    char out[96];
+    int n;
+    if (status == 0)
+        n = snprintf(out, sizeof out, "%llu %016llx\n", (unsigned long long)bytes,
+                     (unsigned long long)fnv);
+    else
+        n = snprintf(out, sizeof out, "failed %s\n", srv_err_name(status));
+    /* After a failure the core answered already: this one is dropped, but
+     * it gives the request back. */
+    srv_respond(req, status == 0 ? 200 : 500, "text/plain", out, (size_t)n);
+}
+
+static void up_start(srv_request *req, int mode)
+{
+    up *u = up_new(g_ufx, req, mode);
+    if (mode == UP_HOLD)
+        atomic_store(&g_up.held, u);
+    int rc = srv_request_body_read(req, up_on_data, up_on_end, u);
+    if (rc == 0) {
+        atomic_fetch_add(&g_up.reads, 1);
+        return;
+    }
+    srv_respond(req, 500, "text/plain", "no body\n", 8);
+}
+
+static void h_sum(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    atomic_fetch_add(&g_up.entered, 1);
+    up_start(req, UP_SUM);
+}
+
+static void h_slow(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    atomic_fetch_add(&g_up.entered, 1);
+    up_start(req, UP_SLOW);
+}
+
+static void h_hold(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    atomic_fetch_add(&g_up.entered, 1);
+    up_start(req, UP_HOLD);
+}
+
+static void up_later_tick(void *arg)
+{
+    up_start(arg, UP_SUM);
+}
+
+/* Reads the body 300 ms after the head: "100 Continue" must wait for it. */
+static void h_later(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    atomic_fetch_add(&g_up.entered, 1);
+    if (srv_after(srv_request_server(req), 300, up_later_tick, req) != 0)
+        srv_respond(req, 500, "text/plain", "no timer\n", 9);
+}
+
+/* Answers without reading the body. */
+static void h_deny(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    atomic_fetch_add(&g_up.entered, 1);
+    srv_respond(req, 401, "text/plain", "denied\n", 7);
+}
+
+static void h_uplain(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    srv_respond(req, 200, "text/plain", "plain", 5);
+}
+
+/* ---- fixture ------------------------------------------------------------- */
+
+int up_setup(void **state)
+{
+    const mode *m = *state ? *state : &MODE_H1;
+    ufx *f = calloc(1, sizeof *f);
+    f->m = m;
+    pthread_mutex_init(&f->mu, NULL);
+    pthread_cond_init(&f->cv, NULL);
+    atomic_store(&g_up.entered, 0);
+    atomic_store(&g_up.reads, 0);
+    atomic_store(&g_up.ends, 0);
+    atomic_store(&g_up.dup_end, 0);
+    atomic_store(&g_up.end_status, 1);
+    atomic_store(&g_up.received, 0);
+    atomic_store(&g_up.hold, 0);
+    atomic_store(&g_up.held, NULL);
+    g_ufx = f;
+    srv_config cfg;
+    srv_config_init(&cfg);
+    cfg.host = "127.0.0.1";
+    cfg.port = 0;
+    cfg.worker_threads = 16;
+    cfg.io_threads = 2;
+    /* Also the body's pace window: 3 s, so that a case's own pauses
+     * between sends (a busy sanitizer run) never look like a slow drip. */
+    cfg.header_timeout_ms = 3 * T_HEADER_MS;
+    cfg.keepalive_timeout_ms = T_KEEPALIVE_MS;
+    cfg.request_timeout_ms = T_REQUEST_MS;
+    cfg.max_body_bytes = L_BODY; /* the ordinary routes' limit: not the uploads' */
+    if (g_tls) {
+        cfg.tls_cert_file = g_tls_cert;
+        cfg.tls_key_file = g_tls_key;
+    }
+    f->srv = srv_server_new(g_engine, &cfg);
+    if (f->srv == NULL)
+        return -1;
+    struct {
+        const char *method, *path;
+        srv_handler_fn fn;
+        unsigned flags;
+        uint64_t max;
+    } routes[] = {
+        {"PUT", "/u/sum", h_sum, SRV_ROUTE_STREAM_BODY, 0},
+        {"POST", "/u/sum", h_sum, SRV_ROUTE_STREAM_BODY, 0},
+        {"PUT", "/u/slow", h_slow, SRV_ROUTE_STREAM_BODY, 0},
+        {"PUT", "/u/hold", h_hold, SRV_ROUTE_STREAM_BODY, 0},
+        {"PUT", "/u/later", h_later, SRV_ROUTE_STREAM_BODY, 0},
+        {"PUT", "/u/deny", h_deny, SRV_ROUTE_STREAM_BODY, 0},
+        {"PUT", "/u/small", h_sum, SRV_ROUTE_STREAM_BODY, 1000},
+        {"GET", "/u/plain", h_uplain, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+        srv_route_opts o;
+        srv_route_opts_init(&o);
+        o.method = routes[i].method;
+        o.path = routes[i].path;
+        o.handler = routes[i].fn;
+        o.ctx = f;
+        o.flags = routes[i].flags | (g_nonblocking ? SRV_ROUTE_NONBLOCKING : 0);
+        o.max_body_bytes = routes[i].max;
+        if (srv_route_add(f->srv, &o) != 0) {
+            print_error("upload setup: route %s %s refused: %s\n", o.method, o.path,
+                        srv_server_last_error(f->srv));
+            return -1;
+        }
+    }
+    int rc = srv_server_start(f->srv);
+    if (rc != 0) {
+        print_error("upload setup: start: %s (%s)\n", srv_strerror(rc),
+                    srv_server_last_error(f->srv));
+        srv_server_free(f->srv);
+        free(f);
+        return -1;
+    }
+    pthread_create(&f->resumer, NULL, up_resumer_main, f);
+    f->port = srv_server_port(f->srv);
+    *state = f;
+    return 0;
+}
+
+/* Every body read ended exactly once; nothing in flight; a clean stop. */
+int up_teardown(void **state)
+{
+    ufx *f = *state;
+    int rc = 0;
+    atomic_store(&g_up.hold, 0);
+    up *held = atomic_load(&g_up.held);
+    if (held != NULL)
+        up_resume(held);
+    if (!f->stopped && srv_server_stop(f->srv, 2000) != 0)
+        rc = -1;
+    srv_stats st;
+    srv_server_stats(f->srv, &st);
+    if (st.connections_open != 0 || st.requests_in_flight != 0) {
+        print_error("upload teardown: connections_open=%u requests_in_flight=%u\n",
+                    st.connections_open, st.requests_in_flight);
+        rc = -1;
+    }
+    for (int i = 0; i < 300 && atomic_load(&g_up.ends) != atomic_load(&g_up.reads); i++)
+        sleep_ms(10);
+    if (atomic_load(&g_up.ends) != atomic_load(&g_up.reads) || atomic_load(&g_up.dup_end)) {
+        print_error("upload teardown: %d bodies read, %d ends (%d twice)\n",
+                    atomic_load(&g_up.reads), atomic_load(&g_up.ends),
+                    atomic_load(&g_up.dup_end));
+        rc = -1;
+    }
+    pthread_mutex_lock(&f->mu);
+    f->quit = 1;
+    pthread_cond_signal(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+    pthread_join(f->resumer, NULL);
+    srv_server_free(f->srv);
+    for (int i = 0; i < f->nups; i++) {
+        pthread_mutex_destroy(&f->ups[i]->mu);
+        free(f->ups[i]);
+    }
+    pthread_mutex_destroy(&f->mu);
+    pthread_cond_destroy(&f->cv);
+    g_ufx = NULL;
+    free(f);
+    return rc;
+}
+
+static int up_wait_ends(int n, int timeout_ms)
+{
+    long long end = rc_now_ms() + timeout_ms;
+    while (atomic_load(&g_up.ends) < n) {
+        if (rc_now_ms() > end)
+            return 0;
+        sleep_ms(5);
+    }
+    return 1;
+}
+
+static int up_wait_no_inflight(srv_server *srv, int timeout_ms)
+{
+    long long end = rc_now_ms() + timeout_ms;
+    for (;;) {
+        srv_stats st;
+        srv_server_stats(srv, &st);
+        if (st.requests_in_flight == 0)
+            return 1;
+        if (rc_now_ms() > end)
+            return 0;
+        sleep_ms(10);
+    }
+}
+
+/* ---- a libcurl uploader ------------------------------------------------- */
+
+typedef struct up_send {
+    uint64_t total, at;
+    long held0, held_max;
+    sbuf out;
+} up_send;
+
+static size_t up_read_cb(char *buf, size_t sz, size_t n, void *arg)
+{
+    up_send *s = arg;
+    size_t len = sz * n;
+    if (len > s->total - s->at)
+        len = (size_t)(s->total - s->at);
+    for (size_t i = 0; i < len; i++)
+        buf[i] = (char)up_byte(s->at + i);
+    if (((s->at + len) & 0xfffff) < len || s->at == 0) { /* about every MiB */
+        long h = up_held_kb();
+        if (h > s->held_max)
+            s->held_max = h;
+    }
+    s->at += len;
+    return len;
+}
+
+static size_t up_write_cb(char *p, size_t sz, size_t n, void *arg)
+{
+    up_send *s = arg;
+    sb_add(&s->out, "%.*s", (int)(sz * n), p);
+    return sz * n;
+}
+
+/* PUT `total` pattern bytes to path, chunked (HTTP/1.1; an unknown length
+ * over HTTP/2) or with Content-Length. */
+static CURLcode up_put(const ufx *f, const char *path, uint64_t total, int chunked,
+                       up_send *s, long *status)
+{
+    char url[256];
+    snprintf(url, sizeof url, "%s://127.0.0.1:%d%s", url_scheme(), f->port, path);
+    s->total = total;
+    s->at = 0;
+    CURL *h = curl_easy_init();
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
+    curl_easy_setopt(h, CURLOPT_READFUNCTION, up_read_cb);
+    curl_easy_setopt(h, CURLOPT_READDATA, s);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, up_write_cb);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, s);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 120000L);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_PROXY, "");
+    curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, 65536L);
+    if (!chunked)
+        curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)total);
+    if (f->m->http2)
+        curl_easy_setopt(h, CURLOPT_HTTP_VERSION, g_tls ? (long)CURL_HTTP_VERSION_2TLS
+                                                        : (long)CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE);
+    else
+        curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+    if (g_tls)
+        curl_easy_setopt(h, CURLOPT_CAINFO, g_tls_cert);
+    struct curl_slist *hdrs = NULL;
+    if (chunked && !f->m->http2)
+        hdrs = curl_slist_append(hdrs, "Transfer-Encoding: chunked");
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+    s->held0 = s->held_max = up_held_kb();
+    CURLcode rc = curl_easy_perform(h);
+    *status = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
+    curl_slist_free_all(hdrs);
+    curl_easy_cleanup(h);
+    return rc;
+}
+
+static void up_check_sum(const char *what, const up_send *s, uint64_t total)
+{
+    char want[96];
+    snprintf(want, sizeof want, "%llu %016llx\n", (unsigned long long)total,
+             (unsigned long long)up_fnv_pattern(total));
+    CHECK(s->out.p != NULL && strcmp(s->out.p, want) == 0, "%s: answered \"%s\", want \"%s\"",
+          what, or_null(s->out.p), want);
+}
+
+static void up_big(void **state, int chunked)
+{
+    ufx *f = *state;
+    const uint64_t total = 64u << 20;
+    up_send s = {0};
+    long status = 0;
+    CURLcode rc = up_put(f, "/u/sum", total, chunked, &s, &status);
+    CHECK(rc == CURLE_OK, "PUT 64 MiB: %s after %llu bytes", curl_easy_strerror(rc),
+          (unsigned long long)s.at);
+    CHECK_INT("status", status, 200);
+    up_check_sum("64 MiB", &s, total);
+    long grew = s.held_max - s.held0;
+    CHECK(grew < 24 * 1024, "memory grew by %ld KB while receiving 64 MiB (bound: 24 MiB)",
+          grew);
+    CHECK_INT("on_end status", atomic_load(&g_up.end_status), 0);
+    free(s.out.p);
+}
+
+/* ---- cases ------------------------------------------------------------------ */
+
+/* 64 MiB with Content-Length (curl asks Expect: 100-continue first): the
+ * digest matches and the server never holds the body. */
+void test_upload_64m_length(void **state)
+{
+    up_big(state, 0);
+}
+
+/* The same chunked (HTTP/1.1) or without a length (HTTP/2). */
+void test_upload_64m_chunked(void **state)
+{
+    up_big(state, 1);
+}
+
+/* An application that pauses after every piece and is resumed from
+ * another thread: every byte arrives, in order. */
+void test_upload_slow_app(void **state)
+{
+    ufx *f = *state;
+    const uint64_t total = 3u << 20;
+    for (int chunked = 0; chunked < 2; chunked++) {
+        up_send s = {0};
+        long status = 0;
+        CURLcode rc = up_put(f, "/u/slow", total, chunked, &s, &status);
+        CHECK(rc == CURLE_OK, "PUT to the slow application: %s", curl_easy_strerror(rc));
+        CHECK_INT("status", status, 200);
+        up_check_sum("slow application", &s, total);
+        free(s.out.p);
+    }
+}
+
+typedef struct up_sender {
+    rc_conn *c;
+    const char *data;
+    size_t len;
+    int rc;
+    atomic_int done;
+} up_sender;
+
+static void *up_sender_main(void *arg)
+{
+    up_sender *s = arg;
+    s->rc = rc_send(s->c, s->data, s->len, 60000);
+    atomic_store(&s->done, 1);
+    return NULL;
+}
+
+static char *up_pattern(size_t n)
+{
+    char *p = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        p[i] = (char)up_byte(i);
+    return p;
+}
+
+/* While the application holds the body paused, the engine reads nothing:
+ * the client's send of 64 MiB (more than the kernel's buffers can take:
+ * tcp_rmem's maximum is 32 MiB here, tcp_wmem's 4 MiB) stays blocked (TCP
+ * back-pressure) and the application is given nothing more; a resume from
+ * this thread lets it all through. */
+void test_upload_paused_blocks_client(void **state)
+{
+    ufx *f = *state;
+    const size_t total = 64u << 20;
+    /* Made before the head goes: a client silent for longer than the pace
+     * window (header_timeout_ms) once the application reads is cut. */
+    char *body = up_pattern(total);
+    rc_conn c;
+    rc_init(&c);
+    CHECK_INT("connect", rc_connect(&c, f->port, 2000), RC_OK);
+    char head[160];
+    snprintf(head, sizeof head, "PUT /u/hold HTTP/1.1\r\n" HOST "Content-Length: %zu\r\n\r\n",
+             total);
+    CHECK_INT("send head", rc_send_str(&c, head, 2000), RC_OK);
+    atomic_store(&g_up.hold, 1);
+    up_sender s = {.c = &c, .data = body, .len = total};
+    pthread_t t;
+    pthread_create(&t, NULL, up_sender_main, &s);
+    /* Paused at its first piece: wait for it, then for the count to stay.
+     * Nothing is checked until the sender is joined (a failed check leaves
+     * the case at once). */
+    long long end = rc_now_ms() + 10000;
+    while (atomic_load(&g_up.received) == 0 && rc_now_ms() < end)
+        sleep_ms(5);
+    long long at_pause = atomic_load(&g_up.received);
+    sleep_ms(600);
+    long long later = atomic_load(&g_up.received);
+    int sender_done = atomic_load(&s.done);
+    atomic_store(&g_up.hold, 0);
+    up *u = atomic_load(&g_up.held);
+    if (u != NULL)
+        up_resume(u); /* from this thread, not the I/O thread */
+    else
+        shutdown(c.fd, SHUT_RDWR); /* nothing to resume: the sender fails (a syscall,
+                                    * safe beside its SSL_write or send) */
+    pthread_join(t, NULL);
+    CHECK(u != NULL, "no held upload");
+    CHECK(at_pause > 0, "no body byte reached the application");
+    CHECK(later == at_pause, "the application got %lld more bytes while paused",
+          later - at_pause);
+    CHECK(!sender_done, "the client sent all 64 MiB while the application was paused: the "
+          "engine buffered the body instead of holding the client back");
+    CHECK_INT("send", s.rc, RC_OK);
+    rc_response r;
+    CHECK_INT("response", rc_read_response(&c, &r, 0, 20000), RC_OK);
+    CHECK_INT("status", r.status, 200);
+    char want[96];
+    snprintf(want, sizeof want, "%zu %016llx\n", total,
+             (unsigned long long)up_fnv(UP_FNV_INIT, body, total));
+    CHECK(r.body != NULL && strcmp(r.body, want) == 0, "answered \"%s\", want \"%s\"",
+          or_null(r.body), want);
+    rc_response_free(&r);
+    rc_close(&c);
+    free(body);
+}
+
+/* Expect: 100-continue: no "100 Continue" before the application asks for
+ * the body (300 ms after the head), then the body, then the answer. */
+void test_upload_expect_continue(void **state)
+{
+    ufx *f = *state;
+    rc_conn c;
+    rc_init(&c);
+    CHECK_INT("connect", rc_connect(&c, f->port, 2000), RC_OK);
+    long long t0 = rc_now_ms();
+    CHECK_INT("send head", rc_send_str(&c, "PUT /u/later HTTP/1.1\r\n" HOST
+                                           "Expect: 100-continue\r\nContent-Length: 5\r\n\r\n",
+                                       2000),
+              RC_OK);
+    rc_response r;
+    CHECK_INT("interim response", rc_read_response(&c, &r, 0, 5000), RC_OK);
+    long long took = rc_now_ms() - t0;
+    CHECK_INT("interim status", r.status, 100);
+    rc_response_free(&r);
+    CHECK(took >= 250, "100 Continue after %lld ms: before the application read (300 ms)",
+          took);
+    CHECK_INT("send body", rc_send_str(&c, "hello", 2000), RC_OK);
+    CHECK_INT("response", rc_read_response(&c, &r, 0, 5000), RC_OK);
+    CHECK_INT("status", r.status, 200);
+    char want[64];
+    snprintf(want, sizeof want, "5 %016llx\n", (unsigned long long)up_fnv(UP_FNV_INIT, "hello", 5));
+    CHECK(r.body != NULL && strcmp(r.body, want) == 0, "answered \"%s\", want \"%s\"",
+          or_null(r.body), want);
+    rc_response_free(&r);
+    /* The connection goes on. */
+    CHECK_INT("send next", rc_send_str(&c, "GET /u/plain HTTP/1.1\r\n" HOST "\r\n", 2000), RC_OK);
+    CHECK_INT("next response", rc_read_response(&c, &r, 0, 5000), RC_OK);
+    CHECK_INT("next status", r.status, 200);
+    rc_response_free(&r);
+    rc_close(&c);
+}
+
+/* An answer without reading: no 100 Continue, the answer closes the
+ * connection, and a request hidden in the unread body is never served. */
+void test_upload_answer_unread(void **state)
+{
+    ufx *f = *state;
+    static const char smuggled[] = "GET /u/plain HTTP/1.1\r\n" HOST "\r\n";
+    for (int expect = 0; expect < 2; expect++) {
+        rc_conn c;
+        rc_init(&c);
+        CHECK_INT("connect", rc_connect(&c, f->port, 2000), RC_OK);
+        char req[512];
+        int n = snprintf(req, sizeof req,
+                         "PUT /u/deny HTTP/1.1\r\n" HOST "%sContent-Length: %zu\r\n\r\n%s",
+                         expect ? "Expect: 100-continue\r\n" : "", sizeof smuggled - 1,
+                         expect ? "" : smuggled);
+        CHECK_INT("send", rc_send(&c, req, (size_t)n, 2000), RC_OK);
+        rc_response r;
+        CHECK_INT("response", rc_read_response(&c, &r, 0, 5000), RC_OK);
+        CHECK(r.status == 401, "got %d before the 401 (expect=%d)", r.status, expect);
+        CHECK(rc_header_has_token(&r, "Connection", "close"),
+              "the answer to an unread body does not close the connection");
+        rc_response_free(&r);
+        if (expect) /* the client sends the body anyway, late */
+            rc_send_str(&c, smuggled, 2000);
+        size_t unread = 0;
+        int w = rc_wait_close(&c, 5000, &unread);
+        CHECK(w == RC_CLOSED || w == RC_RESET, "the connection stays open after the answer");
+        CHECK(unread == 0, "%zu bytes after the 401: the unread body was served as a request",
+              unread);
+        rc_close(&c);
+    }
+    CHECK_INT("bodies read", atomic_load(&g_up.reads), 0);
+}
+
+/* A client that vanishes mid-body: the application is told once (on_end
+ * SRV_ECLOSED) and nothing stays in flight. */
+void test_upload_vanished_client(void **state)
+{
+    ufx *f = *state;
+    for (int chunked = 0; chunked < 2; chunked++) {
+        int ends0 = atomic_load(&g_up.ends);
+        rc_conn c;
+        rc_init(&c);
+        CHECK_INT("connect", rc_connect(&c, f->port, 2000), RC_OK);
+        const char *head = chunked ? "PUT /u/sum HTTP/1.1\r\n" HOST
+                                     "Transfer-Encoding: chunked\r\n\r\n10000\r\n"
+                                   : "PUT /u/sum HTTP/1.1\r\n" HOST
+                                     "Content-Length: 10000000\r\n\r\n";
+        CHECK_INT("send head", rc_send_str(&c, head, 2000), RC_OK);
+        char *part = up_pattern(30000);
+        CHECK_INT("send part", rc_send(&c, part, 30000, 2000), RC_OK);
+        free(part);
+        long long end = rc_now_ms() + 5000;
+        while (atomic_load(&g_up.received) == 0 && rc_now_ms() < end)
+            sleep_ms(5);
+        rc_close(&c);
+        /* At once, or (mhd: its library may miss the FIN mid-body) by the
+         * pace window (3 s): bounded either way. */
+        CHECK(up_wait_ends(ends0 + 1, 15000), "on_end not called after the client left");
+        CHECK_INT("on_end status", atomic_load(&g_up.end_status), SRV_ECLOSED);
+        CHECK(up_wait_no_inflight(f->srv, 5000), "the upload is still in flight");
+        sleep_ms(50);
+        CHECK_INT("on_end calls", atomic_load(&g_up.ends), ends0 + 1);
+        CHECK_INT("on_end twice", atomic_load(&g_up.dup_end), 0);
+    }
+}
+
+/* The route's own limit (1000 bytes; the server's is 64 KiB): a length
+ * over it is 413 before the handler; a chunked body that grows past it is
+ * cut with 413, the application told SRV_ETOOBIG. */
+void test_upload_route_limit(void **state)
+{
+    ufx *f = *state;
+    rc_conn c;
+    rc_init(&c);
+    CHECK_INT("connect", rc_connect(&c, f->port, 2000), RC_OK);
+    CHECK_INT("send", rc_send_str(&c, "PUT /u/small HTTP/1.1\r\n" HOST
+                                      "Content-Length: 1001\r\n\r\n", 2000), RC_OK);
+    rc_response r;
+    CHECK_INT("response", rc_read_response(&c, &r, 0, 5000), RC_OK);
+    CHECK_INT("status for a length over the route's limit", r.status, 413);
+    rc_response_free(&r);
+    rc_close(&c);
+    CHECK_INT("handlers entered", atomic_load(&g_up.entered), 0);
+
+    /* Within the route's limit: fine, although the server's is smaller
+     * than what /u/sum takes below. */
+    up_send s = {0};
+    long status = 0;
+    CURLcode rc = up_put(f, "/u/small", 1000, 0, &s, &status);
+    CHECK(rc == CURLE_OK && status == 200, "1000 bytes to /u/small: %s, status %ld",
+          curl_easy_strerror(rc), status);
+    up_check_sum("1000 bytes", &s, 1000);
+    free(s.out.p);
+    s = (up_send){0};
+    rc = up_put(f, "/u/sum", 200000, 1, &s, &status);
+    CHECK(rc == CURLE_OK && status == 200, "200000 bytes (over max_body_bytes) to a streamed "
+          "route without a limit: %s, status %ld", curl_easy_strerror(rc), status);
+    free(s.out.p);
+
+    int ends0 = atomic_load(&g_up.ends);
+    rc_init(&c);
+    CHECK_INT("connect", rc_connect(&c, f->port, 2000), RC_OK);
+    char *part = up_pattern(800);
+    CHECK_INT("send", rc_send_str(&c, "PUT /u/small HTTP/1.1\r\n" HOST
+                                      "Transfer-Encoding: chunked\r\n\r\n320\r\n", 2000), RC_OK);
+    rc_send(&c, part, 800, 2000);
+    rc_send_str(&c, "\r\n320\r\n", 2000);
+    rc_send(&c, part, 800, 2000);
+    rc_send_str(&c, "\r\n0\r\n\r\n", 2000);
+    free(part);
+    CHECK_INT("response", rc_read_response(&c, &r, 0, 5000), RC_OK);
+    CHECK_INT("status for a chunked body over the route's limit", r.status, 413);
+    rc_response_free(&r);
+    size_t unread = 0;
+    int w = rc_wait_close(&c, 5000, &unread);
+    CHECK(w == RC_CLOSED || w == RC_RESET, "the connection stays open after the 413");
+    rc_close(&c);
+    CHECK(up_wait_ends(ends0 + 1, 5000), "on_end not called");
+    CHECK_INT("on_end status", atomic_load(&g_up.end_status), SRV_ETOOBIG);
+}
+
+/* Malformed chunk framing in a streamed body: 400, close, on_end
+ * SRV_EBADREQ; the bytes before it were delivered. */
+void test_upload_bad_chunk(void **state)
+{
+    ufx *f = *state;
+    rc_conn c;
+    rc_init(&c);
+    CHECK_INT("connect", rc_connect(&c, f->port, 2000), RC_OK);
+    CHECK_INT("send", rc_send_str(&c, "PUT /u/sum HTTP/1.1\r\n" HOST
+                                      "Transfer-Encoding: chunked\r\n\r\n"
+                                      "5\r\nhello\r\n2\r\nABXY0\r\n\r\n", 2000), RC_OK);
+    rc_response r;
+    CHECK_INT("response", rc_read_response(&c, &r, 0, 5000), RC_OK);
+    CHECK_INT("status", r.status, 400);
+    rc_response_free(&r);
+    size_t unread = 0;
+    int w = rc_wait_close(&c, 5000, &unread);
+    CHECK(w == RC_CLOSED || w == RC_RESET, "the connection stays open after the 400");
+    rc_close(&c);
+    CHECK(up_wait_ends(1, 5000), "on_end not called");
+    CHECK_INT("on_end status", atomic_load(&g_up.end_status), SRV_EBADREQ);
+    CHECK(atomic_load(&g_up.received) >= 5, "the good chunk was not delivered");
+}
+
+/* A body that trickles (a byte every 100 ms, far below
+ * SRV_BODY_MIN_PACE_BYTES per header_timeout_ms) is cut with 408. */
+void test_upload_slow_drip(void **state)
+{
+    ufx *f = *state;
+    rc_conn c;
+    rc_init(&c);
+    CHECK_INT("connect", rc_connect(&c, f->port, 2000), RC_OK);
+    CHECK_INT("send", rc_send_str(&c, "PUT /u/sum HTTP/1.1\r\n" HOST
+                                      "Content-Length: 100000\r\n\r\n", 2000), RC_OK);
+    long long t0 = rc_now_ms();
+    int cut = 0;
+    while (rc_now_ms() - t0 < 15000) {
+        if (rc_send(&c, "x", 1, 1000) != RC_OK) {
+            cut = 1;
+            break;
+        }
+        size_t unread = 0;
+        int w = rc_wait_close(&c, 100, &unread);
+        if (w != RC_TIMEOUT || unread > 0) {
+            cut = 1;
+            break;
+        }
+    }
+    CHECK(cut, "a body trickling a byte every 100 ms was never cut");
+    rc_response r;
+    int rr = rc_read_response(&c, &r, 0, 3000);
+    if (rr == RC_OK) {
+        CHECK_INT("status", r.status, 408);
+        rc_response_free(&r);
+    }
+    rc_close(&c);
+    CHECK(up_wait_ends(1, 5000), "on_end not called");
+    CHECK_INT("on_end status", atomic_load(&g_up.end_status), SRV_ETIMEDOUT);
+}
+
+typedef struct up_stop {
+    srv_server *srv;
+    int rc;
+} up_stop;
+
+static void *up_stop_main(void *arg)
+{
+    up_stop *s = arg;
+    s->rc = srv_server_stop(s->srv, 5000);
+    return NULL;
+}
+
+/* A stop during an upload: the upload that completes within the grace is
+ * served (with Connection: close), new connections are refused. */
+void test_upload_graceful_stop(void **state)
+{
+    ufx *f = *state;
+    const size_t total = 4u << 20;
+    char *body = up_pattern(total);
+    rc_conn c;
+    rc_init(&c);
+    CHECK_INT("connect", rc_connect(&c, f->port, 2000), RC_OK);
+    char head[160];
+    snprintf(head, sizeof head, "PUT /u/sum HTTP/1.1\r\n" HOST "Content-Length: %zu\r\n\r\n",
+             total);
+    CHECK_INT("send head", rc_send_str(&c, head, 2000), RC_OK);
+    CHECK_INT("send half", rc_send(&c, body, total / 2, 5000), RC_OK);
+    long long end = rc_now_ms() + 5000;
+    while (atomic_load(&g_up.received) == 0 && rc_now_ms() < end)
+        sleep_ms(5);
+    up_stop s = {.srv = f->srv};
+    pthread_t t;
+    pthread_create(&t, NULL, up_stop_main, &s);
+    sleep_ms(200);
+    CHECK_INT("send the rest", rc_send(&c, body + total / 2, total - total / 2, 5000), RC_OK);
+    rc_response r;
+    CHECK_INT("response", rc_read_response(&c, &r, 0, 5000), RC_OK);
+    CHECK_INT("status", r.status, 200);
+    CHECK(rc_header_has_token(&r, "Connection", "close"), "no Connection: close during a stop");
+    rc_response_free(&r);
+    pthread_join(t, NULL);
+    f->stopped = 1;
+    CHECK_INT("stop", s.rc, 0);
+    CHECK_INT("on_end status", atomic_load(&g_up.end_status), 0);
+    rc_close(&c);
+    free(body);
+}
+
+/* Without SRV_CAP_STREAM_BODY the route is refused, never buffered. */
+void test_upload_refused(void **state)
+{
+    (void)state;
+    srv_config cfg;
+    srv_config_init(&cfg);
+    cfg.host = "127.0.0.1";
+    cfg.port = 0;
+    srv_server *srv = srv_server_new(g_engine, &cfg);
+    CHECK(srv != NULL, "server");
+    srv_route_opts o;
+    srv_route_opts_init(&o);
+    o.method = "PUT";
+    o.path = "/u/sum";
+    o.handler = h_sum;
+    o.flags = SRV_ROUTE_STREAM_BODY;
+    CHECK_INT("route", srv_route_add(srv, &o), SRV_EENGINE);
+    CHECK(strstr(srv_server_last_error(srv), "stream") != NULL, "error: %s",
+          srv_server_last_error(srv));
+    srv_server_free(srv);
+}
