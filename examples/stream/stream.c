@@ -21,6 +21,8 @@
 #include <openssl/evp.h>
 
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -341,6 +343,14 @@ int main(int argc, char **argv)
             return 1;
         }
     }
+    /* The start line tells a caller we serve: a SIGTERM sent at once waits
+     * for srv_server_run's handlers (which unblock it) instead of killing. */
+    sigset_t run_sigs;
+    sigemptyset(&run_sigs);
+    sigaddset(&run_sigs, SIGINT);
+    sigaddset(&run_sigs, SIGTERM);
+    sigaddset(&run_sigs, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &run_sigs, NULL);
     int rc = srv_server_start(srv);
     if (rc != 0) {
         fprintf(stderr, "stream: %s\n", srv_server_last_error(srv));
