@@ -1197,7 +1197,7 @@ long long trickle(rc_conn *c, const void *first, size_t flen,
     STATIC_CASE(test_static_get), STATIC_CASE(test_static_big),                 \
         STATIC_CASE(test_static_conditional), STATIC_CASE(test_static_range),   \
         STATIC_CASE(test_static_head), STATIC_CASE(test_static_directories),    \
-        STATIC_CASE(test_static_refused)
+        STATIC_CASE(test_static_refused), STATIC_CASE(test_static_parallel)
 
 /* `conformance ENGINE tls`: the libcurl cases over HTTPS, then the TLS
  * group. The raw-socket groups speak cleartext HTTP/1 and are not run. */

@@ -448,5 +448,6 @@ void test_static_directories(void **state);
 void test_static_refused(void **state);
 void test_static_traversal_raw(void **state);
 void test_static_add_errors(void **state);
+void test_static_parallel(void **state);
 
 #endif /* SRV_CONFORMANCE_H */
