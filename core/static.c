@@ -28,7 +28,6 @@ typedef struct srv__static {
     char *real_root;       /* its real path, for the fallback check */
     char *index;           /* NULL: no index file */
     int max_age;           /* < 0: no Cache-Control */
-    size_t piece;          /* bytes read and written at a time */
 } srv__static;
 
 /* Cleared once the kernel said ENOSYS: then the fallback only. */
@@ -307,9 +306,16 @@ static void srv__static_handler(srv_request *req, void *ctx)
     }
     uint64_t length = size == 0 ? 0 : last - first + 1;
 
+    /* Half the stream buffer (the configuration is fixed once started): the
+     * next piece can be taken while the engine still sends the last one. */
+    size_t piece = srv_request_server(req)->cfg.stream_buffer_bytes / 2;
+    if (piece > 64 * 1024)
+        piece = 64 * 1024;
+    if (piece == 0)
+        piece = 1;
     srv__sfile *f = NULL;
     if (!head && length > 0) {
-        f = malloc(sizeof *f + st->piece);
+        f = malloc(sizeof *f + piece);
         if (f == NULL) {
             close(fd);
             srv__static_answer(req, 503, "Service Unavailable\n");
@@ -335,7 +341,7 @@ static void srv__static_handler(srv_request *req, void *ctx)
         return;
     }
     *f = (srv__sfile){.stream = stream, .fd = fd, .off = first, .left = length,
-                      .piece = st->piece};
+                      .piece = piece};
     srv__sfile_pump(stream, f);
 }
 
@@ -402,10 +408,6 @@ int srv_static_add(srv_server *srv, const srv_static_opts *opts)
     }
     st->index = o.index != NULL && o.index[0] != '\0' ? strdup(o.index) : NULL;
     st->max_age = o.max_age;
-    /* Half the stream buffer: the next piece can be taken while the engine
-     * still sends the last one. */
-    size_t half = srv->cfg.stream_buffer_bytes / 2;
-    st->piece = half < 64 * 1024 ? (half ? half : 1) : 64 * 1024;
     if (st->real_root == NULL || (o.index != NULL && o.index[0] != '\0' && st->index == NULL)) {
         int rc = st->real_root == NULL && errno != ENOMEM ? SRV_ESYS : SRV_ENOMEM;
         if (rc == SRV_ESYS)
