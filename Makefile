@@ -6,9 +6,12 @@
 #               CSV/JSON/charts in bench/results/<date-time>/; pass options
 #               with BENCH_ARGS, e.g. BENCH_ARGS="--engines h2o --no-hello";
 #               then a 1 GiB streamed download per engine and nginx
-#               (bench/stream_measure.sh, STREAM_BUFFER bytes per stream),
-#               then SSE_CLIENTS concurrent server-sent-event clients per
-#               engine (bench/sse_measure.sh, default 10000)
+#               (bench/stream_measure.sh, STREAM_BUFFER bytes per stream);
+#               then a 1 GiB streamed upload per engine
+#               (bench/upload_measure.sh); then SSE_CLIENTS concurrent server-sent-event clients per
+#               engine (bench/sse_measure.sh, default 10000); then static
+#               files (4 KiB, 1 MiB) per engine against nginx
+#               (bench/static_measure.sh, STATIC_SECONDS per wrk run)
 #   make fuzz   build the libFuzzer targets (clang, build-fuzz) and run each
 #               for FUZZ_SECONDS (default 60); see docs/RELIABILITY.md
 #   make stress the attack and soak scenarios on every engine, loopback
@@ -22,6 +25,7 @@ STRESS_SOAK_SECONDS ?= 600
 STRESS_ARGS ?=
 STREAM_BUFFER ?= 1048576
 SSE_CLIENTS ?= 10000
+STATIC_SECONDS ?= 4
 
 .PHONY: all deps build run test install bench fuzz stress clean
 
@@ -43,7 +47,9 @@ test: deps
 bench: build
 	./bench/compare --build-dir $(BUILD) $(BENCH_ARGS)
 	./bench/stream_measure.sh $(BUILD) 1073741824 $(STREAM_BUFFER)
+	./bench/upload_measure.sh $(BUILD)
 	./bench/sse_measure.sh $(BUILD) $(SSE_CLIENTS)
+	./bench/static_measure.sh $(BUILD) $(STATIC_SECONDS)
 
 fuzz: deps
 	FUZZ_SECONDS=$(FUZZ_SECONDS) ./scripts/fuzz.sh

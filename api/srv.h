@@ -1220,6 +1220,81 @@ void srv_compression_opts_init_sized(srv_compression_opts *opts, size_t size);
  */
 int srv_compression_set(srv_server *srv, const srv_compression_opts *opts);
 
+/* ------------------------------------------------------------------ */
+/* Static files (0.4)                                                  */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Serve the files of one directory under a URL prefix. srv_static_add
+ * registers a GET route (HEAD follows GET) "PREFIX/{*path}" whose handler,
+ * on a worker thread, answers:
+ * - a regular file: 200 with Content-Type by extension (html, css, js,
+ *   json, txt, svg, png, jpg, gif, webp, ico, wasm, pdf, woff2, xml...;
+ *   application/octet-stream otherwise), Content-Length, ETag (strong,
+ *   from inode, size and modification time in ns), Last-Modified,
+ *   Accept-Ranges: bytes and, with max_age >= 0, Cache-Control: max-age;
+ * - If-None-Match (a list, weak comparison, "*") matching the ETag: 304;
+ *   without If-None-Match, If-Modified-Since (IMF-fixdate) not older than
+ *   the file: 304;
+ * - GET with one "Range: bytes=a-b | a- | -n": 206 with Content-Range;
+ *   416 when it starts past the end (its Content-Range is RFC 9110's
+ *   unsatisfied-range form, "bytes", '*', '/' and the size); If-Range (an ETag compared strongly, or the exact date) that
+ *   does not match, a Range with several ranges, another unit or bad syntax:
+ *   the whole file, 200;
+ * - a directory: its index file (PREFIX/dir/ serves dir/index.html); a
+ *   directory asked without its trailing slash is redirected (301) to the
+ *   slash form, so relative links in the index resolve; no index: 404;
+ * - 404 for anything missing, outside the root (a symbolic link leading
+ *   out of it, an encoded slash "%2F" in the path, an empty first
+ *   segment), not a regular file or directory (fifo, device, socket), and
+ *   403 for a file the process may not read. Dot segments ("..",
+ *   "%2e%2e") never reach it: the core answers 400 (see "Path patterns").
+ * The body is read from the file in pieces into a streamed response
+ * (srv_stream_*), never whole into memory, so the engine must have
+ * SRV_CAP_STREAM (all built-in engines do); such answers are not gzip'ed
+ * by srv_compression_set (it applies to srv_respond bodies only).
+ * Resolution stays inside the root: openat2(RESOLVE_BENEATH) where the
+ * kernel has it (Linux 5.6+), else the opened file's path is checked
+ * against the root's real path (/proc/self/fd) and refused when outside.
+ */
+typedef struct srv_static_opts {
+    size_t size; /* set by srv_static_opts_init */
+    /* URL prefix, starting with '/' ("/static", "/static/" alike; "/"
+     * serves at the top). Copied. Required. */
+    const char *prefix;
+    /* The directory served. Opened by srv_static_add and kept open for the
+     * server's life (a directory renamed later is still the one served).
+     * Required. */
+    const char *root;
+    /* The file served for a directory. Default "index.html"; "" or NULL
+     * serves none (directories are then 404). Copied; one segment, no
+     * '/'. */
+    const char *index;
+    /* Cache-Control: max-age=N on 200/206/304 answers; negative: no
+     * Cache-Control. Default -1. */
+    int max_age;
+    /* Reserved: 0. */
+    unsigned flags;
+} srv_static_opts;
+
+/* srv_static_opts_init: the defaults above and the size. Any thread. */
+void srv_static_opts_init_sized(srv_static_opts *opts, size_t size);
+#define srv_static_opts_init(opts) srv_static_opts_init_sized((opts), sizeof *(opts))
+
+/*
+ * srv_static_add: serve opts->root under opts->prefix (the struct is not
+ * kept; the strings are copied). Only before srv_server_start, from the
+ * controlling thread. The route is an ordinary (worker) route: opening and
+ * reading files may block. Returns 0; SRV_EINVAL (NULL or untrusted size,
+ * no prefix or root, a prefix that is not a valid literal pattern, an
+ * index holding '/', non-zero flags), SRV_ESYS when the root cannot be
+ * opened as a directory (reason in srv_server_last_error), SRV_EEXIST when
+ * GET is already routed for that pattern, SRV_ESTATE once started,
+ * SRV_ENOMEM. The route's memory and the root's descriptor are released
+ * by srv_server_free.
+ */
+int srv_static_add(srv_server *srv, const srv_static_opts *opts);
+
 #if defined(SRV_BUILDING) && defined(__GNUC__)
 #pragma GCC visibility pop
 #endif

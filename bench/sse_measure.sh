@@ -11,7 +11,7 @@ set -eu
 build=${1:-build}
 clients=${2:-10000}
 count=${3:-10}
-port=18298
+port=18297
 here=$(dirname "$0")
 # Each client is one descriptor in the client process and one in the
 # server: each needs more than the usual 1024.

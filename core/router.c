@@ -317,6 +317,21 @@ int srv__router_add_hook(srv__router *r, const srv__hook *h)
     return 0;
 }
 
+struct srv__owned {
+    void *ctx;
+    void (*free_fn)(void *ctx);
+};
+
+int srv__router_own(srv__router *r, void *ctx, void (*free_fn)(void *ctx))
+{
+    struct srv__owned *grown = realloc(r->owned, (r->owned_count + 1) * sizeof *grown);
+    if (grown == NULL)
+        return SRV_ENOMEM;
+    r->owned = grown;
+    r->owned[r->owned_count++] = (struct srv__owned){ctx, free_fn};
+    return 0;
+}
+
 static void srv__node_free(srv__rnode *n)
 {
     if (n == NULL)
@@ -344,6 +359,9 @@ void srv__router_free(srv__router *r)
     free(r->hooks);
     if (r->compress != NULL)
         r->compress_free(r->compress);
+    for (size_t i = 0; i < r->owned_count; i++)
+        r->owned[i].free_fn(r->owned[i].ctx);
+    free(r->owned);
     memset(r, 0, sizeof *r);
 }
 

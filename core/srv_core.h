@@ -70,6 +70,9 @@ typedef struct srv__router {
      * that the router calls nothing of compress.c); NULL: off. */
     struct srv__compress *compress;
     void (*compress_free)(struct srv__compress *c);
+    /* Contexts of the library's own routes (static.c), freed with it. */
+    struct srv__owned *owned;
+    size_t owned_count;
 } srv__router;
 
 /* What routing decided for a request (router.c fills it once). */
@@ -91,6 +94,9 @@ void srv__router_at(const srv__router *r, size_t i, const char **method, const c
 size_t srv__router_index(const srv__router *r, const srv__route *rt);
 int srv__router_add_filter(srv__router *r, const srv__filter *f);
 int srv__router_add_hook(srv__router *r, const srv__hook *h);
+/* Keep ctx until srv__router_free, which calls free_fn(ctx) (the context
+ * of a route the library registered itself). 0 or SRV_ENOMEM. */
+int srv__router_own(srv__router *r, void *ctx, void (*free_fn)(void *ctx));
 /* Replace the compression settings (the old ones are freed). */
 void srv__router_set_compress(srv__router *r, struct srv__compress *c,
                               void (*free_fn)(struct srv__compress *c));
@@ -486,6 +492,43 @@ size_t srv__percent_decode(const char *s, size_t n, char *out,
 void *srv__compress_body(srv_request *req, int status, const char *content_type,
                          const void *body, size_t *len);
 
+/* ---- static_http.c: the pure HTTP parts of static files (static.c) ---- */
+
+/* The Content-Type for a file name, by its extension (case-insensitive);
+ * "application/octet-stream" when unknown. Never NULL, static storage. */
+const char *srv__static_mime(const char *name);
+/* `"ino-size-mtimens"` (hex) into out (at least 64 bytes). */
+void srv__static_etag(uint64_t ino, uint64_t size, int64_t mtime_sec, long mtime_nsec,
+                      char out[64]);
+/* IMF-fixdate ("Sun, 06 Nov 1994 08:49:37 GMT") into out (at least 30). */
+void srv__static_date(int64_t t, char out[30]);
+/* Parse an IMF-fixdate; false for anything else. */
+bool srv__static_date_parse(const char *s, int64_t *t);
+/* If-None-Match: true when the list holds "*" or a tag equal to `etag`
+ * by weak comparison (W/ ignored); false for no match or bad syntax. */
+bool srv__etag_list_match(const char *list, const char *etag);
+/* If-Range: true when `value` is `etag` compared strongly, or a date equal
+ * to mtime. */
+bool srv__if_range_match(const char *value, const char *etag, int64_t mtime);
+
+enum {
+    SRV__RANGE_NONE = 0,  /* no usable Range: send the whole file (200) */
+    SRV__RANGE_ONE = 1,   /* one satisfiable range: *first..*last (206) */
+    SRV__RANGE_UNSAT = 2  /* 416 */
+};
+/* Parse a Range header value against a body of `size` bytes. */
+int srv__range_parse(const char *value, uint64_t size, uint64_t *first, uint64_t *last);
+/* A wildcard value static.c may resolve under its root: false for a
+ * leading '/', a "." or ".." segment, or a raw path (up to '?') holding
+ * an encoded slash %2F. */
+bool srv__static_path_ok(const char *raw_target, const char *value);
+/* Open `rel` below the directory rootfd (real path real_root), refusing
+ * any resolution that leaves it: openat2(RESOLVE_BENEATH) when use_openat2
+ * and the kernel has it, else openat and a check of the opened file's
+ * path. O_RDONLY | O_NONBLOCK (a fifo never blocks) | O_CLOEXEC. Returns
+ * the descriptor or -errno (EXDEV: outside the root). static.c. */
+int srv__static_open(int rootfd, const char *real_root, const char *rel, bool use_openat2);
+
 /* Access log (access_log.c): copy the path (srv_server_new); check the
  * format and open the file (srv_server_start: SRV_EINVAL, SRV_ESYS);
  * close and free (srv_server_free); a line for a delivered response. */
@@ -601,6 +644,7 @@ int srv__config_validate(srv_server *srv);
 #define SRV__FILTER_OPTS_MIN_SIZE (offsetof(srv_filter_opts, flags) + sizeof(unsigned))
 #define SRV__CORS_OPTS_MIN_SIZE (offsetof(srv_cors_opts, max_age) + sizeof(int))
 #define SRV__COMPRESSION_OPTS_MIN_SIZE (offsetof(srv_compression_opts, level) + sizeof(int))
+#define SRV__STATIC_OPTS_MIN_SIZE (offsetof(srv_static_opts, flags) + sizeof(unsigned))
 #define SRV__STRUCT_MAX_SIZE ((size_t)4096)
 /* Own a configured string: *copy = strdup(*field), and *field (a field of
  * srv->cfg) points at it from then on; the caller frees *copy. NULL stays

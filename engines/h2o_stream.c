@@ -9,7 +9,8 @@
 
 typedef struct eh2o_stream {
     h2o_generator_t gen;           /* first: h2o calls proceed and stop with &gen */
-    h2o_multithread_message_t msg; /* the kick, at most one in flight (the core's rule) */
+    h2o_multithread_message_t msg; /* the kick, at most one queued (kick_queued) */
+    atomic_int kick_queued; /* msg is in the receiver's queue or about to be */
     eh2o_thread *thread;
     h2o_req_t *req;    /* NULL once h2o disposed it */
     srv_request *sreq; /* the engine's reference, released at the dispose */
@@ -151,6 +152,9 @@ static void eh2o_stream_on_messages(h2o_multithread_receiver_t *receiver, h2o_li
     while (!h2o_linklist_is_empty(messages)) {
         eh2o_stream *s = H2O_STRUCT_FROM_MEMBER(eh2o_stream, msg.link, messages->next);
         h2o_linklist_unlink(&s->msg.link);
+        /* Unlinked before the flag drops: a kick from now on may queue msg again, and the
+         * pull below takes whatever came before it. */
+        atomic_store(&s->kick_queued, 0);
         eh2o_stream_pump(s, 0);
         eh2o_stream_unref(s);
     }
@@ -161,6 +165,12 @@ void eh2o_stream_kick(void *state, srv_request *sreq)
 {
     (void)state;
     eh2o_stream *s = srv__request_engine_data(sreq);
+    /* The core arms one kick per WAIT, but the loop may pull again (a proceed) and wait
+     * anew before it has taken the first kick's message off its queue: a second kick then
+     * finds msg still queued (h2o asserts on sending a linked message). The queued one
+     * pumps, and its pull takes what this kick announces. */
+    if (atomic_exchange(&s->kick_queued, 1) != 0)
+        return;
     atomic_fetch_add(&s->refs, 1);
     h2o_multithread_send_message(&s->thread->stream_receiver, &s->msg);
 }

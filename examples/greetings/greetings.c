@@ -8,6 +8,8 @@
  * --compression gzips answers of text types from 2 KB when the client
  * accepts it (srv_compression_set; a greeting is shorter: this is the
  * switch an application would turn on).
+ * --static DIR serves the files of DIR under /static/ (srv_static_add:
+ * types, ETag, 304, Range, index.html; nothing outside DIR).
  * Blocking mode sleeps on the worker thread; --async waits with srv_after so
  * no worker is held. SIGINT/SIGTERM stop the server gracefully.
  */
@@ -165,6 +167,9 @@ static void usage(FILE *out)
             "                         https://app.example.com; comma-separated list, or *)\n"
             "  --compression          gzip text answers of 2 KB or more when the client\n"
             "                         accepts it\n"
+            "  --static DIR           serve the files of DIR under /static/ (ETag, 304,\n"
+            "                         Range, index.html for directories; nothing outside\n"
+            "                         DIR, symbolic links included)\n"
             "  --trusted-proxies LIST believe X-Forwarded-For/-Proto/-Host and Forwarded\n"
             "                         from these addresses or CIDR blocks only\n"
             "                         (e.g. 127.0.0.1,10.0.0.0/8); the access log then shows\n"
@@ -224,6 +229,7 @@ int main(int argc, char **argv)
     uint64_t t0 = now_ns();
     const char *engine_name = NULL;
     const char *cors_origins = NULL;
+    const char *static_dir = NULL;
     int compression = 0;
     greetings app = {.sleep_ms = 1000, .async = 0};
     enum handlers handlers = HANDLERS_AUTO;
@@ -278,7 +284,7 @@ int main(int argc, char **argv)
                           strcmp(flag, "--trusted-proxies") == 0 ||
                           strcmp(flag, "--access-log-file") == 0 ||
                           strcmp(flag, "--processes") == 0 || strcmp(flag, "--drain-ms") == 0 ||
-                          strcmp(flag, "--cors") == 0;
+                          strcmp(flag, "--cors") == 0 || strcmp(flag, "--static") == 0;
         if (!takes_value)
             bad_usage("unknown option '%s'", flag);
         if (i + 1 >= argc)
@@ -311,6 +317,8 @@ int main(int argc, char **argv)
             cfg.drain_ms = (unsigned)parse_number(flag, val, 0, 3600000);
         else if (strcmp(flag, "--cors") == 0)
             cors_origins = val;
+        else if (strcmp(flag, "--static") == 0)
+            static_dir = val;
         else if (strcmp(flag, "--handlers") == 0) {
             if (strcmp(val, "auto") == 0)
                 handlers = HANDLERS_AUTO;
@@ -406,6 +414,19 @@ int main(int argc, char **argv)
             fprintf(stderr, "greetings: --cors '%s': %s (give origins such as "
                     "https://app.example.com, comma-separated, or *)\n", cors_origins,
                     srv_strerror(rc));
+            srv_server_free(srv);
+            return 2;
+        }
+    }
+    if (static_dir != NULL) {
+        srv_static_opts so;
+        srv_static_opts_init(&so);
+        so.prefix = "/static";
+        so.root = static_dir;
+        rc = srv_static_add(srv, &so);
+        if (rc != 0) {
+            fprintf(stderr, "greetings: --static '%s': %s\n", static_dir,
+                    rc == SRV_ESYS ? srv_server_last_error(srv) : srv_strerror(rc));
             srv_server_free(srv);
             return 2;
         }

@@ -1208,6 +1208,16 @@ long long trickle(rc_conn *c, const void *first, size_t flen,
     cmocka_unit_test_setup_teardown(test_stop_grace_overrun, setup_default, fx_teardown), \
     cmocka_unit_test_setup_teardown(test_stop_workers_busy, setup_two_workers, fx_teardown)
 
+/* Static files (conformance_static.c): their own server and files. The
+ * libcurl cases run over HTTP/1.1 and HTTP/2 where the run has it; the
+ * raw-socket traversal case speaks HTTP/1.1 (inside TLS in the tls run). */
+#define STATIC_CASE(fn) cmocka_unit_test_setup_teardown(fn, static_setup, static_teardown)
+#define STATIC_CASES                                                            \
+    STATIC_CASE(test_static_get), STATIC_CASE(test_static_big),                 \
+        STATIC_CASE(test_static_conditional), STATIC_CASE(test_static_range),   \
+        STATIC_CASE(test_static_head), STATIC_CASE(test_static_directories),    \
+        STATIC_CASE(test_static_refused), STATIC_CASE(test_static_parallel)
+
 /* `conformance ENGINE tls`: the libcurl cases over HTTPS, then the TLS
  * group. The raw-socket groups speak cleartext HTTP/1 and are not run. */
 static int conformance_tls_main(void)
@@ -1329,6 +1339,19 @@ static int conformance_tls_main(void)
     snprintf(name, sizeof name, "conformance %s (TLS): idle clients, ciphers",
              g_engine_name);
     failed += cmocka_run_group_tests_name(name, tls_client, group_h1, NULL);
+    const struct CMUnitTest static_files[] = {STATIC_CASES};
+    snprintf(name, sizeof name, "conformance %s (TLS): static files", g_engine_name);
+    failed += cmocka_run_group_tests_name(name, static_files, group_h1, NULL);
+    if (engine_caps() & SRV_CAP_TLS_HTTP2) {
+        snprintf(name, sizeof name, "conformance %s (TLS): static files over HTTP/2",
+                 g_engine_name);
+        failed += cmocka_run_group_tests_name(name, static_files, group_h2, NULL);
+    }
+    const struct CMUnitTest static_raw[] = {STATIC_CASE(test_static_traversal_raw)};
+    snprintf(name, sizeof name, "conformance %s (TLS): static files, raw traversal inside TLS",
+             g_engine_name);
+    failed += cmocka_run_group_tests_name(name, static_raw, tls_raw_group_setup,
+                                          tls_raw_group_teardown);
     tls_remove_certs();
     return failed == 0 ? 0 : 1;
 }
@@ -1586,6 +1609,20 @@ int main(int argc, char **argv)
                  "conformance %s%s: no SRV_CAP_STREAM_BODY, streamed bodies refused",
                  g_engine_name, run);
         failed += cmocka_run_group_tests_name(name, uploads, group_h1, NULL);
+    }
+    {
+        const struct CMUnitTest static_files[] = {
+            STATIC_CASES, STATIC_CASE(test_static_traversal_raw),
+            cmocka_unit_test(test_static_add_errors),
+        };
+        snprintf(name, sizeof name, "conformance %s%s: static files", g_engine_name, run);
+        failed += cmocka_run_group_tests_name(name, static_files, group_h1, NULL);
+        if (engine_caps() & SRV_CAP_HTTP2) { /* the libcurl cases over HTTP/2 */
+            const struct CMUnitTest static_h2[] = {STATIC_CASES};
+            snprintf(name, sizeof name, "conformance %s%s: static files over HTTP/2",
+                     g_engine_name, run);
+            failed += cmocka_run_group_tests_name(name, static_h2, group_h2, NULL);
+        }
     }
     curl_global_cleanup();
     return failed == 0 ? 0 : 1;

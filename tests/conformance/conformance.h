@@ -452,4 +452,21 @@ void test_routing_cors_simple(void **state);
 void test_routing_hostile_paths(void **state);
 void test_routing_gzip(void **state);
 
+/* ------------------------------------------------------------------ */
+/* Cases: conformance_static.c (their own server and files)           */
+/* ------------------------------------------------------------------ */
+
+int static_setup(void **state);
+int static_teardown(void **state);
+void test_static_get(void **state);
+void test_static_big(void **state);
+void test_static_conditional(void **state);
+void test_static_range(void **state);
+void test_static_head(void **state);
+void test_static_directories(void **state);
+void test_static_refused(void **state);
+void test_static_traversal_raw(void **state);
+void test_static_add_errors(void **state);
+void test_static_parallel(void **state);
+
 #endif /* SRV_CONFORMANCE_H */
