@@ -27,9 +27,9 @@ extern "C" {
 #endif
 
 #define SRV_VERSION_MAJOR 0
-#define SRV_VERSION_MINOR 4
+#define SRV_VERSION_MINOR 5
 #define SRV_VERSION_PATCH 0
-#define SRV_VERSION_STRING "0.4.0"
+#define SRV_VERSION_STRING "0.5.0"
 
 /*
  * ABI policy (from 0.2): the structs an application fills or reads
@@ -1221,7 +1221,7 @@ void srv_compression_opts_init_sized(srv_compression_opts *opts, size_t size);
 int srv_compression_set(srv_server *srv, const srv_compression_opts *opts);
 
 /* ------------------------------------------------------------------ */
-/* Static files (0.4)                                                  */
+/* Static files (0.5)                                                  */
 /* ------------------------------------------------------------------ */
 
 /*
