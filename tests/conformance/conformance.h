@@ -469,4 +469,16 @@ void test_static_traversal_raw(void **state);
 void test_static_add_errors(void **state);
 void test_static_parallel(void **state);
 
+/* ------------------------------------------------------------------ */
+/* Memory held and the streams' byte pattern (conformance_memory.c)    */
+/* ------------------------------------------------------------------ */
+
+/* What the test process holds, in KB (it hosts the server): the live heap
+ * under ASan/TSan, the resident set otherwise; 0 if unknown. */
+long held_kb(void);
+/* "live heap" or "RSS": what held_kb measures, for messages. */
+const char *held_what(void);
+/* Byte i of every streamed download and upload (examples/stream has the same). */
+unsigned char pattern_byte(uint64_t i);
+
 #endif /* SRV_CONFORMANCE_H */

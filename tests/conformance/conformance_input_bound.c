@@ -7,42 +7,6 @@
  */
 #include "conformance.h"
 
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define IB_SANITIZER 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define IB_SANITIZER 1
-#endif
-
-#ifdef IB_SANITIZER
-/* Under ASan (its quarantine keeps freed blocks: +200 MB seen) and TSan
- * (shadow memory) RSS says little about what the server holds: the
- * sanitizer's count of live heap bytes is measured instead. */
-size_t __sanitizer_get_current_allocated_bytes(void);
-static long held_kb(void)
-{
-    return (long)(__sanitizer_get_current_allocated_bytes() / 1024);
-}
-#define HELD_WHAT "live heap"
-#else
-/* The test process's resident set (it hosts the server), in KB; 0 if unknown. */
-static long held_kb(void)
-{
-    FILE *fp = fopen("/proc/self/status", "r");
-    char line[256];
-    long kb = 0;
-    if (fp == NULL)
-        return 0;
-    while (fgets(line, sizeof line, fp) != NULL)
-        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
-            break;
-    fclose(fp);
-    return kb;
-}
-#define HELD_WHAT "RSS"
-#endif
 
 /*
  * Four connections with a small receive buffer each pipeline up to 8 MB of
@@ -109,9 +73,9 @@ void test_input_bound_pipeline_never_read(void **state)
     long now = held_kb();
     if (now > peak)
         peak = now;
-    CHECK(base > 0, "[%s] cannot measure the process's " HELD_WHAT, what);
-    CHECK(peak - base < BOUND_KB, "[%s] the server's " HELD_WHAT " grew by %ld KB (bound %d KB) while "
-          "%d clients pipelined %zu bytes", what, peak - base, (int)BOUND_KB, CONNS, all);
+    CHECK(base > 0, "[%s] cannot measure the process's %s", what, held_what());
+    CHECK(peak - base < BOUND_KB, "[%s] the server's %s grew by %ld KB (bound %d KB) while "
+          "%d clients pipelined %zu bytes", what, held_what(), peak - base, (int)BOUND_KB, CONNS, all);
     /* The send deadline (header_timeout_ms) still cuts every connection. */
     for (int i = 0; i < CONNS; i++) {
         /* Read what the server sent before its close through a normal

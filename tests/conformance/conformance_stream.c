@@ -8,43 +8,6 @@
  */
 #include "conformance.h"
 
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define ST_SANITIZER 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define ST_SANITIZER 1
-#endif
-
-#ifdef ST_SANITIZER
-size_t __sanitizer_get_current_allocated_bytes(void);
-static long st_held_kb(void)
-{
-    return (long)(__sanitizer_get_current_allocated_bytes() / 1024);
-}
-#else
-static long st_held_kb(void)
-{
-    FILE *fp = fopen("/proc/self/status", "r");
-    char line[256];
-    long kb = 0;
-    if (fp == NULL)
-        return 0;
-    while (fgets(line, sizeof line, fp) != NULL)
-        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
-            break;
-    fclose(fp);
-    return kb;
-}
-#endif
-
-/* Byte i of every download (examples/stream has the same). */
-static unsigned char st_byte(uint64_t i)
-{
-    return (unsigned char)(i ^ (i >> 8) ^ (i >> 16) ^ (i >> 24));
-}
-
 /* What the application saw, for the cases to check. */
 static struct {
     atomic_int started;  /* streams started */
@@ -151,7 +114,7 @@ static void st_dl_pump(srv_stream *s, void *arg)
         if (d->end_at - d->sent < n)
             n = (size_t)(d->end_at - d->sent);
         for (size_t i = 0; i < n; i++)
-            d->piece[i] = st_byte(d->sent + i);
+            d->piece[i] = pattern_byte(d->sent + i);
         int rc = srv_stream_write(s, d->piece, n);
         if (rc == SRV_EAGAIN && srv_stream_on_writable(s, st_dl_pump, d) == 0)
             return;
@@ -253,7 +216,7 @@ static void *st_thr_main(void *arg)
         if (t->total - sent < n)
             n = (size_t)(t->total - sent);
         for (size_t i = 0; i < n; i++)
-            piece[i] = st_byte(sent + i);
+            piece[i] = pattern_byte(sent + i);
         int rc = srv_stream_write(t->s, piece, n);
         if (rc == SRV_EAGAIN) {
             pthread_mutex_lock(&t->mu);
@@ -438,7 +401,7 @@ static size_t st_on_data(char *p, size_t sz, size_t n, void *arg)
     size_t len = sz * n;
     if (r->verify && r->bad_at == 0)
         for (size_t i = 0; i < len; i++)
-            if ((unsigned char)p[i] != st_byte(r->got + i)) {
+            if ((unsigned char)p[i] != pattern_byte(r->got + i)) {
                 r->bad_at = r->got + i + 1;
                 break;
             }
@@ -456,7 +419,7 @@ static size_t st_on_data(char *p, size_t sz, size_t n, void *arg)
         sleep_ms(20);
     }
     if ((r->got & 0xfffff) < len) { /* about every MiB */
-        long h = st_held_kb();
+        long h = held_kb();
         if (h > r->held_max)
             r->held_max = h;
     }
@@ -486,7 +449,7 @@ static CURLcode st_get(const sfx *f, const char *path, st_read *r, long *status,
         curl_easy_setopt(h, CURLOPT_CAINFO, g_tls_cert);
     struct curl_slist *hdrs = NULL;
     r->t0 = rc_now_ms();
-    r->held0 = r->held_max = st_held_kb();
+    r->held0 = r->held_max = held_kb();
     CURLcode rc = curl_easy_perform(h);
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
     if (cl != NULL) {
@@ -616,7 +579,7 @@ void test_stream_http10(void **state)
     free(head);
     CHECK_INT("body bytes", n - hlen, 200000);
     for (size_t i = 0; i < n - hlen; i++)
-        if ((unsigned char)p[hlen + i] != st_byte(i)) {
+        if ((unsigned char)p[hlen + i] != pattern_byte(i)) {
             CHECK(0, "byte %zu is not the pattern's", i);
             break;
         }

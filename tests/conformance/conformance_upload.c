@@ -11,43 +11,6 @@
  */
 #include "conformance.h"
 
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define UP_SANITIZER 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define UP_SANITIZER 1
-#endif
-
-#ifdef UP_SANITIZER
-size_t __sanitizer_get_current_allocated_bytes(void);
-static long up_held_kb(void)
-{
-    return (long)(__sanitizer_get_current_allocated_bytes() / 1024);
-}
-#else
-static long up_held_kb(void)
-{
-    FILE *fp = fopen("/proc/self/status", "r");
-    char line[256];
-    long kb = 0;
-    if (fp == NULL)
-        return 0;
-    while (fgets(line, sizeof line, fp) != NULL)
-        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
-            break;
-    fclose(fp);
-    return kb;
-}
-#endif
-
-/* Byte i of every upload. */
-static unsigned char up_byte(uint64_t i)
-{
-    return (unsigned char)(i ^ (i >> 8) ^ (i >> 16) ^ (i >> 24));
-}
-
 /* The digest both sides compute: FNV-1a, 64 bits. */
 #define UP_FNV_INIT 0xcbf29ce484222325ull
 static uint64_t up_fnv(uint64_t h, const void *data, size_t n)
@@ -67,7 +30,7 @@ static uint64_t up_fnv_pattern(uint64_t total)
     for (uint64_t at = 0; at < total;) {
         size_t n = total - at < sizeof buf ? (size_t)(total - at) : sizeof buf;
         for (size_t i = 0; i < n; i++)
-            buf[i] = up_byte(at + i);
+            buf[i] = pattern_byte(at + i);
         h = up_fnv(h, buf, n);
         at += n;
     }
@@ -430,9 +393,9 @@ static size_t up_read_cb(char *buf, size_t sz, size_t n, void *arg)
     if (len > s->total - s->at)
         len = (size_t)(s->total - s->at);
     for (size_t i = 0; i < len; i++)
-        buf[i] = (char)up_byte(s->at + i);
+        buf[i] = (char)pattern_byte(s->at + i);
     if (((s->at + len) & 0xfffff) < len || s->at == 0) { /* about every MiB */
-        long h = up_held_kb();
+        long h = held_kb();
         if (h > s->held_max)
             s->held_max = h;
     }
@@ -480,7 +443,7 @@ static CURLcode up_put(const ufx *f, const char *path, uint64_t total, int chunk
     if (chunked && !f->m->http2)
         hdrs = curl_slist_append(hdrs, "Transfer-Encoding: chunked");
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-    s->held0 = s->held_max = up_held_kb();
+    s->held0 = s->held_max = held_kb();
     CURLcode rc = curl_easy_perform(h);
     *status = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
@@ -568,7 +531,7 @@ static char *up_pattern(size_t n)
 {
     char *p = malloc(n);
     for (size_t i = 0; i < n; i++)
-        p[i] = (char)up_byte(i);
+        p[i] = (char)pattern_byte(i);
     return p;
 }
 
