@@ -365,7 +365,15 @@ static void etp_conn_finish(etp_conn *c, int linger)
     }
     if (c->bmode && c->inl) { /* a streamed body cut short */
         srv__body_detach(c->inl);
-        srv__request_cancel(c->inl); /* unless answered: its respond posts c */
+        if (!srv__request_cancel(c->inl) && !c->inl_answered) {
+            /* Answered from another thread (the application, the core's
+             * timeout): its etp_respond may not have reached c yet, and c
+             * must outlive it. It sets inl_done and posts under c->mu. */
+            pthread_mutex_lock(&c->mu);
+            while (!c->inl_done)
+                pthread_cond_wait(&c->cv, &c->mu);
+            pthread_mutex_unlock(&c->mu);
+        }
         c->bmode = ETP_B_NONE;
     }
     etp_mq_remove(c); /* nothing of it may wait in the queue once freed */
@@ -1488,9 +1496,13 @@ static void etp_respond(void *state, srv_request *req)
     }
     pthread_mutex_lock(&c->mu);
     if (c->inl == req) { /* a poller's inline request, answered later */
+        /* Posted under c->mu (c->mu before p->mqlock, never the reverse):
+         * once the poller sees inl_done it may free c at once, so nothing
+         * of c is touched after the unlock (etp_conn_finish waits here). */
         c->inl_done = 1;
-        pthread_mutex_unlock(&c->mu);
         etp_post(c);
+        pthread_cond_broadcast(&c->cv);
+        pthread_mutex_unlock(&c->mu);
         return;
     }
     c->responded = 1;
