@@ -1238,9 +1238,10 @@ int srv_compression_set(srv_server *srv, const srv_compression_opts *opts);
  *   the file: 304;
  * - GET with one "Range: bytes=a-b | a- | -n": 206 with Content-Range;
  *   416 when it starts past the end (its Content-Range is RFC 9110's
- *   unsatisfied-range form, "bytes", '*', '/' and the size); If-Range (an ETag compared strongly, or the exact date) that
- *   does not match, a Range with several ranges, another unit or bad syntax:
- *   the whole file, 200;
+ *   unsatisfied-range form, "bytes", '*', '/' and the size); If-Range (an
+ *   ETag compared strongly, or the exact date of a file changed over a
+ *   second ago) that does not match, a Range with several ranges, another
+ *   unit or bad syntax: the whole file, 200;
  * - a directory: its index file (PREFIX/dir/ serves dir/index.html); a
  *   directory asked without its trailing slash is redirected (301) to the
  *   slash form, so relative links in the index resolve; no index: 404;

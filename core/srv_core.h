@@ -509,7 +509,7 @@ bool srv__static_date_parse(const char *s, int64_t *t);
 bool srv__etag_list_match(const char *list, const char *etag);
 /* If-Range: true when `value` is `etag` compared strongly, or a date equal
  * to mtime. */
-bool srv__if_range_match(const char *value, const char *etag, int64_t mtime);
+bool srv__if_range_match(const char *value, const char *etag, int64_t mtime, int64_t now);
 
 enum {
     SRV__RANGE_NONE = 0,  /* no usable Range: send the whole file (200) */

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #if defined(SYS_openat2) && __has_include(<linux/openat2.h>)
@@ -288,7 +289,7 @@ static void srv__static_handler(srv_request *req, void *ctx)
     const char *range = head ? NULL : srv_request_header(req, "Range"); /* GET only */
     int r = SRV__RANGE_NONE;
     if (range != NULL && srv__if_range_match(srv_request_header(req, "If-Range"), etag,
-                                             (int64_t)sb.st_mtim.tv_sec))
+                                             (int64_t)sb.st_mtim.tv_sec, (int64_t)time(NULL)))
         r = srv__range_parse(range, size, &first, &last);
     char cr[80];
     if (r == SRV__RANGE_UNSAT) {

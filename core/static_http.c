@@ -185,7 +185,7 @@ bool srv__etag_list_match(const char *list, const char *etag)
     return false;
 }
 
-bool srv__if_range_match(const char *value, const char *etag, int64_t mtime)
+bool srv__if_range_match(const char *value, const char *etag, int64_t mtime, int64_t now)
 {
     if (value == NULL)
         return true;
@@ -199,8 +199,12 @@ bool srv__if_range_match(const char *value, const char *etag, int64_t mtime)
         return end != NULL && *srv__ows(end) == '\0' && !weak && etag[0] == '"' &&
                strlen(etag) == len && memcmp(tag, etag, len) == 0;
     }
+    /* A date is only as good as a strong validator (RFC 9110 13.1.5, 8.8.2.2):
+     * a file modified within the last second may change again in the same
+     * second under the same date, and a range of the new content would be
+     * spliced onto the old. Past that, the date must match exactly. */
     int64_t t;
-    return srv__static_date_parse(p, &t) && t == mtime;
+    return srv__static_date_parse(p, &t) && t == mtime && now - mtime > 1;
 }
 
 /* Digits at *p as a saturated number (UINT64_MAX past it); false when

@@ -117,13 +117,18 @@ static void test_etag_match(void **state)
 
     /* If-Range: strong comparison, or the exact date. */
     int64_t t = 784111777; /* Sun, 06 Nov 1994 08:49:37 GMT */
-    assert_true(srv__if_range_match(NULL, e, t));
-    assert_true(srv__if_range_match("\"a1-2b-3c\"", e, t));
-    assert_false(srv__if_range_match("W/\"a1-2b-3c\"", e, t));
-    assert_false(srv__if_range_match("\"other\"", e, t));
-    assert_true(srv__if_range_match("Sun, 06 Nov 1994 08:49:37 GMT", e, t));
-    assert_false(srv__if_range_match("Sun, 06 Nov 1994 08:49:38 GMT", e, t));
-    assert_false(srv__if_range_match("garbage", e, t));
+    assert_true(srv__if_range_match(NULL, e, t, t + 2));
+    assert_true(srv__if_range_match("\"a1-2b-3c\"", e, t, t + 2));
+    assert_false(srv__if_range_match("W/\"a1-2b-3c\"", e, t, t + 2));
+    assert_false(srv__if_range_match("\"other\"", e, t, t + 2));
+    assert_true(srv__if_range_match("Sun, 06 Nov 1994 08:49:37 GMT", e, t, t + 2));
+    assert_false(srv__if_range_match("Sun, 06 Nov 1994 08:49:38 GMT", e, t, t + 2));
+    assert_false(srv__if_range_match("garbage", e, t, t + 2));
+    /* A date of the last second is not a strong validator: whole file. */
+    assert_false(srv__if_range_match("Sun, 06 Nov 1994 08:49:37 GMT", e, t, t));
+    assert_false(srv__if_range_match("Sun, 06 Nov 1994 08:49:37 GMT", e, t, t + 1));
+    /* An entity tag stays strong whenever the file changed. */
+    assert_true(srv__if_range_match("\"a1-2b-3c\"", e, t, t));
 }
 
 static void test_etag_and_dates(void **state)
