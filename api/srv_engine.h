@@ -511,6 +511,10 @@ void srv__stream_detach(srv_request *req);
  * Looks the route up (as srv__request_nonblocking). The engine's thread. */
 bool srv__request_streams_body(srv_request *req);
 
+/* True when some route streams its body (engines may skip looking for such
+ * requests otherwise). Routes are fixed once the server started. */
+bool srv__server_streams_bodies(const srv_server *srv);
+
 enum {
     SRV__BODY_IDLE = 0, /* not asked for, or paused: wait for body_kick
                          * (no body deadline meanwhile) */

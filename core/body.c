@@ -27,6 +27,11 @@ bool srv__request_streams_body(srv_request *req)
     return true;
 }
 
+bool srv__server_streams_bodies(const srv_server *srv)
+{
+    return srv->router.stream_body_routes > 0;
+}
+
 /* The state under req->mu. */
 static int srv__body_state_locked(const srv_request *req)
 {

@@ -61,6 +61,15 @@ void srv__http1_free(srv_http1 *p)
     p->line_len = p->line_cap = 0;
 }
 
+void srv__http1_body_begin(srv_http1 *p, int chunked, uint64_t length)
+{
+    p->state = H1_HEAD_DONE;
+    p->started = 1;
+    p->chunked = chunked != 0;
+    p->remaining = chunked ? 0 : length;
+    p->deliver = 1;
+}
+
 int srv__http1_body_expected(const srv_http1 *p)
 {
     return p->chunked || p->remaining > 0;

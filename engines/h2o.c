@@ -19,10 +19,17 @@ static void eh2o_wake(eh2o_thread *t)
 /* Tickets                                                             */
 /* ------------------------------------------------------------------ */
 
+static void eh2o_ticket_free(eh2o_ticket *tk)
+{
+    if (tk->body != NULL)
+        eh2o_body_unref(tk->body);
+    free(tk);
+}
+
 static void eh2o_ticket_unref(eh2o_ticket *tk)
 {
     if (--tk->refs == 0)
-        free(tk);
+        eh2o_ticket_free(tk);
 }
 
 /*
@@ -31,10 +38,12 @@ static void eh2o_ticket_unref(eh2o_ticket *tk)
  * connection died): a request not yet handed over is dropped here, one handed over is
  * cancelled in the core (a queued handler is skipped), and the reset is counted.
  */
-static void eh2o_on_guard_dispose(void *p)
+void eh2o_on_guard_dispose(void *p)
 {
     eh2o_ticket *tk = *(eh2o_ticket **)p;
     int drop = 1; /* the guard's reference */
+    if (tk->body != NULL) /* an HTTP/2 streamed body: the walk stops taking its DATA */
+        eh2o_body_stream_gone(tk);
     tk->req = NULL;
     if (!tk->done) {
         if (tk->conn != NULL) {
@@ -53,7 +62,7 @@ static void eh2o_on_guard_dispose(void *p)
         }
     }
     if ((tk->refs -= drop) == 0)
-        free(tk);
+        eh2o_ticket_free(tk);
 }
 
 static const char *eh2o_pool_strndup(h2o_mem_pool_t *pool, const char *s, size_t n, int lower)
@@ -153,9 +162,11 @@ static int eh2o_send_response(eh2o_thread *t, h2o_req_t *req, srv_request *sreq)
 static _Thread_local eh2o_thread *eh2o_self;
 
 /* On the owning loop: write the response unless h2o disposed the request, then let go. */
-static void eh2o_complete(eh2o_thread *t, eh2o_ticket *tk)
+void eh2o_complete(eh2o_thread *t, eh2o_ticket *tk)
 {
     srv_request *sreq = tk->sreq;
+    if (tk->body != NULL && eh2o_body_answered(tk))
+        return; /* after the 100 Continue being written (engines/h2o_body.c) */
     if (tk->conn != NULL && tk->req != NULL) /* the conn lives while its req does */
         tk->conn->h2_with_us--;
     tk->done = 1;
@@ -242,7 +253,7 @@ int eh2o_fill_raw(srv_request *sreq, const eh2o_head *h)
 
 /* HTTP/2 (and the fallback): h2o's parsed view. Host is :authority; HTTP/2's content-length
  * was checked against the DATA frames by h2o and taken out, so it is given back as the length. */
-static int eh2o_fill_parsed(srv_request *sreq, h2o_req_t *req)
+int eh2o_fill_parsed(srv_request *sreq, h2o_req_t *req)
 {
     int st, http2 = req->version >= 0x200;
     if ((st = srv__request_set_method(sreq, req->input.method.base, req->input.method.len)) != 0 ||
@@ -284,29 +295,13 @@ static int eh2o_on_req(h2o_handler_t *self, h2o_req_t *req)
 {
     eh2o_server *s = ((eh2o_handler *)self)->server;
     eh2o_thread *t = H2O_STRUCT_FROM_MEMBER(eh2o_thread, ctx, req->conn->ctx);
-    struct sockaddr_storage peer;
-    socklen_t peer_len = req->conn->callbacks->get_peername(req->conn, (struct sockaddr *)&peer);
-
-    srv_request *sreq =
-        srv__request_new(s->srv, peer_len != 0 ? (struct sockaddr *)&peer : NULL, peer_len);
-    eh2o_ticket *tk = sreq != NULL ? calloc(1, sizeof *tk) : NULL;
-    if (tk == NULL) {
-        if (sreq != NULL)
-            srv__request_release(sreq);
-        h2o_send_error_503(req, "Service Unavailable", "out of memory",
-                           H2O_SEND_ERROR_HTTP1_CLOSE_CONNECTION);
-        return 0;
-    }
-    tk->thread = t;
-    tk->sreq = sreq;
-    tk->req = req;
-    tk->refs = 2;
     int http2 = req->version >= 0x200;
+    eh2o_body *body = NULL; /* a streamed body's head: the guard built its request */
     if (http2) {
-        tk->conn = eh2o_h2_conn(req);
-        if (tk->conn != NULL) {
-            tk->conn->h2_with_us++;
-            tk->conn->recv_since = 0; /* a request completed: the receive deadline restarts */
+        eh2o_conn *c = eh2o_h2_conn(req);
+        if (c != NULL && c->h2_bodies != NULL && eh2o_body_h2_ready(c, req)) {
+            c->recv_since = 0; /* its END_STREAM: the core has had it since its HEADERS */
+            return 0;
         }
     } else if (req->conn->callbacks->get_socket != NULL) {
         /* h2o has its view of the head now: give the core the bytes the client sent. */
@@ -319,14 +314,46 @@ static int eh2o_on_req(h2o_handler_t *self, h2o_req_t *req)
                     sock->input->bytes[c->h1.mask_at[k]] = c->h1.mask_ch[k];
             c->h1.mask_seq = 0;
         }
+        if (c != NULL)
+            body = eh2o_body_take(c);
     }
+    srv_request *sreq;
+    if (body != NULL) {
+        sreq = eh2o_body_request(body);
+    } else {
+        struct sockaddr_storage peer;
+        socklen_t plen = req->conn->callbacks->get_peername(req->conn, (struct sockaddr *)&peer);
+        sreq = srv__request_new(s->srv, plen != 0 ? (struct sockaddr *)&peer : NULL, plen);
+    }
+    eh2o_ticket *tk = sreq != NULL ? calloc(1, sizeof *tk) : NULL;
+    if (tk == NULL) {
+        if (sreq != NULL && body == NULL)
+            srv__request_release(sreq); /* a body's stays the guard's: the close frees it */
+        h2o_send_error_503(req, "Service Unavailable", "out of memory",
+                           H2O_SEND_ERROR_HTTP1_CLOSE_CONNECTION);
+        return 0;
+    }
+    tk->thread = t;
+    tk->sreq = sreq;
+    tk->req = req;
+    tk->refs = 2;
+    if (http2) {
+        tk->conn = eh2o_h2_conn(req);
+        if (tk->conn != NULL) {
+            tk->conn->h2_with_us++;
+            tk->conn->recv_since = 0; /* a request completed: the receive deadline restarts */
+        }
+    }
+    if (body != NULL)
+        eh2o_body_dispatched(body, tk); /* the ticket has the request now */
     *(eh2o_ticket **)h2o_mem_alloc_shared(&req->pool, sizeof tk, eh2o_on_guard_dispose) = tk;
     t->live++;
     srv__request_set_engine_data(sreq, tk);
     if (t->quiesced)
         srv__request_set_close(sreq);
 
-    int st = eh2o_fill(sreq, req);
+    /* A streamed body's head passed the core's rules in the guard already. */
+    int st = body != NULL ? 0 : eh2o_fill(sreq, req);
     if (http2)
         eh2o_h2_drop_body(tk->conn, req); /* the core has its copy now */
     if (st != 0) {
@@ -406,6 +433,13 @@ void eh2o_on_conn_close(void *data)
         srv__request_release(c->h1.req);
     if (c->h1.bad_req != NULL)
         srv__request_release(c->h1.bad_req);
+    if (c->h1.sb != NULL)
+        eh2o_body_conn_closed(c);
+    eh2o_body_h2_conn_closed(c);
+    h2o_timeout_unlink(&c->h1.inject);
+    free(c->h1.held);
+    if (c->h1.lingers) /* h2o closed its descriptor: the dup drains what the client sends */
+        eh2o_linger(t, c->h1.linger_fd);
     h2o_linklist_unlink(&c->link);
     t->nconns--;
     srv__conn_leave(t->server->srv);
@@ -557,6 +591,30 @@ static void eh2o_refusal_on_timeout(h2o_timeout_entry_t *entry)
     }
     h2o_timeout_link(r->thread->loop, &r->thread->refuse_timeout, &r->timeout);
     eh2o_refusal_answer(r);
+}
+
+/* A connection h2o closed with unread input (a streamed body cut short by its answer): the
+ * client may still be sending, and closing with unread bytes would reset the connection and
+ * could destroy the answer before the client reads it. fd (a dup of the connection's) is
+ * half-closed and drained for EH2O_REFUSE_LINGER_MS at most, as a refusal after its 503. */
+void eh2o_linger(eh2o_thread *t, int fd)
+{
+    eh2o_refusal *r = calloc(1, sizeof *r);
+    h2o_socket_t *sock = r != NULL ? h2o_evloop_socket_create(t->loop, fd, 0) : NULL;
+    if (sock == NULL) {
+        free(r);
+        close(fd);
+        return;
+    }
+    r->sock = sock;
+    r->thread = t;
+    r->answered = 1; /* the timeout closes it */
+    sock->data = r;
+    h2o_linklist_insert(&t->refusals, &r->link);
+    r->timeout.cb = eh2o_refusal_on_timeout;
+    h2o_timeout_link(t->loop, &t->refuse_timeout, &r->timeout);
+    shutdown(fd, SHUT_WR);
+    h2o_socket_read_start(sock, eh2o_refusal_on_drain);
 }
 
 /* Past max_connections: read the head (at most EH2O_REFUSE_LINGER_MS), answer 503, close. */
@@ -783,6 +841,7 @@ static void eh2o_thread_teardown(eh2o_thread *t)
     h2o_timeout_unlink(&t->ctx.http2._graceful_shutdown_timeout);
     h2o_multithread_unregister_receiver(t->ctx.queue, &t->receiver);
     eh2o_stream_thread_dispose(t);
+    eh2o_body_thread_dispose(t);
     h2o_timeout_dispose(t->loop, &t->refuse_timeout);
     h2o_timeout_dispose(t->loop, &t->accept_pause);
     h2o_timeout_unlink(&t->dispatch_entry);
@@ -818,6 +877,7 @@ static void *eh2o_thread_main(void *arg)
     h2o_context_init(&t->ctx, t->loop, &s->globalconf);
     h2o_multithread_register_receiver(t->ctx.queue, &t->receiver, eh2o_on_messages);
     eh2o_stream_thread_init(t);
+    eh2o_body_thread_init(t);
     h2o_timeout_init(t->loop, &t->refuse_timeout, EH2O_REFUSE_LINGER_MS);
     h2o_timeout_init(t->loop, &t->accept_pause, EH2O_ACCEPT_PAUSE_MS);
     t->accept_resume.cb = eh2o_on_accept_resume;
@@ -1057,10 +1117,12 @@ const srv_engine srv_engine_h2o = {
      * with GOAWAY. */
     .caps = SRV_ENGINE_CAP_HTTP2 | SRV_ENGINE_CAP_VERSION_505 | SRV_ENGINE_CAP_GARBAGE_400 |
             SRV_ENGINE_CAP_H2_PREFACE_GOAWAY | SRV_ENGINE_CAP_TLS | SRV_ENGINE_CAP_TLS_HTTP2 |
-            SRV_ENGINE_CAP_TLS_QUIET_CLOSE | SRV_ENGINE_CAP_STREAM | SRV_ENGINE_CAP_LIB_FRAMING,
+            SRV_ENGINE_CAP_TLS_QUIET_CLOSE | SRV_ENGINE_CAP_STREAM | SRV_ENGINE_CAP_LIB_FRAMING |
+            SRV_ENGINE_CAP_STREAM_BODY,
     .start = eh2o_start,
     .respond = eh2o_respond,
     .stream_kick = eh2o_stream_kick,
+    .body_kick = eh2o_body_kick,
     .quiesce = eh2o_quiesce,
     .stop = eh2o_stop,
     .destroy = eh2o_destroy,

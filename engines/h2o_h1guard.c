@@ -35,11 +35,13 @@ enum {
     EH2O_H1_TRAILER_LINE,
     EH2O_H1_TRAILER_LINE_LF,
     EH2O_H1_TRAILER_END_LF,
+    EH2O_H1_STREAM, /* a streamed body: every byte after its head is engines/h2o_body.c's */
     EH2O_H1_DEAD /* answered or handed to HTTP/2: pass everything through */
 };
 
 void eh2o_h1_on_read(h2o_socket_t *sock, const char *err);
 static void eh2o_h1_on_written(h2o_socket_t *sock, const char *err);
+static void eh2o_h1_on_inject(h2o_timeout_entry_t *entry);
 
 eh2o_conn *eh2o_sock_conn(h2o_socket_t *sock)
 {
@@ -49,7 +51,9 @@ eh2o_conn *eh2o_sock_conn(h2o_socket_t *sock)
 /* Some bytes of a request are in: the guard is inside a head or a body. */
 static int eh2o_h1_partial(const eh2o_conn *c)
 {
-    return c->h1.phase != EH2O_H1_DEAD && (c->h1.phase != EH2O_H1_HEAD || c->h1.head_len != 0);
+    /* A streamed body is the core's request once h2o handed it over (seq == served). */
+    return c->h1.phase != EH2O_H1_DEAD && c->h1.phase != EH2O_H1_STREAM &&
+           (c->h1.phase != EH2O_H1_HEAD || c->h1.head_len != 0);
 }
 
 /*
@@ -76,6 +80,7 @@ int eh2o_h1_idle(eh2o_conn *c)
     h2o_socket_t *sock = c->sock;
     return c->h1.reqread != NULL && !c->h1.off && !c->h1.answering && !c->h1.arriving &&
            c->h1.phase == EH2O_H1_HEAD && c->h1.head_len == 0 && c->h1.bad == 0 &&
+           c->h1.sb == NULL && c->h1.held_len == 0 &&
            sock->_cb.read == eh2o_h1_on_read && sock->_cb.write == NULL && sock->input->size == 0;
 }
 
@@ -232,7 +237,6 @@ int eh2o_h1_stop_arriving(eh2o_conn *c)
  * The cost: an upload's TCP window is at most that (256 KB: 20 MB/s at 10 ms RTT).
  */
 #define EH2O_H1_UNREAD_SLACK 65536
-#define EH2O_H1_RCVBUF       (128 * 1024)
 
 void eh2o_h1_bound_input(eh2o_conn *c)
 {
@@ -289,6 +293,11 @@ void eh2o_h1_after(eh2o_conn *c)
         eh2o_h1_answer(c, sreq, status);
         return;
     }
+    if (c->h1.held_len != 0 && c->h1.sb == NULL && sock->_cb.read == eh2o_h1_on_read &&
+        sock->_cb.write == NULL && !h2o_timeout_is_linked(&c->h1.inject)) {
+        c->h1.inject.cb = eh2o_h1_on_inject;
+        h2o_timeout_link(c->thread->loop, &c->thread->zero, &c->h1.inject);
+    }
     eh2o_h1_bound_input(c);
     eh2o_h1_note(c);
 }
@@ -344,6 +353,45 @@ static int eh2o_h1_bad_version(const char *p, size_t n)
     return len > 9 && p[len - 9] == ' ' && memcmp(p + len - 8, "HTTP/", 5) == 0 &&
            p[len - 3] >= '0' && p[len - 3] <= '9' && p[len - 2] == '.' &&
            p[len - 1] >= '0' && p[len - 1] <= '9' && memchr(p, ' ', len - 9) != NULL;
+}
+
+/*
+ * A streamed body's head (its route has SRV_ROUTE_STREAM_BODY): h2o must see a request without
+ * a body, so that it dispatches at the head and never reads the body. In h2o's input the
+ * framing header becomes "Content-Length:" + blanks + "0" (the same length: h2o's offsets
+ * stay; a Content-Length also makes h2o copy the head out of the input, which the body's
+ * reads may move), and Expect (h2o would send its own 100 Continue) and Upgrade (no h2c
+ * switch with a body in flight) are hidden. The core's request already has the client's head.
+ */
+static int eh2o_h1_stream_head(eh2o_conn *c, const eh2o_head *h, const char *head, size_t len,
+                               size_t buf_at, srv_request **sreq_out)
+{
+    char *raw = c->sock->input->bytes + buf_at;
+    if (buf_at + len > c->sock->input->size || memcmp(raw, head, len) != 0)
+        return 500; /* the input always holds the head h2o has not parsed yet */
+    int chunked = c->h1.phase == EH2O_H1_CHUNK_SIZE;
+    uint64_t length = c->h1.phase == EH2O_H1_BODY ? c->h1.left : 0;
+    for (size_t i = 0; i < h->nheaders; i++) {
+        const struct eh2o_phr_header *x = &h->headers[i];
+        size_t off = (size_t)(x->name - head);
+        if (h2o_lcstris(x->name, x->name_len, H2O_STRLIT("transfer-encoding")) ||
+            h2o_lcstris(x->name, x->name_len, H2O_STRLIT("content-length"))) {
+            /* name ':' value: 16 bytes at least ("Content-Length:5"), 25 for chunked */
+            size_t span = (size_t)(x->value + x->value_len - x->name);
+            memcpy(raw + off, "Content-Length:", 15);
+            memset(raw + off + 15, ' ', span - 16);
+            raw[off + span - 1] = '0';
+        } else if (h2o_lcstris(x->name, x->name_len, H2O_STRLIT("expect")) ||
+                   h2o_lcstris(x->name, x->name_len, H2O_STRLIT("upgrade"))) {
+            raw[off] = '~';
+        }
+    }
+    srv_request *sreq = *sreq_out;
+    if (eh2o_body_begin(c, sreq, chunked, length) != 0)
+        return 500;
+    *sreq_out = NULL; /* the body's now, then the ticket's */
+    c->h1.phase = EH2O_H1_STREAM;
+    return 0;
 }
 
 /*
@@ -428,6 +476,8 @@ static int eh2o_h1_head_done(eh2o_conn *c, const char *head, size_t len, size_t 
     for (int k = 0; k < nmask; k++) /* after the loop: the memcmp above saw the client's bytes */
         c->sock->input->bytes[buf_at + c->h1.mask_at[k]] = '~'; /* a tchar h2o knows no token by */
     c->h1.nmask = nmask;
+    if (srv__request_streams_body(sreq))
+        return eh2o_h1_stream_head(c, h, head, len, buf_at, sreq_out);
     if (c->h1.phase == EH2O_H1_HEAD) {
         srv__request_release(sreq); /* complete: h2o builds its own and on_req ours */
         *sreq_out = NULL;
@@ -448,6 +498,29 @@ static void eh2o_h1_request_done(eh2o_conn *c)
     c->h1.phase = EH2O_H1_HEAD;
     c->h1.head_len = 0;
     c->h1.completed++;
+}
+
+/*
+ * The client's HTTP/2 preface: h2o switches to HTTP/2 and would parse the frames that follow
+ * at once, before eh2o_h2_begin puts the walk in front of it (engines/h2o_http2.c), which
+ * takes the DATA of streamed bodies: when some route streams its body, they wait in held
+ * (the walk is given them when it is in place) and h2o sees only the preface.
+ */
+static void eh2o_h1_hold_frames(eh2o_conn *c)
+{
+    static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    h2o_buffer_t *in = c->sock->input;
+    size_t pl = sizeof preface - 1;
+    if (in->size <= pl || memcmp(in->bytes, preface, pl) != 0 ||
+        !srv__server_streams_bodies(c->thread->server->srv) || c->h1.held_len != 0)
+        return;
+    char *held = malloc(in->size - pl);
+    if (held == NULL)
+        return; /* h2o parses them: their bodies are buffered, not streamed */
+    memcpy(held, in->bytes + pl, in->size - pl);
+    c->h1.held = held;
+    c->h1.held_len = in->size - pl;
+    in->size = pl;
 }
 
 /*
@@ -525,6 +598,7 @@ static int eh2o_h1_scan(eh2o_conn *c, char *p, size_t *np, size_t *bad_at,
             if (cut >= 14 && memcmp(hb + s, "PRI * HTTP/2.0", 14) == 0) {
                 c->h1.phase = EH2O_H1_DEAD; /* prior knowledge: h2o switches to HTTP/2 */
                 c->h1.off = 1;
+                eh2o_h1_hold_frames(c);
                 return 0;
             }
             if (end == 0) {
@@ -649,6 +723,12 @@ static int eh2o_h1_scan(eh2o_conn *c, char *p, size_t *np, size_t *bad_at,
             i++;
             eh2o_h1_request_done(c);
             break;
+        case EH2O_H1_STREAM: /* the rest is the streamed body's, and what follows it */
+            if (eh2o_body_hold(c->h1.sb, p + i, n - i) != 0)
+                EH2O_BAD(500);
+            c->sock->input->size -= n - i;
+            *np = i;
+            return 0;
         default: /* EH2O_H1_DEAD */
             return 0;
         }
@@ -659,9 +739,10 @@ static int eh2o_h1_scan(eh2o_conn *c, char *p, size_t *np, size_t *bad_at,
     return 0;
 }
 
-void eh2o_h1_on_read(h2o_socket_t *sock, const char *err)
+/* The n bytes at the end of the input are new (a read, or the held bytes put back). */
+static void eh2o_h1_input(eh2o_conn *c, size_t n, const char *err)
 {
-    eh2o_conn *c = eh2o_sock_conn(sock);
+    h2o_socket_t *sock = c->sock;
     if (err == NULL && c->h1.bad != 0) { /* h2o waits for a head: the bad one's turn */
         int status = c->h1.bad;
         srv_request *sreq = c->h1.bad_req;
@@ -670,9 +751,8 @@ void eh2o_h1_on_read(h2o_socket_t *sock, const char *err)
         eh2o_h1_answer(c, sreq, status);
         return;
     }
-    if (err == NULL && c->h1.phase != EH2O_H1_DEAD && sock->bytes_read != 0 &&
-        sock->bytes_read <= sock->input->size) {
-        size_t n = sock->bytes_read, bad_at;
+    if (err == NULL && c->h1.phase != EH2O_H1_DEAD && n != 0 && n <= sock->input->size) {
+        size_t bad_at;
         srv_request *sreq;
         c->h1.completed = 0;
         int st = eh2o_h1_scan(c, sock->input->bytes + sock->input->size - n, &n, &bad_at, &sreq);
@@ -691,3 +771,82 @@ void eh2o_h1_on_read(h2o_socket_t *sock, const char *err)
         eh2o_h1_after(c);
 }
 
+
+/* Put the held bytes (what followed a streamed body) back in the input, before the n new
+ * ones at its end. Returns the new bytes' count then, or SIZE_MAX out of memory. */
+size_t eh2o_h1_unhold(eh2o_conn *c, size_t n)
+{
+    size_t held = c->h1.held_len;
+    if (h2o_buffer_reserve(&c->sock->input, held).base == NULL)
+        return SIZE_MAX;
+    char *at = c->sock->input->bytes + c->sock->input->size - n;
+    memmove(at + held, at, n);
+    memcpy(at, c->h1.held, held);
+    c->sock->input->size += held;
+    free(c->h1.held);
+    c->h1.held = NULL;
+    c->h1.held_len = 0;
+    return n + held;
+}
+
+void eh2o_h1_on_read(h2o_socket_t *sock, const char *err)
+{
+    eh2o_conn *c = eh2o_sock_conn(sock);
+    size_t n = err == NULL && sock->bytes_read <= sock->input->size ? sock->bytes_read : 0;
+    if (c->h1.phase == EH2O_H1_STREAM && c->h1.sb != NULL) {
+        if (err == NULL) {
+            eh2o_body_on_read(c, n); /* the body's bytes, or what follows it */
+            return;
+        }
+        if (eh2o_h1_call(c, c->h1.reqread, sock, err)) /* h2o closes, the request is cancelled */
+            eh2o_h1_after(c);
+        return;
+    }
+    if (c->h1.held_len != 0 && err == NULL) { /* they came first */
+        n = eh2o_h1_unhold(c, n);
+        if (n == SIZE_MAX) {
+            eh2o_h1_close(c);
+            return;
+        }
+    }
+    eh2o_h1_input(c, n, err);
+}
+
+/* h2o waits for the next request after a streamed body's answer: the bytes that followed the
+ * body are its input now, scanned as if just read. */
+static void eh2o_h1_on_inject(h2o_timeout_entry_t *entry)
+{
+    eh2o_conn *c = H2O_STRUCT_FROM_MEMBER(eh2o_conn, h1.inject, entry);
+    h2o_socket_t *sock = c->sock;
+    if (c->h1.held_len == 0 || c->h1.sb != NULL || sock->_cb.read != eh2o_h1_on_read ||
+        sock->_cb.write != NULL)
+        return; /* not waiting (yet): eh2o_h1_after links this again */
+    size_t n = eh2o_h1_unhold(c, 0);
+    if (n == SIZE_MAX) {
+        eh2o_h1_close(c);
+        return;
+    }
+    eh2o_h1_input(c, n, NULL);
+}
+
+/* engines/h2o_body.c is done with c's streamed body (its answer came): a complete body lets
+ * the connection go on (what followed it waits in held), one cut short closes it after the
+ * answer, lingering so the client, which may still be sending, reads the answer. */
+void eh2o_h1_body_done(eh2o_conn *c, int complete)
+{
+    if (complete) {
+        c->h1.phase = EH2O_H1_HEAD;
+        c->h1.head_len = 0;
+        int size = EH2O_H1_RCVBUF; /* back to the pipelining bound (eh2o_body_begin raised it) */
+        setsockopt(h2o_socket_get_fd(c->sock), SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
+        return;
+    }
+    c->h1.phase = EH2O_H1_DEAD;
+    if (!c->h1.lingers) {
+        int fd = dup(h2o_socket_get_fd(c->sock));
+        if (fd >= 0) {
+            c->h1.linger_fd = fd;
+            c->h1.lingers = 1;
+        }
+    }
+}

@@ -52,7 +52,8 @@ void eh2o_h2_note(eh2o_conn *c)
     eh2o_h2conn *h2 = c->h2;
     if (h2 != NULL && h2->state == EH2O_H2_OPEN && !h2o_timeout_is_linked(&c->calm)) {
         uint32_t open = h2->num_streams[1].open, processing = h2->num_streams[1].half_closed;
-        uint32_t queued = 0;
+        /* streamed bodies are the core's since their HEADERS: not arriving */
+        uint32_t queued = eh2o_body_h2_receiving(c);
         for (h2o_linklist_t *l = h2->_pending_reqs.next; l != &h2->_pending_reqs; l = l->next)
             queued++;
         if (open > processing + queued)
@@ -64,21 +65,296 @@ void eh2o_h2_note(eh2o_conn *c)
     }
 }
 
-/* The connection's read callback once it speaks HTTP/2: h2o's, then the count of requests
- * arriving (c may be freed inside h2o's). */
-static void eh2o_h2_on_read(h2o_socket_t *sock, const char *err)
+/* h2o's HTTP/2 reader; 0 when the connection closed inside it (c is freed). */
+static int eh2o_h2_call(eh2o_conn *c, const char *err)
 {
-    eh2o_conn *c = eh2o_sock_conn(sock);
     int closed = 0, *outer = c->h1.closed;
     c->h1.closed = &closed;
-    c->h2_on_read(sock, err);
+    c->h2_on_read(c->sock, err);
     if (closed) {
         if (outer != NULL)
             *outer = 1;
-        return;
+        return 0;
     }
     c->h1.closed = outer;
+    return 1;
+}
+
+static uint32_t eh2o_be24(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 16 | (uint32_t)p[1] << 8 | p[2];
+}
+
+static uint32_t eh2o_be31(const uint8_t *p)
+{
+    return ((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]) & 0x7fffffffu;
+}
+
+#define EH2O_FRAME_CONTINUATION 9
+#define EH2O_FLAG_PADDED        0x8
+#define EH2O_MAX_FRAME          16384 /* h2o 2.2.5's SETTINGS_MAX_FRAME_SIZE */
+
+/*
+ * Streamed request bodies over HTTP/2 (SRV_ROUTE_STREAM_BODY). h2o 2.2.5 buffers a body in
+ * the stream until END_STREAM and only then calls on_req; so the walk looks at the complete
+ * frames at the front of the input before h2o parses them:
+ *  - a HEADERS frame without END_STREAM (a request with a body): h2o gets the input up to the
+ *    end of its header block only (it decodes HPACK; the rest is held back meanwhile), then
+ *    eh2o_h2_take_stream decides from h2o's parsed request whether the route streams it; if
+ *    so the request goes to the core at once, like any HTTP/2 request after its read;
+ *  - a DATA frame of such a stream: taken out of the input (its payload to engines/h2o_body.c);
+ *    with END_STREAM an empty DATA frame with END_STREAM stays, so h2o completes the request
+ *    (on_req) and can answer it. The connection-level window of the bytes h2o never saw is
+ *    given back after the walk; the stream's as the application takes them.
+ * Returns where to hold the input back (SIZE_MAX: nowhere) and the new stream in *new_id.
+ */
+static size_t eh2o_h2_walk(eh2o_conn *c, uint32_t *new_id)
+{
+    static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    h2o_buffer_t *in = c->sock->input;
+    uint8_t *b = (uint8_t *)in->bytes;
+    size_t rd = 0, wr = 0, split = SIZE_MAX; /* frames kept are moved down to wr */
+    *new_id = 0;
+    if (!c->h2_preface_done) {
+        size_t pl = sizeof preface - 1, n = in->size < pl ? in->size : pl;
+        if (memcmp(b, preface, n) == 0) {
+            if (n < pl)
+                return SIZE_MAX; /* h2o waits for the rest of it */
+            rd = wr = pl;
+        }
+        c->h2_preface_done = 1; /* consumed in h2o's next parse (or it was already) */
+    }
+    while (rd + 9 <= in->size) {
+        uint8_t *f = b + rd;
+        size_t len = eh2o_be24(f);
+        uint8_t type = f[3], flags = f[4];
+        uint32_t id = eh2o_be31(f + 5);
+        if (len > EH2O_MAX_FRAME || rd + 9 + len > in->size)
+            break; /* too long (h2o answers FRAME_SIZE_ERROR), or incomplete */
+        eh2o_body *body = id != 0 ? eh2o_body_h2_find(c, id) : NULL;
+        size_t keep = 9 + len; /* of this frame, for h2o */
+        if (type == EH2O_FRAME_HEADERS && body != NULL) {
+            if (flags & EH2O_FLAG_END_STREAM) /* trailers: the body is over (h2o reads them) */
+                eh2o_body_h2_data(body, NULL, 0, 0, 1);
+        } else if (type == EH2O_FRAME_HEADERS && !(flags & EH2O_FLAG_END_STREAM) && (id & 1)) {
+            size_t end = rd + 9 + len;
+            int complete = 1;
+            for (uint8_t fl = flags; !(fl & EH2O_FLAG_END_HEADERS);) {
+                const uint8_t *g = b + end;
+                size_t glen = end + 9 <= in->size ? eh2o_be24(g) : 0;
+                if (end + 9 > in->size || end + 9 + glen > in->size) {
+                    complete = 0; /* the header block is incomplete: none of it for h2o yet */
+                    break;
+                }
+                if (g[3] != EH2O_FRAME_CONTINUATION || eh2o_be31(g + 5) != id ||
+                    glen > EH2O_MAX_FRAME)
+                    break; /* h2o answers the protocol error */
+                fl = g[4];
+                end += 9 + glen;
+            }
+            if (!complete) {
+                split = wr;
+                break;
+            }
+            keep = end - rd;
+            memmove(b + wr, b + rd, keep);
+            wr += keep;
+            rd += keep;
+            *new_id = id;
+            split = wr;
+            break;
+        } else if (type == EH2O_FRAME_DATA && body != NULL &&
+                   (!(flags & EH2O_FLAG_PADDED) || (len >= 1 && f[9] < len))) {
+            size_t lead = flags & EH2O_FLAG_PADDED ? 1 : 0;
+            size_t plen = len - lead - (lead ? f[9] : 0);
+            int end = (flags & EH2O_FLAG_END_STREAM) != 0;
+            eh2o_body_h2_data(body, (const char *)f + 9 + lead, plen, len, end);
+            c->h2_owed += len;
+            if (end) { /* what stays: DATA, length 0, END_STREAM */
+                f[0] = f[1] = f[2] = 0;
+                f[4] = EH2O_FLAG_END_STREAM;
+                keep = 9;
+            } else {
+                keep = 0;
+            }
+        }
+        if (keep != 0 && wr != rd)
+            memmove(b + wr, b + rd, keep);
+        wr += keep;
+        rd += 9 + len;
+    }
+    if (wr != rd) { /* the rest (incomplete, or after the split) follows what is kept */
+        memmove(b + wr, b + rd, in->size - rd);
+        in->size -= rd - wr;
+    }
+    return split;
+}
+
+/* The walk, then h2o, frame block by frame block (see eh2o_h2_walk). 0 when c closed. */
+static int eh2o_h2_read_walked(eh2o_conn *c)
+{
+    h2o_socket_t *sock = c->sock;
+    for (;;) {
+        uint32_t id;
+        size_t split = eh2o_h2_walk(c, &id);
+        char *rest = NULL;
+        size_t nrest = 0, left;
+        if (split != SIZE_MAX && split < sock->input->size) {
+            nrest = sock->input->size - split;
+            rest = malloc(nrest);
+            if (rest == NULL) {
+                split = SIZE_MAX; /* out of memory: h2o reads it all, buffering the body */
+                id = 0;
+                nrest = 0;
+            } else {
+                memcpy(rest, sock->input->bytes + split, nrest);
+                sock->input->size = split;
+            }
+        }
+        left = sock->input->size;
+        if (!eh2o_h2_call(c, NULL)) {
+            free(rest);
+            return 0;
+        }
+        if (id != 0)
+            eh2o_h2_take_stream(c, id);
+        if (rest == NULL)
+            return 1;
+        int moved = sock->input->size < left || left == 0;
+        if (h2o_buffer_reserve(&sock->input, nrest).base == NULL) {
+            free(rest);
+            eh2o_h2_call(c, "out of memory");
+            return 0;
+        }
+        memcpy(sock->input->bytes + sock->input->size, rest, nrest);
+        sock->input->size += nrest;
+        free(rest);
+        if (!moved)
+            return 1; /* h2o took nothing (it is closing): the walk would not move either */
+    }
+}
+
+/* The connection's read callback once it speaks HTTP/2: h2o's (through the walk when some
+ * route streams its body), then the count of requests arriving (c may be freed in h2o's). */
+static void eh2o_h2_on_read(h2o_socket_t *sock, const char *err)
+{
+    eh2o_conn *c = eh2o_sock_conn(sock);
+    if (err == NULL && c->h1.held_len != 0) { /* held at the switch to HTTP/2: they came first */
+        size_t n = sock->bytes_read <= sock->input->size ? sock->bytes_read : 0;
+        if (eh2o_h1_unhold(c, n) == SIZE_MAX)
+            err = "out of memory";
+    }
+    if (err != NULL || !srv__server_streams_bodies(c->thread->server->srv)) {
+        if (eh2o_h2_call(c, err))
+            eh2o_h2_note(c);
+        return;
+    }
+    if (!eh2o_h2_read_walked(c))
+        return;
+    if (c->h2_owed != 0) {
+        eh2o_h2_window_update(c, 0, c->h2_owed);
+        c->h2_owed = 0;
+    }
+    eh2o_body_h2_after_read(c);
     eh2o_h2_note(c);
+}
+
+/* The bytes held back at the switch to HTTP/2 (after the preface, or the whole input over
+ * TLS): through the walk now that it is in place. */
+static void eh2o_h2_on_inject(h2o_timeout_entry_t *entry)
+{
+    eh2o_conn *c = H2O_STRUCT_FROM_MEMBER(eh2o_conn, h1.inject, entry);
+    if (c->h1.held_len == 0 || c->sock->_cb.read != eh2o_h2_on_read)
+        return;
+    size_t n = eh2o_h1_unhold(c, 0);
+    eh2o_h2_on_read(c->sock, n == SIZE_MAX ? "out of memory" : NULL);
+}
+
+void eh2o_h2_window_update(eh2o_conn *c, uint32_t stream_id, size_t n)
+{
+    eh2o_h2conn *h2 = c->h2;
+    if (h2 == NULL || h2->state >= EH2O_H2_IS_CLOSING)
+        return;
+    while (n > 0) {
+        int32_t step = n > 0x7fffffff ? 0x7fffffff : (int32_t)n;
+        h2o_http2_encode_window_update_frame(&h2->_write.buf, stream_id, step);
+        n -= (size_t)step;
+    }
+    h2o_http2_conn_request_write(h2);
+}
+
+void eh2o_h2_cancel_stream(eh2o_conn *c, uint32_t stream_id, int h2o_error)
+{
+    eh2o_h2conn *h2 = c->h2;
+    eh2o_h2stream *st = h2 != NULL && h2->state < EH2O_H2_IS_CLOSING
+                            ? eh2o_h2_stream(h2, stream_id)
+                            : NULL;
+    if (st == NULL)
+        return;
+    h2o_http2__encode_rst_stream_frame(&h2->_write.buf, stream_id, -h2o_error);
+    h2o_http2_stream_reset(h2, st); /* disposes the request: eh2o_body_stream_gone */
+    h2o_http2_conn_request_write(h2);
+}
+
+/*
+ * A request with a body, its header block just parsed by h2o (eh2o_h2_walk): when its route
+ * streams the body, the request goes to the core now (after this read, as every HTTP/2
+ * request) and the walk takes its DATA frames; otherwise h2o buffers the body as usual and
+ * on_req applies the core's rules then.
+ */
+void eh2o_h2_take_stream(eh2o_conn *c, uint32_t id)
+{
+    eh2o_thread *t = c->thread;
+    if (c->h2 == NULL && !c->h2_checked && c->sock->data != NULL)
+        eh2o_h2_adopt(c, c->sock->data);
+    eh2o_h2stream *st = c->h2 != NULL ? eh2o_h2_stream(c->h2, id) : NULL;
+    if (st == NULL || st->state != EH2O_H2S_RECV_BODY || st->_req_body == NULL ||
+        st->_req_body->size != 0)
+        return;
+    h2o_req_t *req = &st->req;
+    struct sockaddr_storage peer;
+    socklen_t plen = h2o_socket_getpeername(c->sock, (struct sockaddr *)&peer);
+    srv_request *sreq =
+        srv__request_new(t->server->srv, plen != 0 ? (struct sockaddr *)&peer : NULL, plen);
+    if (sreq == NULL)
+        return;
+    uint64_t expected = st->_expected_content_length == SIZE_MAX
+                            ? UINT64_MAX
+                            : (uint64_t)st->_expected_content_length;
+    int rc = eh2o_fill_parsed(sreq, req);
+    if (rc == 0 && expected != UINT64_MAX) { /* h2o took it out of the headers */
+        char len[24];
+        int n = snprintf(len, sizeof len, "%" PRIu64, expected);
+        rc = srv__request_add_header(sreq, "content-length", 14, len, (size_t)n);
+    }
+    if (rc == 0)
+        rc = srv__request_headers_done(sreq);
+    eh2o_ticket *tk = rc == 0 && srv__request_streams_body(sreq) ? calloc(1, sizeof *tk) : NULL;
+    if (tk == NULL) {
+        srv__request_release(sreq);
+        return;
+    }
+    tk->thread = t;
+    tk->sreq = sreq;
+    tk->req = req;
+    tk->refs = 2;
+    tk->conn = c;
+    if (eh2o_body_begin_h2(c, tk, id, expected) == NULL) {
+        free(tk);
+        srv__request_release(sreq);
+        return;
+    }
+    c->h2_with_us++;
+    *(eh2o_ticket **)h2o_mem_alloc_shared(&req->pool, sizeof tk, eh2o_on_guard_dispose) = tk;
+    t->live++;
+    srv__request_set_engine_data(sreq, tk);
+    if (t->quiesced)
+        srv__request_set_close(sreq);
+    st->_expected_content_length = SIZE_MAX; /* its END_STREAM comes empty: the walk checks */
+    h2o_linklist_insert(&t->to_dispatch, &tk->pending);
+    c->h2_to_dispatch++;
+    if (!h2o_timeout_is_linked(&t->dispatch_entry))
+        h2o_timeout_link(t->loop, &t->zero, &t->dispatch_entry);
 }
 
 /* h2o switched the connection to HTTP/2 (prior knowledge or h2c upgrade) and reads with its
@@ -93,6 +369,11 @@ void eh2o_h2_begin(eh2o_conn *c)
     sock->_cb.read = eh2o_h2_on_read;
     if (c->h2 == NULL && !c->h2_checked && sock->data != NULL)
         eh2o_h2_adopt(c, sock->data); /* HTTP/2 sets sock->data to its connection */
+    if (c->h1.held_len != 0) { /* held back at the switch: through the walk, after this turn */
+        h2o_timeout_unlink(&c->h1.inject);
+        c->h1.inject.cb = eh2o_h2_on_inject;
+        h2o_timeout_link(c->thread->loop, &c->thread->zero, &c->h1.inject);
+    }
     eh2o_h2_note(c);
 }
 
@@ -148,7 +429,8 @@ static void eh2o_h2_check(eh2o_conn *c, uint64_t now, uint64_t limit)
      * from the moment it hands the request over (SEND_HEADERS, before on_req); requests
      * waiting for a processing slot are on _pending_reqs. */
     uint32_t open = h2->num_streams[1].open, processing = h2->num_streams[1].half_closed;
-    uint32_t queued = 0;
+    /* A streamed body is paced by its own deadline (engines/h2o_body.c), not this one. */
+    uint32_t queued = eh2o_body_h2_receiving(c);
     for (h2o_linklist_t *n = h2->_pending_reqs.next; n != &h2->_pending_reqs; n = n->next)
         queued++;
     int receiving = h2->_headers_unparsed != NULL || open > processing + queued;
@@ -195,7 +477,10 @@ void eh2o_on_dispatch(h2o_timeout_entry_t *entry)
             outer = c->h1.closed;
             c->h1.closed = &closed;
         }
+        eh2o_body *body = tk->body != NULL ? eh2o_body_h2_dispatching(tk) : NULL;
         srv__request_dispatch(tk->sreq); /* may respond (and dispose other state) at once */
+        if (body != NULL)
+            eh2o_body_h2_dispatched(body);
         if (c != NULL && closed && outer != NULL)
             *outer = 1;
         if (c != NULL && !closed) {
@@ -393,8 +678,9 @@ void eh2o_h2_stop_arriving(eh2o_conn *c)
         return;
     for (uint32_t i = 0; i < h->n_buckets && nids < h->size; i++) {
         eh2o_h2stream *st = EH2O_KH_LIVE(h, i) ? h->vals[i] : NULL;
-        if (st != NULL && st->stream_id % 2 == 1 && (st->state == EH2O_H2S_RECV_HEADERS ||
-                                                     st->state == EH2O_H2S_RECV_BODY))
+        if (st != NULL && st->stream_id % 2 == 1 &&
+            (st->state == EH2O_H2S_RECV_HEADERS || st->state == EH2O_H2S_RECV_BODY) &&
+            !eh2o_body_h2_owns(c, st->stream_id)) /* a streamed body is the core's */
             ids[nids++] = st->stream_id; /* answering changes the table: ids first */
     }
     for (uint32_t k = 0; k < nids; k++) {

@@ -14,6 +14,7 @@
 #include <h2o/version.h>
 
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
@@ -143,6 +144,8 @@ void h2o_http2_stream_reset(eh2o_h2conn *conn, eh2o_h2stream *stream);
 uint8_t *h2o_http2_encode_frame_header(uint8_t *dst, size_t length, uint8_t type, uint8_t flags,
                                        int32_t stream_id);
 void h2o_http2__encode_rst_stream_frame(h2o_buffer_t **buf, uint32_t stream_id, int errnum);
+void h2o_http2_encode_window_update_frame(h2o_buffer_t **buf, uint32_t stream_id,
+                                          int32_t window_size_increment);
 #define EH2O_FRAME_DATA    0 /* frame types and flags (RFC 9113 6) */
 #define EH2O_FRAME_HEADERS 1
 #define EH2O_FLAG_END_STREAM  0x1
@@ -212,7 +215,18 @@ typedef struct eh2o_conn {
         char *out;              /* the guard's answer being written */
         h2o_timeout_entry_t linger;
         h2o_timeout_entry_t send; /* a write that has not completed in header_timeout_ms */
+        struct eh2o_body *sb;   /* the streamed request body of the last head scanned, until
+                                 * its answer (engines/h2o_body.c) */
+        char *held;             /* bytes after a streamed body's end: the next requests, scanned
+                                 * once h2o waits for one (eh2o_h1_inject) */
+        size_t held_len;
+        h2o_timeout_entry_t inject;
+        int linger_fd;          /* with lingers: a dup() of the socket kept past h2o's close, */
+        int lingers;            /* half-closed and drained (a body cut short by its answer) */
     } h1;
+    struct eh2o_body *h2_bodies; /* HTTP/2 streams whose body streams (engines/h2o_body.c) */
+    int h2_preface_done;         /* the walk is past the client's connection preface */
+    size_t h2_owed;              /* connection window the walk owes the client */
     struct eh2o_tls_hs *tls_hs; /* engines/h2o_tls.c: in its TLS handshake */
 } eh2o_conn;
 
@@ -243,6 +257,7 @@ typedef struct eh2o_ticket {
     eh2o_conn *h2_stop;           /* the stop's 503 to a stream still arriving, */
     uint32_t h2_stream;           /* written by us on this stream */
     h2o_linklist_t pending; /* eh2o_thread.to_dispatch until handed to the core */
+    struct eh2o_body *body; /* a streamed request body (engines/h2o_body.c); one reference */
     int done; /* the response reached the loop: a later dispose is no reset */
     int refs;
 } eh2o_ticket;
@@ -260,6 +275,7 @@ struct eh2o_thread {
     h2o_socket_t *listener;
     h2o_multithread_receiver_t receiver; /* responses (tickets) and NULL wake-ups */
     h2o_multithread_receiver_t stream_receiver; /* stream kicks (engines/h2o_stream.c) */
+    h2o_multithread_receiver_t body_receiver;   /* body kicks (engines/h2o_body.c) */
     unsigned streams; /* streamed responses not yet freed; loop thread only */
     h2o_timeout_t refuse_timeout;
     h2o_timeout_t accept_pause; /* out of file descriptors: the listener rests */
@@ -318,6 +334,10 @@ typedef struct eh2o_head {
 
 /* engines/h2o.c */
 int eh2o_fill_raw(srv_request *sreq, const eh2o_head *h);
+int eh2o_fill_parsed(srv_request *sreq, h2o_req_t *req);
+void eh2o_on_guard_dispose(void *p); /* the ticket's hook on the h2o_req_t's pool */
+void eh2o_complete(eh2o_thread *t, eh2o_ticket *tk); /* on the loop: the answer */
+void eh2o_linger(eh2o_thread *t, int fd); /* half-close fd, drain it briefly, close it */
 void eh2o_on_conn_close(void *data); /* sock->on_close.cb of every tracked connection */
 
 /* engines/h2o_h1guard.c */
@@ -330,6 +350,39 @@ void eh2o_h1_note(eh2o_conn *c);
 void eh2o_h1_close(eh2o_conn *c); /* through h2o's read-error path: c is freed */
 int eh2o_h1_idle(eh2o_conn *c);
 int eh2o_h1_stop_arriving(eh2o_conn *c);
+void eh2o_h1_body_done(eh2o_conn *c, int complete); /* the streamed body's answer came */
+/* Put c->h1.held back into the input before its last n bytes: the new count, or SIZE_MAX. */
+size_t eh2o_h1_unhold(eh2o_conn *c, size_t n);
+
+/* engines/h2o_body.c: streamed request bodies (SRV_ROUTE_STREAM_BODY) */
+#define EH2O_BODY_RCVBUF (1024 * 1024) /* SO_RCVBUF while a body streams; the kernel doubles it */
+#define EH2O_H1_RCVBUF   (128 * 1024)  /* an HTTP/1 connection's otherwise (eh2o_h1_bound_input) */
+typedef struct eh2o_body eh2o_body;
+/* The guard found a streamed-body head: c->h1.sb takes sreq. -1 when out of memory. */
+int eh2o_body_begin(eh2o_conn *c, srv_request *sreq, int chunked, uint64_t length);
+int eh2o_body_hold(eh2o_body *b, const char *p, size_t n); /* body bytes read with its head */
+eh2o_body *eh2o_body_take(eh2o_conn *c); /* on_req: the request of c->h1.sb's head, or NULL */
+srv_request *eh2o_body_request(eh2o_body *b);
+void eh2o_body_dispatched(eh2o_body *b, eh2o_ticket *tk);
+void eh2o_body_on_read(eh2o_conn *c, size_t n); /* n new bytes at the end of the input */
+int eh2o_body_answered(eh2o_ticket *tk); /* eh2o_complete: 1 when it must wait */
+void eh2o_body_conn_closed(eh2o_conn *c);
+void eh2o_body_unref(eh2o_body *b);
+void eh2o_body_kick(void *state, srv_request *sreq);
+/* HTTP/2: the walk (engines/h2o_http2.c) takes a streamed body's DATA frames */
+eh2o_body *eh2o_body_begin_h2(eh2o_conn *c, eh2o_ticket *tk, uint32_t id, uint64_t expected);
+eh2o_body *eh2o_body_h2_find(eh2o_conn *c, uint32_t id);
+void eh2o_body_h2_data(eh2o_body *b, const char *p, size_t n, size_t frame_len, int end);
+void eh2o_body_h2_after_read(eh2o_conn *c);
+int eh2o_body_h2_ready(eh2o_conn *c, h2o_req_t *req);
+unsigned eh2o_body_h2_receiving(eh2o_conn *c); /* its streams h2o counts as arriving */
+eh2o_body *eh2o_body_h2_dispatching(eh2o_ticket *tk); /* a reference until _dispatched */
+void eh2o_body_h2_dispatched(eh2o_body *b);
+int eh2o_body_h2_owns(eh2o_conn *c, uint32_t stream_id);
+void eh2o_body_stream_gone(eh2o_ticket *tk);
+void eh2o_body_h2_conn_closed(eh2o_conn *c);
+void eh2o_body_thread_init(eh2o_thread *t);
+void eh2o_body_thread_dispose(eh2o_thread *t);
 
 /* engines/h2o_tls.c: HTTPS (all no-ops on a cleartext server) */
 typedef struct eh2o_tls_thread eh2o_tls_thread;
@@ -366,6 +419,12 @@ void eh2o_h2_close_idle(eh2o_conn *c);
 void eh2o_h2_stop_arriving(eh2o_conn *c);
 void eh2o_h2_write_answer(eh2o_conn *c, uint32_t stream_id, srv_request *sreq);
 void eh2o_h2_drop_body(eh2o_conn *c, h2o_req_t *req);
+/* A streamed body's stream: its flow-control window back by n, or cancelled (RST_STREAM). */
+#define EH2O_H2_GRANT_BYTES (1024 * 1024)
+void eh2o_h2_window_update(eh2o_conn *c, uint32_t stream_id, size_t n);
+void eh2o_h2_cancel_stream(eh2o_conn *c, uint32_t stream_id, int h2o_error);
+/* engines/h2o.c: take over a request with a body to a streamed route, at its HEADERS */
+void eh2o_h2_take_stream(eh2o_conn *c, uint32_t stream_id);
 void eh2o_count_reset(eh2o_conn *c);
 void eh2o_on_dispatch(h2o_timeout_entry_t *entry);
 void eh2o_on_calm(h2o_timeout_entry_t *entry);

@@ -127,6 +127,17 @@ static void eh2o_tls_on_handshake(h2o_socket_t *sock, const char *err)
     h2o_iovec_t proto = h2o_socket_ssl_get_selected_protocol(sock);
     if (proto.len == 2 && memcmp(proto.base, "h2", 2) == 0) {
         c->h1.off = 1; /* HTTP/2 from the start: the HTTP/2 checks adopt it */
+        /* Frames that came with the Finished: h2o would parse them at once, before the walk
+         * of streamed bodies is in place (eh2o_h2_begin gives them to it). */
+        size_t early = sock->input->size;
+        char *held = early != 0 && srv__server_streams_bodies(t->server->srv) ? malloc(early)
+                                                                             : NULL;
+        if (held != NULL) {
+            memcpy(held, sock->input->bytes, early);
+            c->h1.held = held;
+            c->h1.held_len = early;
+            sock->input->size = 0;
+        }
         int closed = 0, *outer = c->h1.closed;
         c->h1.closed = &closed;
         h2o_http2_accept(&t->accept_ctx, sock, connected_at);

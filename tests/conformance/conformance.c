@@ -1602,6 +1602,23 @@ int main(int argc, char **argv)
             snprintf(name, sizeof name, "conformance %s%s: streamed request bodies over HTTP/2",
                      g_engine_name, run);
             failed += cmocka_run_group_tests_name(name, uploads_h2, group_h2, NULL);
+            /* HTTP/2 frames by hand (h2c prior knowledge): interleaving, padding,
+             * trailers, early answers, limits, resets, flow control. */
+            const struct CMUnitTest uploads_frames[] = {
+                cmocka_unit_test_setup_teardown(test_upload_h2_frames, up_setup, up_teardown),
+                cmocka_unit_test_setup_teardown(test_upload_h2_answer_unread, up_setup,
+                                                up_teardown),
+                cmocka_unit_test_setup_teardown(test_upload_h2_route_limit, up_setup,
+                                                up_teardown),
+                cmocka_unit_test_setup_teardown(test_upload_h2_length_mismatch, up_setup,
+                                                up_teardown),
+                cmocka_unit_test_setup_teardown(test_upload_h2_reset, up_setup, up_teardown),
+                cmocka_unit_test_setup_teardown(test_upload_h2_flow_control, up_setup_long,
+                                                up_teardown),
+            };
+            snprintf(name, sizeof name, "conformance %s%s: streamed request bodies, HTTP/2 "
+                     "frames", g_engine_name, run);
+            failed += cmocka_run_group_tests_name(name, uploads_frames, group_h1, NULL);
         }
     } else {
         const struct CMUnitTest uploads[] = {cmocka_unit_test(test_upload_refused)};

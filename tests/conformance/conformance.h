@@ -434,6 +434,13 @@ void test_upload_bad_chunk(void **state);
 void test_upload_slow_drip(void **state);
 void test_upload_graceful_stop(void **state);
 void test_upload_refused(void **state);
+int up_setup_long(void **state);
+void test_upload_h2_frames(void **state);
+void test_upload_h2_answer_unread(void **state);
+void test_upload_h2_route_limit(void **state);
+void test_upload_h2_length_mismatch(void **state);
+void test_upload_h2_reset(void **state);
+void test_upload_h2_flow_control(void **state);
 void test_stream_head(void **state);
 
 /* ------------------------------------------------------------------ */

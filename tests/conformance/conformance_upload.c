@@ -77,6 +77,7 @@ static struct {
 } g_up;
 
 static ufx *g_ufx;
+static int g_up_long; /* up_setup_long: request_timeout_ms of a minute */
 
 static up *up_new(ufx *f, srv_request *req, int mode)
 {
@@ -257,7 +258,7 @@ int up_setup(void **state)
      * between sends (a busy sanitizer run) never look like a slow drip. */
     cfg.header_timeout_ms = 3 * T_HEADER_MS;
     cfg.keepalive_timeout_ms = T_KEEPALIVE_MS;
-    cfg.request_timeout_ms = T_REQUEST_MS;
+    cfg.request_timeout_ms = g_up_long ? 60000 : T_REQUEST_MS;
     cfg.max_body_bytes = L_BODY; /* the ordinary routes' limit: not the uploads' */
     if (g_tls) {
         cfg.tls_cert_file = g_tls_cert;
@@ -308,6 +309,17 @@ int up_setup(void **state)
     f->port = srv_server_port(f->srv);
     *state = f;
     return 0;
+}
+
+/* For a case whose paused application must outlast a slow (sanitizer) run's
+ * transfer of megabytes: the request timeout counts from the last body byte
+ * the application took. */
+int up_setup_long(void **state)
+{
+    g_up_long = 1;
+    int rc = up_setup(state);
+    g_up_long = 0;
+    return rc;
 }
 
 /* Every body read ended exactly once; nothing in flight; a clean stop. */
@@ -882,4 +894,428 @@ void test_upload_refused(void **state)
     CHECK(strstr(srv_server_last_error(srv), "stream") != NULL, "error: %s",
           srv_server_last_error(srv));
     srv_server_free(srv);
+}
+
+/* ---- HTTP/2 by hand (h2c prior knowledge) ---------------------------------- */
+
+/* HPACK for a request: :method, :scheme, :path, :authority and, when set,
+ * content-length (static name 28: a literal without indexing, 4-bit prefix). */
+static size_t up_h2_head(unsigned char *p, const char *method, const char *path,
+                         const char *length)
+{
+    size_t n = hpack_literal(p, 2, method);
+    n += hpack_literal(p + n, 6, "http");
+    n += hpack_literal(p + n, 4, path);
+    n += hpack_literal(p + n, 1, "conformance");
+    if (length != NULL) {
+        p[n++] = 0x0f; /* index 28 = 15 + 13 */
+        p[n++] = 13;
+        p[n++] = (unsigned char)strlen(length);
+        memcpy(p + n, length, strlen(length));
+        n += strlen(length);
+    }
+    return n;
+}
+
+/* A DATA frame whose payload is padded with `pad` bytes (PADDED flag). */
+static size_t up_h2_padded(unsigned char *p, unsigned sid, unsigned flags, const void *data,
+                           size_t len, unsigned char pad)
+{
+    unsigned char *payload = malloc(len + 1 + pad);
+    payload[0] = pad;
+    memcpy(payload + 1, data, len);
+    memset(payload + 1 + len, 0, pad);
+    size_t n = h2_frame(p, 0, flags | 0x8, sid, payload, len + 1 + pad);
+    free(payload);
+    return n;
+}
+
+/* What the server sent on one stream, and the windows it gave back. */
+typedef struct up_h2s {
+    int status;
+    char body[128];
+    size_t blen;
+    int ended;
+    long rst; /* the first RST_STREAM's code, -1 when none */
+} up_h2s;
+
+#define UP_H2_MAX_STREAMS 8
+
+typedef struct up_h2r {
+    up_h2s s[UP_H2_MAX_STREAMS]; /* by stream id: s[(id - 1) / 2] */
+    unsigned long long conn_wu;  /* WINDOW_UPDATEs for the connection, h2o's own left out */
+    unsigned long long stream_wu[UP_H2_MAX_STREAMS];
+} up_h2r;
+
+/* :status in a response header block (h2o's encodings: indexed, or a literal with
+ * name index 8 whose value is not Huffman-coded). */
+static int up_h2_status(const unsigned char *pl, size_t flen)
+{
+    static const int indexed[] = {200, 204, 206, 304, 400, 404, 500};
+    if (flen >= 1 && pl[0] >= 0x88 && pl[0] <= 0x8e)
+        return indexed[pl[0] - 0x88];
+    if (flen >= 5 && (pl[0] == 0x08 || pl[0] == 0x18 || pl[0] == 0x48) && pl[1] == 3)
+        return (pl[2] - '0') * 100 + (pl[3] - '0') * 10 + (pl[4] - '0');
+    return -1;
+}
+
+/* Scan everything received on c into *r. */
+static void up_h2_scan(const rc_conn *c, up_h2r *r)
+{
+    const unsigned char *p = (const unsigned char *)c->buf;
+    size_t n = c->len, i = 0;
+    memset(r, 0, sizeof *r);
+    for (int k = 0; k < UP_H2_MAX_STREAMS; k++)
+        r->s[k].rst = -1;
+    while (n - i >= 9) {
+        size_t flen = ((size_t)p[i] << 16) | ((size_t)p[i + 1] << 8) | p[i + 2];
+        unsigned type = p[i + 3], flags = p[i + 4];
+        unsigned sid = ((unsigned)(p[i + 5] & 0x7f) << 24) | ((unsigned)p[i + 6] << 16) |
+                       ((unsigned)p[i + 7] << 8) | p[i + 8];
+        if (n - i - 9 < flen)
+            break;
+        const unsigned char *pl = p + i + 9;
+        up_h2s *s = sid % 2 == 1 && (sid - 1) / 2 < UP_H2_MAX_STREAMS ? &r->s[(sid - 1) / 2] : NULL;
+        if (type == 8 && flen == 4) {
+            unsigned long long inc = ((unsigned long long)(pl[0] & 0x7f) << 24) |
+                                     ((unsigned long long)pl[1] << 16) | (pl[2] << 8) | pl[3];
+            if (sid == 0 && inc < (8u << 20)) /* h2o's own refill to 16 MiB: not counted */
+                r->conn_wu += inc;
+            else if (s != NULL)
+                r->stream_wu[(sid - 1) / 2] += inc;
+        }
+        if (s != NULL && type == 1 && s->status == 0)
+            s->status = up_h2_status(pl, flen);
+        if (s != NULL && type == 0) {
+            size_t k = flen < sizeof s->body - 1 - s->blen ? flen : sizeof s->body - 1 - s->blen;
+            memcpy(s->body + s->blen, pl, k);
+            s->blen += k;
+            s->body[s->blen] = '\0';
+        }
+        if (s != NULL && (type == 0 || type == 1) && (flags & 0x1))
+            s->ended = 1;
+        if (s != NULL && type == 3 && flen == 4 && s->rst < 0) { /* the first one */
+            s->rst = ((long)pl[0] << 24) | ((long)pl[1] << 16) | ((long)pl[2] << 8) | pl[3];
+            s->ended = 1;
+        }
+        i += 9 + flen;
+    }
+}
+
+/* Read until stream `sid` ended (END_STREAM or RST_STREAM), at most timeout_ms. */
+static int up_h2_wait(rc_conn *c, unsigned sid, up_h2r *r, int timeout_ms)
+{
+    long long end = rc_now_ms() + timeout_ms;
+    for (;;) {
+        up_h2_scan(c, r);
+        if (r->s[(sid - 1) / 2].ended)
+            return 1;
+        int left = (int)(end - rc_now_ms());
+        if (left <= 0 || rc_read_some(c, left) <= 0) {
+            up_h2_scan(c, r);
+            return r->s[(sid - 1) / 2].ended;
+        }
+    }
+}
+
+static void up_h2_expect_sum(const char *what, const up_h2s *s, uint64_t total)
+{
+    char want[64];
+    snprintf(want, sizeof want, "%llu %016llx\n", (unsigned long long)total,
+             (unsigned long long)up_fnv_pattern(total));
+    CHECK(s->status == 200 && strcmp(s->body, want) == 0, "[%s] status %d \"%s\", want 200 \"%s\"",
+          what, s->status, s->body, want);
+}
+
+static rc_conn *up_h2_open(const ufx *f, const char *what)
+{
+    rc_conn *c = malloc(sizeof *c);
+    rc_init(c);
+    CHECK(rc_connect(c, f->port, 2000) == RC_OK, "[%s] connect", what);
+    unsigned char pre[64], *p = pre;
+    memcpy(p, H2_PREFACE, sizeof H2_PREFACE - 1);
+    p += sizeof H2_PREFACE - 1;
+    p += h2_frame(p, 4, 0, 0, NULL, 0);
+    CHECK(rc_send(c, pre, (size_t)(p - pre), 2000) == RC_OK, "[%s] preface", what);
+    return c;
+}
+
+static void up_h2_close(rc_conn *c)
+{
+    rc_close(c);
+    free(c);
+}
+
+/*
+ * Two streamed uploads interleaved on one connection and a GET between them:
+ * stream 1 with a content-length, its last DATA padded and ending it; stream 3
+ * without one, a padded DATA, ended by trailers. Sent in one write, then in
+ * pieces cut inside frame headers. Each digest is right, the GET is served,
+ * and every byte h2o never saw is given back to the connection's window.
+ */
+void test_upload_h2_frames(void **state)
+{
+    ufx *f = *state;
+    char *pat = up_pattern(3000);
+    unsigned char *buf = malloc(16384), *p = buf, block[256];
+    size_t n = up_h2_head(block, "PUT", "/u/sum", "3000");
+    p += h2_frame(p, 1, 0x4, 1, block, n);
+    n = up_h2_head(block, "POST", "/u/sum", NULL);
+    p += h2_frame(p, 1, 0x4, 3, block, n);
+    p += h2_frame(p, 0, 0, 1, pat, 1000);
+    p += up_h2_padded(p, 3, 0, pat, 500, 7);
+    p += up_h2_padded(p, 1, 0x1, pat + 1000, 2000, 3);
+    n = up_h2_head(block, "GET", "/u/plain", NULL);
+    p += h2_frame(p, 1, 0x5, 5, block, n);
+    p += h2_frame(p, 0, 0, 3, pat + 500, 700);
+    block[0] = 0; /* trailers: "x-end: 1", a literal with a new name */
+    block[1] = 5;
+    memcpy(block + 2, "x-end", 5);
+    block[7] = 1;
+    block[8] = '1';
+    p += h2_frame(p, 1, 0x5, 3, block, 9);
+    size_t len = (size_t)(p - buf);
+    /* The DATA frames' lengths, padding included: the connection window owed. */
+    const unsigned long long owed = 1000 + (1 + 500 + 7) + (1 + 2000 + 3) + 700;
+    for (int pieces = 0; pieces < 2; pieces++) {
+        const char *what = pieces ? "HTTP/2 uploads interleaved, sent in pieces"
+                                  : "HTTP/2 uploads interleaved, one write";
+        rc_conn *c = up_h2_open(f, what);
+        if (!pieces) {
+            CHECK(rc_send(c, buf, len, 2000) == RC_OK, "[%s] send", what);
+        } else {
+            size_t cuts[] = {4, 40, 1050, 1061, 2600, len};
+            size_t at = 0;
+            for (size_t k = 0; k < sizeof cuts / sizeof cuts[0]; k++) {
+                CHECK(rc_send(c, buf + at, cuts[k] - at, 2000) == RC_OK, "[%s] send", what);
+                at = cuts[k];
+                sleep_ms(30);
+            }
+        }
+        up_h2r r;
+        CHECK(up_h2_wait(c, 1, &r, 10000) && up_h2_wait(c, 3, &r, 10000) &&
+                  up_h2_wait(c, 5, &r, 10000),
+              "[%s] not every stream was answered", what);
+        up_h2_expect_sum(what, &r.s[0], 3000);
+        up_h2_expect_sum(what, &r.s[1], 1200);
+        CHECK(r.s[2].status == 200 && strcmp(r.s[2].body, "plain") == 0,
+              "[%s] GET between the uploads: %d \"%s\"", what, r.s[2].status, r.s[2].body);
+        CHECK(r.conn_wu == owed, "[%s] the connection's window got %llu back, want %llu", what,
+              r.conn_wu, owed);
+        up_h2_close(c);
+    }
+    free(buf);
+    free(pat);
+}
+
+/* An answer before the body's end: h2o cannot answer an open stream itself,
+ * the engine does (HEADERS, DATA, RST_STREAM NO_ERROR); the body's DATA that
+ * still come are not the handler's, and the connection goes on. */
+void test_upload_h2_answer_unread(void **state)
+{
+    ufx *f = *state;
+    const char *what = "HTTP/2 answer before the body's end";
+    char *pat = up_pattern(1000);
+    unsigned char buf[4096], *p = buf, block[256];
+    size_t n = up_h2_head(block, "PUT", "/u/deny", "100000");
+    p += h2_frame(p, 1, 0x4, 1, block, n);
+    p += h2_frame(p, 0, 0, 1, pat, 1000);
+    rc_conn *c = up_h2_open(f, what);
+    CHECK(rc_send(c, buf, (size_t)(p - buf), 2000) == RC_OK, "[%s] send", what);
+    up_h2r r;
+    CHECK(up_h2_wait(c, 1, &r, 10000), "[%s] stream 1 not answered", what);
+    CHECK(r.s[0].status == 401 && strcmp(r.s[0].body, "denied\n") == 0,
+          "[%s] status %d \"%s\", want 401 \"denied\"", what, r.s[0].status, r.s[0].body);
+    long long end = rc_now_ms() + 5000; /* its RST_STREAM NO_ERROR follows the answer */
+    for (up_h2_scan(c, &r); r.s[0].rst < 0 && rc_now_ms() < end; up_h2_scan(c, &r))
+        rc_read_some(c, 100);
+    CHECK(r.s[0].rst == 0, "[%s] RST_STREAM %ld after the answer, want NO_ERROR (0)", what,
+          r.s[0].rst);
+    /* The client had more of the body on its way, then asks for something else. */
+    p = buf;
+    p += h2_frame(p, 0, 0, 1, pat, 1000);
+    n = up_h2_head(block, "GET", "/u/plain", NULL);
+    p += h2_frame(p, 1, 0x5, 3, block, n);
+    CHECK(rc_send(c, buf, (size_t)(p - buf), 2000) == RC_OK, "[%s] send more", what);
+    CHECK(up_h2_wait(c, 3, &r, 10000), "[%s] stream 3 not answered", what);
+    CHECK(r.s[1].status == 200 && strcmp(r.s[1].body, "plain") == 0,
+          "[%s] the next stream: %d \"%s\"", what, r.s[1].status, r.s[1].body);
+    CHECK_INT("bodies read", atomic_load(&g_up.reads), 0);
+    up_h2_close(c);
+    free(pat);
+}
+
+/* The route's limit over HTTP/2 (1000 bytes): a body that grows past it gets
+ * 413 and the application SRV_ETOOBIG; a content-length over it, 413. */
+void test_upload_h2_route_limit(void **state)
+{
+    ufx *f = *state;
+    const char *what = "HTTP/2 body over the route's limit";
+    char *pat = up_pattern(1001);
+    unsigned char buf[4096], *p = buf, block[256];
+    size_t n = up_h2_head(block, "PUT", "/u/small", NULL);
+    p += h2_frame(p, 1, 0x4, 1, block, n);
+    p += h2_frame(p, 0, 0, 1, pat, 800);
+    p += h2_frame(p, 0, 0, 1, pat + 800, 200);
+    p += h2_frame(p, 0, 0, 1, pat + 1000, 1);
+    rc_conn *c = up_h2_open(f, what);
+    CHECK(rc_send(c, buf, (size_t)(p - buf), 2000) == RC_OK, "[%s] send", what);
+    up_h2r r;
+    CHECK(up_h2_wait(c, 1, &r, 10000), "[%s] stream 1 not answered", what);
+    CHECK(r.s[0].status == 413, "[%s] status %d, want 413", what, r.s[0].status);
+    CHECK(up_wait_ends(1, 5000), "[%s] on_end not called", what);
+    CHECK_INT("on_end status", atomic_load(&g_up.end_status), SRV_ETOOBIG);
+    p = buf;
+    n = up_h2_head(block, "PUT", "/u/small", "1001");
+    p += h2_frame(p, 1, 0x4, 3, block, n);
+    p += h2_frame(p, 0, 0x1, 3, pat, 1001);
+    CHECK(rc_send(c, buf, (size_t)(p - buf), 2000) == RC_OK, "[%s] send", what);
+    CHECK(up_h2_wait(c, 3, &r, 10000), "[%s] stream 3 not answered", what);
+    CHECK(r.s[1].status == 413, "[%s] content-length 1001: status %d, want 413", what,
+          r.s[1].status);
+    up_h2_close(c);
+    free(pat);
+}
+
+/* A content-length the DATA do not match: 400, the application SRV_EBADREQ. */
+void test_upload_h2_length_mismatch(void **state)
+{
+    ufx *f = *state;
+    const char *what = "HTTP/2 DATA shorter than the content-length";
+    unsigned char buf[1024], *p = buf, block[256];
+    size_t n = up_h2_head(block, "PUT", "/u/sum", "10");
+    p += h2_frame(p, 1, 0x4, 1, block, n);
+    rc_conn *c = up_h2_open(f, what);
+    CHECK(rc_send(c, buf, (size_t)(p - buf), 2000) == RC_OK, "[%s] send", what);
+    /* The application reads first, so that it is told in on_end (before, its
+     * srv_request_body_read would say it). */
+    long long end = rc_now_ms() + 10000;
+    while (atomic_load(&g_up.reads) == 0 && rc_now_ms() < end)
+        sleep_ms(5);
+    CHECK_INT("bodies read", atomic_load(&g_up.reads), 1);
+    p = buf;
+    p += h2_frame(p, 0, 0x1, 1, "abcde", 5);
+    CHECK(rc_send(c, buf, (size_t)(p - buf), 2000) == RC_OK, "[%s] send", what);
+    up_h2r r;
+    CHECK(up_h2_wait(c, 1, &r, 10000), "[%s] stream 1 not answered", what);
+    CHECK(r.s[0].status == 400, "[%s] status %d, want 400", what, r.s[0].status);
+    CHECK(up_wait_ends(1, 5000), "[%s] on_end not called", what);
+    CHECK_INT("on_end status", atomic_load(&g_up.end_status), SRV_EBADREQ);
+    up_h2_close(c);
+}
+
+/* The client resets its stream mid-body: on_end(SRV_ECLOSED) once, nothing
+ * stays in flight, the connection goes on. */
+void test_upload_h2_reset(void **state)
+{
+    ufx *f = *state;
+    const char *what = "HTTP/2 stream reset mid-body";
+    char *pat = up_pattern(1000);
+    unsigned char buf[4096], *p = buf, block[256];
+    size_t n = up_h2_head(block, "PUT", "/u/sum", "100000");
+    p += h2_frame(p, 1, 0x4, 1, block, n);
+    p += h2_frame(p, 0, 0, 1, pat, 1000);
+    rc_conn *c = up_h2_open(f, what);
+    CHECK(rc_send(c, buf, (size_t)(p - buf), 2000) == RC_OK, "[%s] send", what);
+    long long end = rc_now_ms() + 10000;
+    while (atomic_load(&g_up.received) < 1000 && rc_now_ms() < end)
+        sleep_ms(5);
+    CHECK(atomic_load(&g_up.received) == 1000, "[%s] the first 1000 bytes did not arrive", what);
+    static const unsigned char cancel[4] = {0, 0, 0, 8};
+    p = buf;
+    p += h2_frame(p, 3, 0, 1, cancel, sizeof cancel);
+    n = up_h2_head(block, "GET", "/u/plain", NULL);
+    p += h2_frame(p, 1, 0x5, 3, block, n);
+    CHECK(rc_send(c, buf, (size_t)(p - buf), 2000) == RC_OK, "[%s] send reset", what);
+    CHECK(up_wait_ends(1, 10000), "[%s] on_end not called after the reset", what);
+    CHECK_INT("on_end status", atomic_load(&g_up.end_status), SRV_ECLOSED);
+    up_h2r r;
+    CHECK(up_h2_wait(c, 3, &r, 10000), "[%s] stream 3 not answered", what);
+    CHECK(r.s[1].status == 200, "[%s] the next stream: %d", what, r.s[1].status);
+    CHECK(up_wait_no_inflight(f->srv, 5000), "[%s] the upload is still in flight", what);
+    up_h2_close(c);
+    free(pat);
+}
+
+/* Flow control while the application pauses: the stream's window is given
+ * back only for what the application took (none of 2 MiB while paused, then
+ * all of it); a client that sends past its window has the stream reset
+ * with FLOW_CONTROL_ERROR, not its bytes buffered. */
+void test_upload_h2_flow_control(void **state)
+{
+    ufx *f = *state;
+    const char *what = "HTTP/2 upload paused by the application";
+    enum { FRAME = 16384, TOTAL = 2 << 20 };
+    char *pat = up_pattern(TOTAL);
+    size_t cap = 512 + (TOTAL / FRAME) * (9 + FRAME);
+    unsigned char *buf = malloc(cap), *p = buf, block[256];
+    size_t n = up_h2_head(block, "PUT", "/u/hold", NULL);
+    p += h2_frame(p, 1, 0x4, 1, block, n);
+    for (size_t at = 0; at < TOTAL; at += FRAME)
+        p += h2_frame(p, 0, 0, 1, pat + at, FRAME);
+    atomic_store(&g_up.hold, 1);
+    rc_conn *c = up_h2_open(f, what);
+    CHECK(rc_send(c, buf, (size_t)(p - buf), 5000) == RC_OK, "[%s] send", what);
+    long long end = rc_now_ms() + 10000;
+    while (atomic_load(&g_up.received) == 0 && rc_now_ms() < end)
+        sleep_ms(5);
+    long long at_pause = atomic_load(&g_up.received);
+    rc_read_some(c, 500);
+    up_h2r r;
+    up_h2_scan(c, &r);
+    unsigned long long granted_paused = r.stream_wu[0];
+    atomic_store(&g_up.hold, 0);
+    up *u = atomic_load(&g_up.held);
+    if (u != NULL)
+        up_resume(u);
+    CHECK(u != NULL && at_pause > 0, "[%s] the application got no byte", what);
+    CHECK(granted_paused == 0, "[%s] %llu bytes of window given back while the application "
+          "held all but %lld of 2 MiB", what, granted_paused, at_pause);
+    /* Once the application took it all, the stream (still open) gets its window back. */
+    end = rc_now_ms() + 20000;
+    while (atomic_load(&g_up.received) < TOTAL && rc_now_ms() < end)
+        sleep_ms(5);
+    CHECK(atomic_load(&g_up.received) == TOTAL, "[%s] the application got %lld of %d bytes",
+          what, (long long)atomic_load(&g_up.received), TOTAL);
+    for (up_h2_scan(c, &r); r.stream_wu[0] < TOTAL / 2 && rc_now_ms() < end; up_h2_scan(c, &r))
+        rc_read_some(c, 100);
+    CHECK(r.stream_wu[0] >= TOTAL / 2, "[%s] only %llu bytes of the stream's window came back "
+          "after the application took 2 MiB", what, r.stream_wu[0]);
+    p = buf;
+    p += h2_frame(p, 0, 0x1, 1, NULL, 0);
+    CHECK(rc_send(c, buf, (size_t)(p - buf), 2000) == RC_OK, "[%s] END_STREAM", what);
+    CHECK(up_h2_wait(c, 1, &r, 20000), "[%s] stream 1 not answered", what);
+    up_h2_expect_sum(what, &r.s[0], TOTAL);
+    up_h2_close(c);
+
+    /* A client past its window (16 MiB, h2o's SETTINGS) while the application holds. */
+    what = "HTTP/2 client sending past its flow-control window";
+    const size_t over = (16u << 20) + 4 * FRAME;
+    atomic_store(&g_up.hold, 1);
+    atomic_store(&g_up.held, NULL);
+    c = up_h2_open(f, what);
+    p = buf;
+    p += h2_frame(p, 1, 0x4, 3, block, n);
+    CHECK(rc_send(c, buf, (size_t)(p - buf), 2000) == RC_OK, "[%s] send head", what);
+    unsigned char *frame = malloc(9 + FRAME);
+    size_t flen = h2_frame(frame, 0, 0, 3, pat, FRAME);
+    int reset = 0;
+    for (size_t sent = 0; sent < over && !reset; sent += FRAME) {
+        if (rc_send(c, frame, flen, 5000) != RC_OK)
+            break;
+        if (sent % (1u << 20) == 0) {
+            rc_read_some(c, 1);
+            up_h2_scan(c, &r);
+            reset = r.s[1].rst >= 0;
+        }
+    }
+    free(frame);
+    CHECK(up_h2_wait(c, 3, &r, 10000), "[%s] the stream was not reset", what);
+    CHECK(r.s[1].rst == 3, "[%s] RST_STREAM %ld, want FLOW_CONTROL_ERROR (3) (status %d \"%s\")",
+          what, r.s[1].rst, r.s[1].status, r.s[1].body);
+    atomic_store(&g_up.hold, 0);
+    CHECK(up_wait_no_inflight(f->srv, 5000), "[%s] the upload is still in flight", what);
+    up_h2_close(c);
+    free(buf);
+    free(pat);
 }

@@ -373,6 +373,12 @@ static int fill(rc_conn *c, long long deadline)
     }
 }
 
+int rc_read_some(rc_conn *c, int timeout_ms)
+{
+    int rc = fill(c, rc_now_ms() + timeout_ms);
+    return rc >= 0 || rc == RC_TIMEOUT ? rc : RC_RESET;
+}
+
 int rc_wait_close(rc_conn *c, int timeout_ms, size_t *unread)
 {
     long long deadline = rc_now_ms() + timeout_ms;

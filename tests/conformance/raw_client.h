@@ -102,6 +102,11 @@ int rc_read_response(rc_conn *c, rc_response *r, int is_head, int timeout_ms);
  */
 int rc_wait_close(rc_conn *c, int timeout_ms, size_t *unread);
 
+/* Read what arrives within timeout_ms into c->buf (for callers that parse
+ * the bytes themselves, e.g. HTTP/2 frames): the bytes added (> 0), 0 when
+ * the peer closed, RC_TIMEOUT or RC_RESET. */
+int rc_read_some(rc_conn *c, int timeout_ms);
+
 /* Bytes received and not yet consumed by rc_read_response. */
 size_t rc_unread(const rc_conn *c);
 

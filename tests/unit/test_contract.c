@@ -953,6 +953,29 @@ static void test_engine_missing_name_rejected(void **state)
     expect_rejected_table(f, "no name");
 }
 
+/* An engine without SRV_CAP_STREAM_BODY (the fake has no capability): a
+ * streamed-body route is refused at registration with a message, never
+ * served by buffering the body; the same route without the flag is fine. */
+static void test_stream_body_route_refused_without_cap(void **state)
+{
+    fake *f = *state;
+    srv_server *srv = srv_server_new(&f->engine, NULL);
+    assert_non_null(srv);
+    f->srv = srv;
+    assert_int_equal(srv_engine_caps(&f->engine) & SRV_CAP_STREAM_BODY, 0);
+    srv_route_opts o;
+    srv_route_opts_init(&o);
+    o.method = "PUT";
+    o.path = "/upload";
+    o.handler = fake_handler;
+    o.flags = SRV_ROUTE_STREAM_BODY;
+    assert_int_equal(srv_route_add(srv, &o), SRV_EENGINE);
+    assert_non_null(strstr(srv_server_last_error(srv), "stream"));
+    o.flags = 0;
+    assert_int_equal(srv_route_add(srv, &o), 0);
+    fake_finish(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -986,6 +1009,7 @@ int main(void)
         T(test_engine_version_zero_rejected),
         T(test_engine_missing_slot_rejected),
         T(test_engine_missing_name_rejected),
+        T(test_stream_body_route_refused_without_cap),
 #undef T
     };
     return cmocka_run_group_tests_name("contract", tests, NULL, NULL);
