@@ -220,6 +220,7 @@ static int eh2o_h2_read_walked(eh2o_conn *c)
             eh2o_h2_take_stream(c, id);
         if (rest == NULL)
             return 1;
+        int again = id != 0; /* a complete block went: walk what follows; else it waits */
         int moved = sock->input->size < left || left == 0;
         if (h2o_buffer_reserve(&sock->input, nrest).base == NULL) {
             free(rest);
@@ -229,8 +230,8 @@ static int eh2o_h2_read_walked(eh2o_conn *c)
         memcpy(sock->input->bytes + sock->input->size, rest, nrest);
         sock->input->size += nrest;
         free(rest);
-        if (!moved)
-            return 1; /* h2o took nothing (it is closing): the walk would not move either */
+        if (!again || !moved)
+            return 1; /* a header block still arriving, or h2o took nothing (closing) */
     }
 }
 

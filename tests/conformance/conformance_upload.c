@@ -1060,8 +1060,9 @@ void test_upload_h2_frames(void **state)
     unsigned char *buf = malloc(16384), *p = buf, block[256];
     size_t n = up_h2_head(block, "PUT", "/u/sum", "3000");
     p += h2_frame(p, 1, 0x4, 1, block, n);
-    n = up_h2_head(block, "POST", "/u/sum", NULL);
-    p += h2_frame(p, 1, 0x4, 3, block, n);
+    n = up_h2_head(block, "POST", "/u/sum", NULL); /* in HEADERS + CONTINUATION */
+    p += h2_frame(p, 1, 0, 3, block, 10);
+    p += h2_frame(p, 9, 0x4, 3, block + 10, n - 10);
     p += h2_frame(p, 0, 0, 1, pat, 1000);
     p += up_h2_padded(p, 3, 0, pat, 500, 7);
     p += up_h2_padded(p, 1, 0x1, pat + 1000, 2000, 3);
@@ -1084,7 +1085,9 @@ void test_upload_h2_frames(void **state)
         if (!pieces) {
             CHECK(rc_send(c, buf, len, 2000) == RC_OK, "[%s] send", what);
         } else {
-            size_t cuts[] = {4, 40, 1050, 1061, 2600, len};
+            /* Inside a frame header, inside HEADERS, between HEADERS and its
+             * CONTINUATION, inside DATA frames. */
+            size_t cuts[] = {4, 40, 60, 70, 100, 1050, 1061, 2600, len};
             size_t at = 0;
             for (size_t k = 0; k < sizeof cuts / sizeof cuts[0]; k++) {
                 CHECK(rc_send(c, buf + at, cuts[k] - at, 2000) == RC_OK, "[%s] send", what);
@@ -1318,4 +1321,29 @@ void test_upload_h2_flow_control(void **state)
     up_h2_close(c);
     free(buf);
     free(pat);
+}
+
+/* HTTP/1.0: a body with a length streams as in 1.1; no 100 Continue (RFC
+ * 9110 10.1.1: not to 1.0 clients), and the connection closes after the
+ * answer. */
+void test_upload_http10(void **state)
+{
+    ufx *f = *state;
+    rc_conn c;
+    rc_init(&c);
+    CHECK_INT("connect", rc_connect(&c, f->port, 2000), RC_OK);
+    CHECK_INT("send", rc_send_str(&c, "PUT /u/sum HTTP/1.0\r\n" HOST "Expect: 100-continue\r\n"
+                                      "Content-Length: 5\r\n\r\nhello", 2000), RC_OK);
+    rc_response r;
+    CHECK_INT("response", rc_read_response(&c, &r, 0, 5000), RC_OK);
+    CHECK(r.status == 200, "status %d (an interim 100 to an HTTP/1.0 client?)", r.status);
+    char want[64];
+    snprintf(want, sizeof want, "5 %016llx\n", (unsigned long long)up_fnv(UP_FNV_INIT, "hello", 5));
+    CHECK(r.body != NULL && strcmp(r.body, want) == 0, "answered \"%s\", want \"%s\"",
+          or_null(r.body), want);
+    rc_response_free(&r);
+    int w = rc_wait_close(&c, 5000, NULL);
+    CHECK(w == RC_CLOSED || w == RC_RESET, "HTTP/1.0: the connection stays open after the answer");
+    rc_close(&c);
+    CHECK_INT("on_end status", atomic_load(&g_up.end_status), 0);
 }
