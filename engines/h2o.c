@@ -42,9 +42,9 @@ void eh2o_on_guard_dispose(void *p)
 {
     eh2o_ticket *tk = *(eh2o_ticket **)p;
     int drop = 1; /* the guard's reference */
-    if (tk->body != NULL) /* an HTTP/2 streamed body: the walk stops taking its DATA */
+    tk->req = NULL; /* first: an answer given from inside the line below writes nothing */
+    if (tk->body != NULL) /* an HTTP/2 streamed body: its DATA go to h2o again */
         eh2o_body_stream_gone(tk);
-    tk->req = NULL;
     if (!tk->done) {
         if (tk->conn != NULL) {
             tk->conn->h2_with_us--;
@@ -419,6 +419,8 @@ void eh2o_on_conn_close(void *data)
     eh2o_thread *t = c->thread;
     eh2o_tls_conn_closed(c);
     h2o_timeout_unlink(&c->calm);
+    h2o_timeout_unlink(&c->h2_hold_entry);
+    h2o_timeout_unlink(&c->h2_after_entry);
     h2o_timeout_unlink(&c->h1.linger);
     h2o_timeout_unlink(&c->h1.send);
     if (c->h1.closed != NULL)
@@ -435,7 +437,9 @@ void eh2o_on_conn_close(void *data)
         srv__request_release(c->h1.bad_req);
     if (c->h1.sb != NULL)
         eh2o_body_conn_closed(c);
+    c->h2_held_back = 0; /* the socket is gone: nothing to read again */
     eh2o_body_h2_conn_closed(c);
+    h2o_timeout_unlink(&c->h2_hold_entry);
     h2o_timeout_unlink(&c->h1.inject);
     free(c->h1.held);
     if (c->h1.lingers) /* h2o closed its descriptor: the dup drains what the client sends */

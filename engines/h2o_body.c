@@ -37,12 +37,13 @@ struct eh2o_body {
     eh2o_ticket *answer; /* the answer came while the 100 was being written */
     uint64_t win;      /* bytes in the current pace window */
     h2o_timeout_entry_t pace;
-    /* HTTP/2 (eh2o_h2_walk takes the stream's DATA frames out of h2o's input): */
+    /* HTTP/2 (eh2o_h2_expect takes the stream's DATA frames before h2o parses them): */
     int h2;
     uint32_t stream_id;
     eh2o_body *next;    /* c->h2_bodies, while the walk takes its DATA (listed) */
     int listed;
     int h2o_ready;      /* the END_STREAM reached h2o: it called on_req, it can answer */
+    int counted;        /* one of h2o's num_streams.pull.half_closed (eh2o_body_begin_h2) */
     uint64_t expected;  /* content-length, or UINT64_MAX */
     uint64_t received;
     int core;           /* the core has the request (eh2o_on_dispatch) */
@@ -65,14 +66,17 @@ void eh2o_body_unref(eh2o_body *b)
 
 static void eh2o_body_on_pace(h2o_timeout_entry_t *entry);
 static int eh2o_body_h2_answered(eh2o_ticket *tk);
+static void eh2o_body_uncount(eh2o_body *b);
 
 /* HTTP/2: out of the connection's list; the walk passes its frames to h2o from now on. */
 static void eh2o_body_unlist(eh2o_body *b)
 {
     if (!b->listed)
         return;
+    eh2o_body_uncount(b); /* its stream leaves RECV_BODY, or h2o counts it itself now */
     b->listed = 0;
     h2o_timeout_unlink(&b->pace);
+    eh2o_h2_hold_later(b->conn); /* its bytes are gone */
     for (eh2o_body **p = &b->conn->h2_bodies; *p != NULL; p = &(*p)->next)
         if (*p == b) {
             *p = b->next;
@@ -198,6 +202,8 @@ static void eh2o_body_release(eh2o_body *b)
     eh2o_conn *c = b->conn;
     if (!b->h2) /* HTTP/2: the walk may still discard the stream's DATA, on this deadline */
         h2o_timeout_unlink(&b->pace);
+    else if (c != NULL)
+        eh2o_h2_hold_later(c); /* its bytes go below */
     if (!b->h2 && c != NULL) {
         if (c->sock->_cb.read == eh2o_h1_on_read)
             h2o_socket_read_stop(c->sock); /* h2o reads again after its answer */
@@ -361,6 +367,8 @@ static void eh2o_body_step(eh2o_body *b)
         break;
     }
     eh2o_body_h2_grant(b);
+    if (b->h2 && b->listed) /* took some: read the connection again? */
+        eh2o_h2_hold_later(b->conn);
     eh2o_body_unref(b);
 }
 
@@ -462,7 +470,7 @@ static int eh2o_body_h2_answered(eh2o_ticket *tk)
     eh2o_body *b = tk->body;
     if (b->answer == tk)
         return 0; /* its turn now (eh2o_body_h2_ready) */
-    int ready = b->h2o_ready || !b->listed;
+    int ready = b->h2o_ready || !b->listed || tk->req == NULL; /* NULL: the stream is gone */
     eh2o_body_release(b);
     if (ready) {
         h2o_timeout_unlink(&b->pace);
@@ -526,8 +534,15 @@ void eh2o_body_thread_dispose(eh2o_thread *t)
 }
 
 /* ------------------------------------------------------------------ */
-/* HTTP/2 (the DATA frames come from eh2o_h2_walk, engines/h2o_http2.c) */
+/* HTTP/2 (the DATA frames come from eh2o_h2_expect, engines/h2o_http2.c) */
 /* ------------------------------------------------------------------ */
+
+static void eh2o_body_uncount(eh2o_body *b)
+{
+    if (b->counted && b->conn != NULL && b->conn->h2 != NULL)
+        b->conn->h2->num_streams[1].half_closed--;
+    b->counted = 0;
+}
 
 eh2o_body *eh2o_body_begin_h2(eh2o_conn *c, eh2o_ticket *tk, uint32_t id, uint64_t expected)
 {
@@ -550,6 +565,12 @@ eh2o_body *eh2o_body_begin_h2(eh2o_conn *c, eh2o_ticket *tk, uint32_t id, uint64
     b->listed = 1;
     b->next = c->h2_bodies;
     c->h2_bodies = b;
+    /* h2o counts a stream as processing from its END_STREAM on; before it, an open stream
+     * with none processing makes the connection idle for h2o, whose idle timeout would close
+     * it under an upload paused by flow control. So it counts as processing from now on:
+     * h2o's own count takes over at on_req (eh2o_body_h2_ready), or the stream goes. */
+    c->h2->num_streams[1].half_closed++;
+    b->counted = 1;
     eh2o_body_dispatched(b, tk);
     return b;
 }
@@ -562,7 +583,7 @@ eh2o_body *eh2o_body_h2_find(eh2o_conn *c, uint32_t id)
     return NULL;
 }
 
-/* A DATA frame of b's stream, taken out of h2o's input by the walk: its payload p[0..n),
+/* A DATA frame of b's stream, taken before h2o parses it (eh2o_h2_expect): its payload p[0..n),
  * END_STREAM or not. Kept for the application (delivered after the walk), or discarded
  * once the stream was answered. */
 void eh2o_body_h2_data(eh2o_body *b, const char *p, size_t n, size_t frame_len, int end)
@@ -631,6 +652,7 @@ int eh2o_body_h2_ready(eh2o_conn *c, h2o_req_t *req)
     if (b == NULL)
         return 0;
     b->h2o_ready = 1;
+    eh2o_body_uncount(b);
     eh2o_ticket *answer = b->answer;
     b->answer = NULL;
     h2o_timeout_unlink(&b->pace);
@@ -650,6 +672,7 @@ void eh2o_body_stream_gone(eh2o_ticket *tk)
     eh2o_ticket *answer = b->answer;
     b->answer = NULL;
     atomic_fetch_add(&b->refs, 1);
+    eh2o_body_uncount(b); /* h2o's stream closes: its connection is still there */
     if (b->listed && b->conn != NULL && !b->released)
         eh2o_body_release(b);
     h2o_timeout_unlink(&b->pace);
@@ -663,6 +686,7 @@ void eh2o_body_h2_conn_closed(eh2o_conn *c)
 {
     while (c->h2_bodies != NULL) {
         eh2o_body *b = c->h2_bodies;
+        b->counted = 0; /* h2o's connection is gone already */
         atomic_fetch_add(&b->refs, 1);
         eh2o_body_release(b);
         h2o_timeout_unlink(&b->pace);
@@ -688,11 +712,11 @@ void eh2o_body_h2_dispatched(eh2o_body *b)
     eh2o_body_unref(b);
 }
 
-unsigned eh2o_body_h2_receiving(eh2o_conn *c)
+size_t eh2o_body_h2_held(eh2o_conn *c)
 {
-    unsigned n = 0;
+    size_t n = 0;
     for (eh2o_body *b = c->h2_bodies; b != NULL; b = b->next)
-        n += !b->h2o_ready;
+        n += b->pend_len - b->pend_off;
     return n;
 }
 

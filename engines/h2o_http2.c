@@ -6,6 +6,9 @@
 #include "h2o_internal.h"
 
 
+static void eh2o_h2_wrap_expect(eh2o_conn *c);
+static void eh2o_h2_on_read(h2o_socket_t *sock, const char *err);
+
 /* Take the h2o HTTP/2 connection behind c once, if its layout checks out (see the mirror). */
 static void eh2o_h2_adopt(eh2o_conn *c, h2o_conn_t *conn)
 {
@@ -20,8 +23,10 @@ static void eh2o_h2_adopt(eh2o_conn *c, h2o_conn_t *conn)
     if (found && h2->sock == c->sock && h2->state <= EH2O_H2_IS_CLOSING &&
         h2->_pending_reqs.next->prev == &h2->_pending_reqs &&
         h2->_write.streams_to_proceed.next->prev == &h2->_write.streams_to_proceed &&
-        h2->_write.buf != NULL && h2->streams != NULL)
+        h2->_write.buf != NULL && h2->streams != NULL) {
         c->h2 = h2;
+        eh2o_h2_wrap_expect(c);
+    }
     if (c->h2_on_read == NULL) /* not wrapped (eh2o_h2_begin): h2o's HTTP/2 on_read */
         c->h2_on_read = c->sock->_cb.read;
 }
@@ -52,8 +57,8 @@ void eh2o_h2_note(eh2o_conn *c)
     eh2o_h2conn *h2 = c->h2;
     if (h2 != NULL && h2->state == EH2O_H2_OPEN && !h2o_timeout_is_linked(&c->calm)) {
         uint32_t open = h2->num_streams[1].open, processing = h2->num_streams[1].half_closed;
-        /* streamed bodies are the core's since their HEADERS: not arriving */
-        uint32_t queued = eh2o_body_h2_receiving(c);
+        /* streamed bodies count as processing (eh2o_body_begin_h2): not arriving */
+        uint32_t queued = 0;
         for (h2o_linklist_t *l = h2->_pending_reqs.next; l != &h2->_pending_reqs; l = l->next)
             queued++;
         if (open > processing + queued)
@@ -96,147 +101,114 @@ static uint32_t eh2o_be31(const uint8_t *p)
 
 /*
  * Streamed request bodies over HTTP/2 (SRV_ROUTE_STREAM_BODY). h2o 2.2.5 buffers a body in
- * the stream until END_STREAM and only then calls on_req; so the walk looks at the complete
- * frames at the front of the input before h2o parses them:
- *  - a HEADERS frame without END_STREAM (a request with a body): h2o gets the input up to the
- *    end of its header block only (it decodes HPACK; the rest is held back meanwhile), then
- *    eh2o_h2_take_stream decides from h2o's parsed request whether the route streams it; if
- *    so the request goes to the core at once, like any HTTP/2 request after its read;
- *  - a DATA frame of such a stream: taken out of the input (its payload to engines/h2o_body.c);
- *    with END_STREAM an empty DATA frame with END_STREAM stays, so h2o completes the request
- *    (on_req) and can answer it. The connection-level window of the bytes h2o never saw is
- *    given back after the walk; the stream's as the application takes them.
- * Returns where to hold the input back (SIZE_MAX: nowhere) and the new stream in *new_id.
+ * the stream until END_STREAM and only then calls on_req. Its parser takes one frame per
+ * call of the connection's _read_expect (parse_input), so the engine's function takes that
+ * place (h2o changes it between states: each call puts it back, keeping h2o's as
+ * c->h2_expect) and sees every frame before h2o does, whichever read callback h2o runs (the
+ * Debian build re-arms its own on_read after a write, past the engine's socket callback):
+ *  - a header block that ends (HEADERS or CONTINUATION with END_HEADERS, no END_STREAM on
+ *    its HEADERS): after h2o decoded it, eh2o_h2_take_stream decides from h2o's parsed
+ *    request whether its route streams the body; if so the request goes to the core at once
+ *    (after the read, like every HTTP/2 request);
+ *  - a DATA frame of such a stream is consumed here (its payload to engines/h2o_body.c); with
+ *    END_STREAM h2o is given an empty DATA frame with END_STREAM instead, so it completes the
+ *    request (on_req) and can answer it. The connection-level window of the bytes h2o never
+ *    saw goes back after the read (eh2o_h2_on_after_read); the stream's as the application
+ *    takes them. While the connection holds back (EH2O_H2_HOLD_MAX), such a DATA frame is
+ *    left for later (INCOMPLETE: h2o stops parsing there) and reading stops again.
  */
-static size_t eh2o_h2_walk(eh2o_conn *c, uint32_t *new_id)
+static ssize_t eh2o_h2_expect(void *conn, const uint8_t *src, size_t len, const char **err)
 {
-    static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-    h2o_buffer_t *in = c->sock->input;
-    uint8_t *b = (uint8_t *)in->bytes;
-    size_t rd = 0, wr = 0, split = SIZE_MAX; /* frames kept are moved down to wr */
-    *new_id = 0;
-    if (!c->h2_preface_done) {
-        size_t pl = sizeof preface - 1, n = in->size < pl ? in->size : pl;
-        if (memcmp(b, preface, n) == 0) {
-            if (n < pl)
-                return SIZE_MAX; /* h2o waits for the rest of it */
-            rd = wr = pl;
-        }
-        c->h2_preface_done = 1; /* consumed in h2o's next parse (or it was already) */
-    }
-    while (rd + 9 <= in->size) {
-        uint8_t *f = b + rd;
-        size_t len = eh2o_be24(f);
-        uint8_t type = f[3], flags = f[4];
-        uint32_t id = eh2o_be31(f + 5);
-        if (len > EH2O_MAX_FRAME || rd + 9 + len > in->size)
-            break; /* too long (h2o answers FRAME_SIZE_ERROR), or incomplete */
-        eh2o_body *body = id != 0 ? eh2o_body_h2_find(c, id) : NULL;
-        size_t keep = 9 + len; /* of this frame, for h2o */
-        if (type == EH2O_FRAME_HEADERS && body != NULL) {
-            if (flags & EH2O_FLAG_END_STREAM) /* trailers: the body is over (h2o reads them) */
-                eh2o_body_h2_data(body, NULL, 0, 0, 1);
-        } else if (type == EH2O_FRAME_HEADERS && !(flags & EH2O_FLAG_END_STREAM) && (id & 1)) {
-            size_t end = rd + 9 + len;
-            int complete = 1;
-            for (uint8_t fl = flags; !(fl & EH2O_FLAG_END_HEADERS);) {
-                const uint8_t *g = b + end;
-                size_t glen = end + 9 <= in->size ? eh2o_be24(g) : 0;
-                if (end + 9 > in->size || end + 9 + glen > in->size) {
-                    complete = 0; /* the header block is incomplete: none of it for h2o yet */
-                    break;
-                }
-                if (g[3] != EH2O_FRAME_CONTINUATION || eh2o_be31(g + 5) != id ||
-                    glen > EH2O_MAX_FRAME)
-                    break; /* h2o answers the protocol error */
-                fl = g[4];
-                end += 9 + glen;
+    eh2o_h2conn *h2 = conn;
+    eh2o_conn *c = eh2o_sock_conn(h2->sock);
+    ssize_t (*orig)(void *, const uint8_t *, size_t, const char **) = c->h2_expect;
+    /* A frame (not the client's preface, whose first byte is 'P'), complete. */
+    int frame = len >= 9 && src[0] == 0 && 9 + eh2o_be24(src) <= len;
+    uint8_t type = frame ? src[3] : 0xff, flags = frame ? src[4] : 0;
+    uint32_t id = frame ? eh2o_be31(src + 5) : 0;
+    if (c->sock->_cb.read == c->h2_on_read && c->h2_on_read != NULL)
+        c->sock->_cb.read = eh2o_h2_on_read; /* h2o re-armed its own reader: ours again */
+    eh2o_body *body = frame && id != 0 && !c->h2_in_block ? eh2o_body_h2_find(c, id) : NULL;
+    if (body != NULL && type == EH2O_FRAME_DATA) {
+        size_t flen = eh2o_be24(src), lead = flags & EH2O_FLAG_PADDED ? 1 : 0;
+        if (!lead || (flen >= 1 && src[9] < flen)) { /* else h2o refuses the padding */
+            if (c->h2_held_back) {
+                h2o_socket_read_stop(c->sock); /* h2o read again: the hold is not over */
+                return H2O_HTTP2_ERROR_INCOMPLETE;
             }
-            if (!complete) {
-                split = wr;
-                break;
-            }
-            keep = end - rd;
-            memmove(b + wr, b + rd, keep);
-            wr += keep;
-            rd += keep;
-            *new_id = id;
-            split = wr;
-            break;
-        } else if (type == EH2O_FRAME_DATA && body != NULL &&
-                   (!(flags & EH2O_FLAG_PADDED) || (len >= 1 && f[9] < len))) {
-            size_t lead = flags & EH2O_FLAG_PADDED ? 1 : 0;
-            size_t plen = len - lead - (lead ? f[9] : 0);
             int end = (flags & EH2O_FLAG_END_STREAM) != 0;
-            eh2o_body_h2_data(body, (const char *)f + 9 + lead, plen, len, end);
-            c->h2_owed += len;
-            if (end) { /* what stays: DATA, length 0, END_STREAM */
-                f[0] = f[1] = f[2] = 0;
-                f[4] = EH2O_FLAG_END_STREAM;
-                keep = 9;
-            } else {
-                keep = 0;
+            eh2o_body_h2_data(body, (const char *)src + 9 + lead,
+                              flen - lead - (lead ? src[9] : 0), flen, end);
+            c->h2_owed += flen;
+            eh2o_h2_after_read_later(c);
+            if (end) { /* h2o completes the request on an empty DATA with END_STREAM */
+                uint8_t empty[9];
+                h2o_http2_encode_frame_header(empty, 0, EH2O_FRAME_DATA, EH2O_FLAG_END_STREAM,
+                                              (int32_t)id);
+                ssize_t r = orig(conn, empty, sizeof empty, err);
+                if (h2->_read_expect != eh2o_h2_expect) {
+                    c->h2_expect = h2->_read_expect;
+                    h2->_read_expect = eh2o_h2_expect;
+                }
+                if (r < 0)
+                    return r;
             }
+            return (ssize_t)(9 + flen);
         }
-        if (keep != 0 && wr != rd)
-            memmove(b + wr, b + rd, keep);
-        wr += keep;
-        rd += 9 + len;
     }
-    if (wr != rd) { /* the rest (incomplete, or after the split) follows what is kept */
-        memmove(b + wr, b + rd, in->size - rd);
-        in->size -= rd - wr;
+    if (body != NULL && type == EH2O_FRAME_HEADERS && (flags & EH2O_FLAG_END_STREAM)) {
+        eh2o_body_h2_data(body, NULL, 0, 0, 1); /* trailers end the body (h2o reads them) */
+        eh2o_h2_after_read_later(c);
     }
-    return split;
-}
-
-/* The walk, then h2o, frame block by frame block (see eh2o_h2_walk). 0 when c closed. */
-static int eh2o_h2_read_walked(eh2o_conn *c)
-{
-    h2o_socket_t *sock = c->sock;
-    for (;;) {
-        uint32_t id;
-        size_t split = eh2o_h2_walk(c, &id);
-        char *rest = NULL;
-        size_t nrest = 0, left;
-        if (split != SIZE_MAX && split < sock->input->size) {
-            nrest = sock->input->size - split;
-            rest = malloc(nrest);
-            if (rest == NULL) {
-                split = SIZE_MAX; /* out of memory: h2o reads it all, buffering the body */
-                id = 0;
-                nrest = 0;
-            } else {
-                memcpy(rest, sock->input->bytes + split, nrest);
-                sock->input->size = split;
-            }
-        }
-        left = sock->input->size;
-        if (!eh2o_h2_call(c, NULL)) {
-            free(rest);
-            return 0;
-        }
-        if (id != 0)
+    ssize_t r = orig(conn, src, len, err);
+    if (h2->_read_expect != eh2o_h2_expect) { /* h2o moved to another state */
+        c->h2_expect = h2->_read_expect;
+        h2->_read_expect = eh2o_h2_expect;
+    }
+    if (r > 0 && frame && (type == EH2O_FRAME_HEADERS || type == EH2O_FRAME_CONTINUATION)) {
+        c->h2_in_block = !(flags & EH2O_FLAG_END_HEADERS);
+        if (!c->h2_in_block && (id & 1) && id > c->h2_examined) {
+            c->h2_examined = id; /* stream ids only grow: each head is looked at once */
             eh2o_h2_take_stream(c, id);
-        if (rest == NULL)
-            return 1;
-        int again = id != 0; /* a complete block went: walk what follows; else it waits */
-        int moved = sock->input->size < left || left == 0;
-        if (h2o_buffer_reserve(&sock->input, nrest).base == NULL) {
-            free(rest);
-            eh2o_h2_call(c, "out of memory");
-            return 0;
         }
-        memcpy(sock->input->bytes + sock->input->size, rest, nrest);
-        sock->input->size += nrest;
-        free(rest);
-        if (!again || !moved)
-            return 1; /* a header block still arriving, or h2o took nothing (closing) */
     }
+    return r;
 }
 
-/* The connection's read callback once it speaks HTTP/2: h2o's (through the walk when some
- * route streams its body), then the count of requests arriving (c may be freed in h2o's). */
+/* Once h2o's HTTP/2 connection is adopted (its layout checked): its frames go through
+ * eh2o_h2_expect when some route streams its body. */
+static void eh2o_h2_wrap_expect(eh2o_conn *c)
+{
+    eh2o_h2conn *h2 = c->h2;
+    if (h2 == NULL || c->h2_expect != NULL || !srv__server_streams_bodies(c->thread->server->srv))
+        return;
+    c->h2_expect = h2->_read_expect;
+    h2->_read_expect = eh2o_h2_expect;
+}
+
+/* After the read: the connection's window for the bytes h2o never saw, each stream's body
+ * moved on (and its window given back), the hold looked at. */
+static void eh2o_h2_on_after_read(h2o_timeout_entry_t *entry)
+{
+    eh2o_conn *c = H2O_STRUCT_FROM_MEMBER(eh2o_conn, h2_after_entry, entry);
+    if (c->h2_owed != 0) {
+        eh2o_h2_window_update(c, 0, c->h2_owed);
+        c->h2_owed = 0;
+    }
+    eh2o_body_h2_after_read(c);
+    eh2o_h2_hold_check(c, eh2o_body_h2_held(c));
+}
+
+void eh2o_h2_after_read_later(eh2o_conn *c)
+{
+    if (h2o_timeout_is_linked(&c->h2_after_entry))
+        return;
+    c->h2_after_entry.cb = eh2o_h2_on_after_read;
+    h2o_timeout_link(c->thread->loop, &c->thread->zero, &c->h2_after_entry);
+}
+
+/* The connection's read callback once it speaks HTTP/2: h2o's, then the count of requests
+ * arriving (c may be freed in h2o's). */
 static void eh2o_h2_on_read(h2o_socket_t *sock, const char *err)
 {
     eh2o_conn *c = eh2o_sock_conn(sock);
@@ -245,23 +217,45 @@ static void eh2o_h2_on_read(h2o_socket_t *sock, const char *err)
         if (eh2o_h1_unhold(c, n) == SIZE_MAX)
             err = "out of memory";
     }
-    if (err != NULL || !srv__server_streams_bodies(c->thread->server->srv)) {
-        if (eh2o_h2_call(c, err))
-            eh2o_h2_note(c);
+    if (eh2o_h2_call(c, err))
+        eh2o_h2_note(c);
+}
+
+static void eh2o_h2_on_hold_entry(h2o_timeout_entry_t *entry)
+{
+    eh2o_conn *c = H2O_STRUCT_FROM_MEMBER(eh2o_conn, h2_hold_entry, entry);
+    eh2o_h2_hold_check(c, eh2o_body_h2_held(c));
+}
+
+/* From wherever a body lets go of its bytes (an answer, a reset, maybe inside h2o's own
+ * calls): the connection is read again from the loop, after this turn. */
+void eh2o_h2_hold_later(eh2o_conn *c)
+{
+    if (!c->h2_held_back || h2o_timeout_is_linked(&c->h2_hold_entry))
         return;
+    c->h2_hold_entry.cb = eh2o_h2_on_hold_entry;
+    h2o_timeout_link(c->thread->loop, &c->thread->zero, &c->h2_hold_entry);
+}
+
+/* A connection whose streamed bodies hold EH2O_H2_HOLD_MAX for their applications is not read
+ * (TCP back-pressure, as HTTP/1 while an application pauses) until they hold half of it. */
+void eh2o_h2_hold_check(eh2o_conn *c, size_t held)
+{
+    h2o_socket_t *sock = c->sock;
+    if (!c->h2_held_back && held >= EH2O_H2_HOLD_MAX) {
+        if (sock->_cb.read != NULL)
+            h2o_socket_read_stop(sock);
+        c->h2_held_back = 1;
+    } else if (c->h2_held_back && held < EH2O_H2_HOLD_MAX / 2) {
+        c->h2_held_back = 0;
+        h2o_socket_read_start(sock, eh2o_h2_on_read);
+        if (sock->input->size != 0) /* frames left for later while holding back */
+            eh2o_h2_on_read(sock, NULL); /* c may be freed */
     }
-    if (!eh2o_h2_read_walked(c))
-        return;
-    if (c->h2_owed != 0) {
-        eh2o_h2_window_update(c, 0, c->h2_owed);
-        c->h2_owed = 0;
-    }
-    eh2o_body_h2_after_read(c);
-    eh2o_h2_note(c);
 }
 
 /* The bytes held back at the switch to HTTP/2 (after the preface, or the whole input over
- * TLS): through the walk now that it is in place. */
+ * TLS): through eh2o_h2_expect now that it is in place. */
 static void eh2o_h2_on_inject(h2o_timeout_entry_t *entry)
 {
     eh2o_conn *c = H2O_STRUCT_FROM_MEMBER(eh2o_conn, h1.inject, entry);
@@ -298,7 +292,7 @@ void eh2o_h2_cancel_stream(eh2o_conn *c, uint32_t stream_id, int h2o_error)
 }
 
 /*
- * A request with a body, its header block just parsed by h2o (eh2o_h2_walk): when its route
+ * A request with a body, its header block just parsed by h2o (eh2o_h2_expect): when its route
  * streams the body, the request goes to the core now (after this read, as every HTTP/2
  * request) and the walk takes its DATA frames; otherwise h2o buffers the body as usual and
  * on_req applies the core's rules then.
@@ -430,8 +424,8 @@ static void eh2o_h2_check(eh2o_conn *c, uint64_t now, uint64_t limit)
      * from the moment it hands the request over (SEND_HEADERS, before on_req); requests
      * waiting for a processing slot are on _pending_reqs. */
     uint32_t open = h2->num_streams[1].open, processing = h2->num_streams[1].half_closed;
-    /* A streamed body is paced by its own deadline (engines/h2o_body.c), not this one. */
-    uint32_t queued = eh2o_body_h2_receiving(c);
+    /* A streamed body counts as processing (paced by its own deadline, engines/h2o_body.c). */
+    uint32_t queued = 0;
     for (h2o_linklist_t *n = h2->_pending_reqs.next; n != &h2->_pending_reqs; n = n->next)
         queued++;
     int receiving = h2->_headers_unparsed != NULL || open > processing + queued;

@@ -225,8 +225,14 @@ typedef struct eh2o_conn {
         int lingers;            /* half-closed and drained (a body cut short by its answer) */
     } h1;
     struct eh2o_body *h2_bodies; /* HTTP/2 streams whose body streams (engines/h2o_body.c) */
-    int h2_preface_done;         /* the walk is past the client's connection preface */
+    /* h2o's _read_expect while eh2o_h2_expect takes its place (streamed bodies) */
+    ssize_t (*h2_expect)(void *conn, const uint8_t *src, size_t len, const char **err);
+    int h2_in_block;             /* a header block's CONTINUATION is due */
+    uint32_t h2_examined;        /* the last stream whose head eh2o_h2_take_stream saw */
+    h2o_timeout_entry_t h2_after_entry; /* after the read: windows, bodies, the hold */
     size_t h2_owed;              /* connection window the walk owes the client */
+    int h2_held_back;            /* reads stopped: streamed bodies hold EH2O_H2_HOLD_MAX */
+    h2o_timeout_entry_t h2_hold_entry; /* look again after this loop turn (eh2o_h2_hold_later) */
     struct eh2o_tls_hs *tls_hs; /* engines/h2o_tls.c: in its TLS handshake */
 } eh2o_conn;
 
@@ -375,7 +381,7 @@ eh2o_body *eh2o_body_h2_find(eh2o_conn *c, uint32_t id);
 void eh2o_body_h2_data(eh2o_body *b, const char *p, size_t n, size_t frame_len, int end);
 void eh2o_body_h2_after_read(eh2o_conn *c);
 int eh2o_body_h2_ready(eh2o_conn *c, h2o_req_t *req);
-unsigned eh2o_body_h2_receiving(eh2o_conn *c); /* its streams h2o counts as arriving */
+size_t eh2o_body_h2_held(eh2o_conn *c); /* bytes its streamed bodies hold */
 eh2o_body *eh2o_body_h2_dispatching(eh2o_ticket *tk); /* a reference until _dispatched */
 void eh2o_body_h2_dispatched(eh2o_body *b);
 int eh2o_body_h2_owns(eh2o_conn *c, uint32_t stream_id);
@@ -421,6 +427,13 @@ void eh2o_h2_write_answer(eh2o_conn *c, uint32_t stream_id, srv_request *sreq);
 void eh2o_h2_drop_body(eh2o_conn *c, h2o_req_t *req);
 /* A streamed body's stream: its flow-control window back by n, or cancelled (RST_STREAM). */
 #define EH2O_H2_GRANT_BYTES (1024 * 1024)
+/* What one connection's streamed bodies may hold for their applications: past it the
+ * connection is not read until they take some (a stream alone is bounded by its 16 MiB
+ * window; this bounds the 100 streams of a connection together). */
+#define EH2O_H2_HOLD_MAX (24u << 20)
+void eh2o_h2_hold_check(eh2o_conn *c, size_t held); /* after the walk and each delivery */
+void eh2o_h2_hold_later(eh2o_conn *c); /* a body let go of bytes: check after this turn */
+void eh2o_h2_after_read_later(eh2o_conn *c); /* DATA taken: their windows after this turn */
 void eh2o_h2_window_update(eh2o_conn *c, uint32_t stream_id, size_t n);
 void eh2o_h2_cancel_stream(eh2o_conn *c, uint32_t stream_id, int h2o_error);
 /* engines/h2o.c: take over a request with a body to a streamed route, at its HEADERS */

@@ -1616,6 +1616,10 @@ int main(int argc, char **argv)
                 cmocka_unit_test_setup_teardown(test_upload_h2_reset, up_setup, up_teardown),
                 cmocka_unit_test_setup_teardown(test_upload_h2_flow_control, up_setup_long,
                                                 up_teardown),
+                cmocka_unit_test_setup_teardown(test_upload_h2_block_trickle, up_setup,
+                                                up_teardown),
+                cmocka_unit_test_setup_teardown(test_upload_h2_connection_hold, up_setup_long,
+                                                up_teardown),
             };
             snprintf(name, sizeof name, "conformance %s%s: streamed request bodies, HTTP/2 "
                      "frames", g_engine_name, run);

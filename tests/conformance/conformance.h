@@ -436,6 +436,8 @@ void test_upload_graceful_stop(void **state);
 void test_upload_refused(void **state);
 int up_setup_long(void **state);
 void test_upload_http10(void **state);
+void test_upload_h2_block_trickle(void **state);
+void test_upload_h2_connection_hold(void **state);
 void test_upload_h2_frames(void **state);
 void test_upload_h2_answer_unread(void **state);
 void test_upload_h2_route_limit(void **state);

@@ -257,7 +257,7 @@ int up_setup(void **state)
     /* Also the body's pace window: 3 s, so that a case's own pauses
      * between sends (a busy sanitizer run) never look like a slow drip. */
     cfg.header_timeout_ms = 3 * T_HEADER_MS;
-    cfg.keepalive_timeout_ms = T_KEEPALIVE_MS;
+    cfg.keepalive_timeout_ms = g_up_long ? 60000 : T_KEEPALIVE_MS;
     cfg.request_timeout_ms = g_up_long ? 60000 : T_REQUEST_MS;
     cfg.max_body_bytes = L_BODY; /* the ordinary routes' limit: not the uploads' */
     if (g_tls) {
@@ -1346,4 +1346,104 @@ void test_upload_http10(void **state)
     CHECK(w == RC_CLOSED || w == RC_RESET, "HTTP/1.0: the connection stays open after the answer");
     rc_close(&c);
     CHECK_INT("on_end status", atomic_load(&g_up.end_status), 0);
+}
+
+/* A header block that never ends (HEADERS, then an empty CONTINUATION every
+ * 300 ms) to a server with streamed routes: the engine holds the block back
+ * from its library until it is complete, so the receive deadline must still
+ * run: the connection is closed within header_timeout_ms (3 s here) plus
+ * the sweep, not kept forever. */
+void test_upload_h2_block_trickle(void **state)
+{
+    ufx *f = *state;
+    const char *what = "HTTP/2 header block trickled in empty CONTINUATIONs";
+    unsigned char first[512], step[16], block[256];
+    size_t n = up_h2_head(block, "PUT", "/u/sum", NULL);
+    size_t fl = h2_frame(first, 1, 0, 1, block, n); /* no END_HEADERS */
+    size_t sl = h2_frame(step, 9, 0, 1, NULL, 0);
+    rc_conn *c = up_h2_open(f, what);
+    long long cut = trickle(c, first, fl, step, sl, 20000);
+    CHECK(cut >= 0, "[%s] still open after 20 s", what);
+    CHECK_INT("handlers entered", atomic_load(&g_up.entered), 0);
+    up_h2_close(c);
+}
+
+typedef struct up_h2_sender {
+    rc_conn *c;
+    unsigned char *data;
+    size_t len;
+    atomic_int done;
+    int rc;
+} up_h2_sender;
+
+static void *up_h2_sender_main(void *arg)
+{
+    up_h2_sender *s = arg;
+    s->rc = rc_send(s->c, s->data, s->len, 60000);
+    atomic_store(&s->done, 1);
+    return NULL;
+}
+
+/* Three paused uploads on one connection, each within its stream window
+ * (15 of 16 MiB) but 45 MiB together: the engine holds at most
+ * EH2O_H2_HOLD_MAX (24 MiB) for them and then stops reading the connection,
+ * so the client's send blocks (TCP back-pressure) instead of the server
+ * buffering 45 MiB; once resumed all three complete. */
+void test_upload_h2_connection_hold(void **state)
+{
+    ufx *f = *state;
+    const char *what = "HTTP/2 paused uploads filling a connection";
+    enum { FRAME = 16384, EACH = 15 << 20, STREAMS = 3 };
+    char *pat = up_pattern(FRAME);
+    size_t cap = 4096 + (size_t)STREAMS * (EACH / FRAME) * (9 + FRAME);
+    unsigned char *buf = malloc(cap), *p = buf, block[256];
+    size_t n = up_h2_head(block, "PUT", "/u/hold", NULL);
+    for (unsigned k = 0; k < STREAMS; k++)
+        p += h2_frame(p, 1, 0x4, 1 + 2 * k, block, n);
+    for (size_t at = 0; at < EACH; at += FRAME)
+        for (unsigned k = 0; k < STREAMS; k++)
+            p += h2_frame(p, 0, at + FRAME >= EACH ? 0x1 : 0, 1 + 2 * k, pat, FRAME);
+    atomic_store(&g_up.hold, 1);
+    rc_conn *c = up_h2_open(f, what);
+    up_h2_sender s = {.c = c, .data = buf, .len = (size_t)(p - buf)};
+    pthread_t t;
+    pthread_create(&t, NULL, up_h2_sender_main, &s);
+    long long end = rc_now_ms() + 10000;
+    while (atomic_load(&g_up.reads) < STREAMS && rc_now_ms() < end)
+        sleep_ms(5);
+    sleep_ms(1500); /* whatever the engine takes in, it takes by now */
+    int sender_done = atomic_load(&s.done);
+    atomic_store(&g_up.hold, 0);
+    pthread_mutex_lock(&f->mu);
+    int nups = f->nups;
+    up *ups[UP_MAX];
+    memcpy(ups, f->ups, sizeof ups);
+    pthread_mutex_unlock(&f->mu);
+    for (int i = 0; i < nups; i++)
+        if (ups[i]->mode == UP_HOLD)
+            up_resume(ups[i]);
+    if (!sender_done && atomic_load(&g_up.reads) < STREAMS)
+        shutdown(c->fd, SHUT_RDWR); /* nothing to resume: the sender fails */
+    pthread_join(t, NULL);
+    CHECK_INT("bodies read", atomic_load(&g_up.reads), STREAMS);
+    CHECK(!sender_done, "[%s] the client sent all %d MiB while the applications were paused: "
+          "the engine buffered them instead of holding the client back", what,
+          STREAMS * EACH >> 20);
+    CHECK_INT("send", s.rc, RC_OK);
+    up_h2r r;
+    char want[64];
+    uint64_t h = UP_FNV_INIT;
+    for (size_t at = 0; at < EACH; at += FRAME)
+        h = up_fnv(h, pat, FRAME);
+    snprintf(want, sizeof want, "%d %016llx\n", EACH, (unsigned long long)h);
+    for (unsigned k = 0; k < STREAMS; k++) {
+        CHECK(up_h2_wait(c, 1 + 2 * k, &r, 30000), "[%s] stream %u not answered", what,
+              1 + 2 * k);
+        CHECK(r.s[k].status == 200 && strcmp(r.s[k].body, want) == 0,
+              "[%s] stream %u: %d \"%s\", want \"%s\"", what, 1 + 2 * k, r.s[k].status,
+              r.s[k].body, want);
+    }
+    up_h2_close(c);
+    free(buf);
+    free(pat);
 }
