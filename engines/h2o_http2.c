@@ -167,7 +167,8 @@ static ssize_t eh2o_h2_expect(void *conn, const uint8_t *src, size_t len, const 
     }
     if (r > 0 && frame && (type == EH2O_FRAME_HEADERS || type == EH2O_FRAME_CONTINUATION)) {
         c->h2_in_block = !(flags & EH2O_FLAG_END_HEADERS);
-        if (!c->h2_in_block && (id & 1) && id > c->h2_examined) {
+        if (!c->h2_in_block && (id & 1) && id > c->h2_examined &&
+            srv__server_streams_bodies(c->thread->server->srv)) {
             c->h2_examined = id; /* stream ids only grow: each head is looked at once */
             eh2o_h2_take_stream(c, id);
         }
@@ -176,11 +177,11 @@ static ssize_t eh2o_h2_expect(void *conn, const uint8_t *src, size_t len, const 
 }
 
 /* Once h2o's HTTP/2 connection is adopted (its layout checked): its frames go through
- * eh2o_h2_expect when some route streams its body. */
+ * eh2o_h2_expect (which also keeps the engine's socket callback in place). */
 static void eh2o_h2_wrap_expect(eh2o_conn *c)
 {
     eh2o_h2conn *h2 = c->h2;
-    if (h2 == NULL || c->h2_expect != NULL || !srv__server_streams_bodies(c->thread->server->srv))
+    if (h2 == NULL || c->h2_expect != NULL)
         return;
     c->h2_expect = h2->_read_expect;
     h2->_read_expect = eh2o_h2_expect;

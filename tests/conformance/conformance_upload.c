@@ -1040,6 +1040,21 @@ static rc_conn *up_h2_open(const ufx *f, const char *what)
     return c;
 }
 
+/* An h2c connection with PUT `path` open on stream 1 (content-length
+ * `length` unless NULL) and data[0..n) of its body sent. */
+static rc_conn *up_h2_put_part(const ufx *f, const char *what, const char *path,
+                               const char *length, const char *data, size_t n)
+{
+    unsigned char buf[4096], *p = buf, block[256];
+    size_t hl = up_h2_head(block, "PUT", path, length);
+    p += h2_frame(p, 1, 0x4, 1, block, hl);
+    if (n != 0)
+        p += h2_frame(p, 0, 0, 1, data, n);
+    rc_conn *c = up_h2_open(f, what);
+    CHECK(rc_send(c, buf, (size_t)(p - buf), 2000) == RC_OK, "[%s] send", what);
+    return c;
+}
+
 static void up_h2_close(rc_conn *c)
 {
     rc_close(c);
@@ -1119,12 +1134,9 @@ void test_upload_h2_answer_unread(void **state)
     ufx *f = *state;
     const char *what = "HTTP/2 answer before the body's end";
     char *pat = up_pattern(1000);
-    unsigned char buf[4096], *p = buf, block[256];
-    size_t n = up_h2_head(block, "PUT", "/u/deny", "100000");
-    p += h2_frame(p, 1, 0x4, 1, block, n);
-    p += h2_frame(p, 0, 0, 1, pat, 1000);
-    rc_conn *c = up_h2_open(f, what);
-    CHECK(rc_send(c, buf, (size_t)(p - buf), 2000) == RC_OK, "[%s] send", what);
+    unsigned char buf[4096], *p, block[256];
+    size_t n;
+    rc_conn *c = up_h2_put_part(f, what, "/u/deny", "100000", pat, 1000);
     up_h2r r;
     CHECK(up_h2_wait(c, 1, &r, 10000), "[%s] stream 1 not answered", what);
     CHECK(r.s[0].status == 401 && strcmp(r.s[0].body, "denied\n") == 0,
@@ -1185,11 +1197,8 @@ void test_upload_h2_length_mismatch(void **state)
 {
     ufx *f = *state;
     const char *what = "HTTP/2 DATA shorter than the content-length";
-    unsigned char buf[1024], *p = buf, block[256];
-    size_t n = up_h2_head(block, "PUT", "/u/sum", "10");
-    p += h2_frame(p, 1, 0x4, 1, block, n);
-    rc_conn *c = up_h2_open(f, what);
-    CHECK(rc_send(c, buf, (size_t)(p - buf), 2000) == RC_OK, "[%s] send", what);
+    unsigned char buf[1024], *p;
+    rc_conn *c = up_h2_put_part(f, what, "/u/sum", "10", NULL, 0);
     /* The application reads first, so that it is told in on_end (before, its
      * srv_request_body_read would say it). */
     long long end = rc_now_ms() + 10000;
@@ -1214,12 +1223,9 @@ void test_upload_h2_reset(void **state)
     ufx *f = *state;
     const char *what = "HTTP/2 stream reset mid-body";
     char *pat = up_pattern(1000);
-    unsigned char buf[4096], *p = buf, block[256];
-    size_t n = up_h2_head(block, "PUT", "/u/sum", "100000");
-    p += h2_frame(p, 1, 0x4, 1, block, n);
-    p += h2_frame(p, 0, 0, 1, pat, 1000);
-    rc_conn *c = up_h2_open(f, what);
-    CHECK(rc_send(c, buf, (size_t)(p - buf), 2000) == RC_OK, "[%s] send", what);
+    unsigned char buf[4096], *p, block[256];
+    size_t n;
+    rc_conn *c = up_h2_put_part(f, what, "/u/sum", "100000", pat, 1000);
     long long end = rc_now_ms() + 10000;
     while (atomic_load(&g_up.received) < 1000 && rc_now_ms() < end)
         sleep_ms(5);
