@@ -11,8 +11,10 @@ from /proc/PID/stat) over the hold is printed beside the same over an idle
 stretch of the same length. A server that waits idle spends next to nothing;
 libmicrohttpd 0.9.75's epoll loop spins on such a connection (GnuTLS reads
 the socket itself during the handshake, so MHD never sees the EAGAIN that
-clears its read-ready mark), a whole core for the whole hold. Then the
-Finished and a request go out and the answer must be a 200.
+clears its read-ready mark), a whole core for the whole hold: the mhd engine
+suspends the connection meanwhile (emhd_tls_pull), and this shows whether
+that works. Then the Finished and a request go out and the answer must be a
+200.
 
 Usage: bench/tls_handshake_hold.py [--build-dir build] [--engines mhd,...]
        [--hold 1.0] [--tls-key ec-p256|rsa2048] [--reps 3]
