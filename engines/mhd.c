@@ -23,6 +23,7 @@
 #include <string.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -97,6 +98,10 @@ struct emhd_conn {
      * request cannot be in it (unless pipelined, then MHD parses it at once). */
     _Atomic unsigned long long rcvd;
     atomic_bool handshaken; /* TLS: the client's Finished arrived (rcvd set then) */
+    /* TLS: suspended while its handshake waits for the client (emhd_tls_pull),
+     * in es->hs_epfd until its socket turns readable. hs_mu. */
+    bool hs_waiting;
+    gnutls_session_t session; /* TLS: MHD's session (set at NOTIFY_STARTED) */
     atomic_bool pre_arriving; /* quiesce counted that request as arriving */
     atomic_int phase;        /* EMHD_IDLE, EMHD_HEAD, ... */
     atomic_llong deadline;   /* ms (CLOCK_MONOTONIC) for IDLE/HEAD/BODY/SEND; 0: none */
@@ -163,6 +168,15 @@ typedef struct emhd_server {
     emhd_worker *workers;
     unsigned max_workers;
     atomic_uint nworkers;
+    /* TLS: connections whose handshake waits for the client are suspended
+     * and watched here (emhd_tls_pull, emhd_hs_thread); hs_mu orders a
+     * suspension against the stop's resumption of them all. */
+    int hs_epfd;
+    int hs_wake;             /* eventfd: the thread's stop */
+    pthread_t hs_thread;
+    bool hs_started;
+    pthread_mutex_t hs_mu;
+    bool hs_stopping;        /* hs_mu: no new suspension */
 } emhd_server;
 
 /* The hand-over of one request's response. A request is dispatched without
@@ -799,17 +813,135 @@ static int emhd_tls_finished(gnutls_session_t session, unsigned htype, unsigned 
     return 0;
 }
 
+/*
+ * TLS: the socket read GnuTLS makes (gnutls_transport_set_pull_function).
+ * libmicrohttpd 0.9.75 lets GnuTLS read the socket itself during the
+ * handshake, so its epoll loop never sees the EAGAIN that clears the
+ * connection's read-ready mark: it would call gnutls_handshake again and
+ * again (with epoll_wait(0) between) until the client's next flight came,
+ * a core busy for a round trip per handshake (docs/BENCHMARKS.md). Instead
+ * a handshake that finds the socket empty suspends its connection (MHD
+ * drops it from its loop) and emhd_hs_thread resumes it when the socket
+ * turns readable (or hung up, or shut down by the watchdog's deadline).
+ * After the handshake it is a plain recv. MHD thread.
+ */
+static ssize_t emhd_tls_pull(gnutls_transport_ptr_t ptr, void *buf, size_t len)
+{
+    emhd_conn *ec = ptr;
+    ssize_t n = recv(ec->fd, buf, len, 0);
+    int err = n < 0 ? errno : 0;
+    if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK) && !atomic_load(&ec->handshaken)) {
+        emhd_server *es = ec->es;
+        pthread_mutex_lock(&es->hs_mu);
+        if (!es->hs_stopping && !ec->hs_waiting) {
+            struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT,
+                                     .data.ptr = ec};
+            if (epoll_ctl(es->hs_epfd, EPOLL_CTL_ADD, ec->fd, &ev) == 0) {
+                ec->hs_waiting = true;
+                MHD_suspend_connection(ec->conn);
+            } /* else MHD calls again, as it would have */
+        }
+        pthread_mutex_unlock(&es->hs_mu);
+    }
+    if (n < 0)
+        gnutls_transport_set_errno(ec->session, err);
+    return n;
+}
+
+/* Resumes a connection suspended by emhd_tls_pull. hs_mu held. */
+static void emhd_hs_resume(emhd_server *es, emhd_conn *ec)
+{
+    epoll_ctl(es->hs_epfd, EPOLL_CTL_DEL, ec->fd, NULL);
+    ec->hs_waiting = false;
+    MHD_resume_connection(ec->conn);
+}
+
+/* The only thread that resumes those connections while the server runs,
+ * so an event it took cannot outlive its connection: a suspended
+ * connection is not closed by MHD. */
+static void *emhd_hs_thread(void *arg)
+{
+    emhd_server *es = arg;
+    struct epoll_event evs[64];
+    for (;;) {
+        int n = epoll_wait(es->hs_epfd, evs, 64, -1);
+        for (int i = 0; i < n; i++) {
+            if (evs[i].data.ptr == NULL)
+                return NULL; /* hs_wake: the stop */
+            emhd_conn *ec = evs[i].data.ptr;
+            pthread_mutex_lock(&es->hs_mu);
+            if (ec->hs_waiting)
+                emhd_hs_resume(es, ec);
+            pthread_mutex_unlock(&es->hs_mu);
+        }
+    }
+}
+
+/* Stop: no new suspension, the thread ends, and every connection still
+ * waiting is resumed (MHD_stop_daemon panics on a suspended connection;
+ * it closes them). */
+static void emhd_hs_stop(emhd_server *es)
+{
+    if (!es->hs_started)
+        return;
+    pthread_mutex_lock(&es->hs_mu);
+    es->hs_stopping = true;
+    pthread_mutex_unlock(&es->hs_mu);
+    uint64_t one = 1;
+    while (write(es->hs_wake, &one, sizeof one) < 0 && errno == EINTR)
+        ;
+    pthread_join(es->hs_thread, NULL);
+    es->hs_started = false;
+    pthread_mutex_lock(&es->lock);
+    pthread_mutex_lock(&es->hs_mu);
+    for (emhd_conn *ec = es->conns; ec != NULL; ec = ec->next)
+        if (ec->hs_waiting)
+            emhd_hs_resume(es, ec);
+    pthread_mutex_unlock(&es->hs_mu);
+    pthread_mutex_unlock(&es->lock);
+}
+
+/* The epoll set, its wake-up and its thread; 0 or an SRV_E* code. */
+static int emhd_hs_start(emhd_server *es)
+{
+    es->hs_epfd = epoll_create1(EPOLL_CLOEXEC);
+    es->hs_wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+    if (es->hs_epfd < 0 || es->hs_wake < 0 ||
+        epoll_ctl(es->hs_epfd, EPOLL_CTL_ADD, es->hs_wake, &ev) != 0)
+        return SRV_ENOMEM;
+    if (pthread_create(&es->hs_thread, NULL, emhd_hs_thread, es) != 0)
+        return SRV_ETHREAD;
+    es->hs_started = true;
+    return 0;
+}
+
+static void emhd_hs_close(emhd_server *es)
+{
+    if (es->hs_epfd >= 0)
+        close(es->hs_epfd);
+    if (es->hs_wake >= 0)
+        close(es->hs_wake);
+    es->hs_epfd = es->hs_wake = -1;
+}
+
 /* TLS, a new connection. With tls_client_ca_file, a client without a
  * certificate that the CA file verifies fails the handshake, as on the
  * OpenSSL engines (SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT):
  * MHD only requests one (GNUTLS_CERT_REQUEST) and verifies nothing. */
-static void emhd_tls_session(emhd_server *es, struct MHD_Connection *conn)
+static void emhd_tls_session(emhd_server *es, struct MHD_Connection *conn, emhd_conn *ec)
 {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_GNUTLS_SESSION);
     if (ci == NULL || ci->tls_session == NULL)
         return;
     gnutls_session_t session = ci->tls_session;
+    if (ec != NULL && ec->fd >= 0) {
+        /* Our pull (its pointer: ec); the push keeps the socket (MHD's). */
+        ec->session = session;
+        gnutls_transport_set_pull_function(session, emhd_tls_pull);
+        gnutls_transport_set_ptr2(session, ec, (gnutls_transport_ptr_t)(intptr_t)ec->fd);
+    }
     gnutls_handshake_set_hook_function(session, GNUTLS_HANDSHAKE_FINISHED, GNUTLS_HOOK_POST,
                                        emhd_tls_finished);
     if (es->tls_start == NULL || es->tls_start->client_ca_pem == NULL)
@@ -823,8 +955,6 @@ static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void 
 {
     emhd_server *es = cls;
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
-        if (es->tls)
-            emhd_tls_session(es, conn);
         emhd_conn *ec = calloc(1, sizeof *ec);
         if (ec != NULL) {
             const union MHD_ConnectionInfo *ci =
@@ -848,6 +978,8 @@ static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void 
             ec->worker = es->workers != NULL ? emhd_worker_self(es, true) : NULL;
             emhd_went_idle(ec);
         }
+        if (es->tls)
+            emhd_tls_session(es, conn, ec);
         *socket_context = ec;
         srv__stats_connection_opened(es->srv);
         return;
@@ -1645,7 +1777,9 @@ static int emhd_start(srv_server *srv, void **state)
     }
     es->srv = srv;
     es->lfd = -1;
+    es->hs_epfd = es->hs_wake = -1;
     pthread_mutex_init(&es->lock, NULL);
+    pthread_mutex_init(&es->hs_mu, NULL);
     const char *log = getenv("SRV_MHD_LOG");
     es->log_all = log != NULL && log[0] == '1';
     pthread_condattr_t ca;
@@ -1743,6 +1877,10 @@ static int emhd_start(srv_server *srv, void **state)
             tls_opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_TRUST, 0,
                                                     (void *)es->tls_start->client_ca_pem};
         tls_opts[n] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+        if ((rc = emhd_hs_start(es)) != 0) {
+            srv__server_set_error(srv, "mhd: cannot start the TLS handshake thread");
+            goto fail_watchdog;
+        }
     }
 
     *state = es;
@@ -1774,6 +1912,8 @@ static int emhd_start(srv_server *srv, void **state)
 
     /* Undo in the reverse order of acquisition. */
 fail_watchdog:
+    emhd_hs_stop(es); /* no connection was accepted: nothing to resume */
+    emhd_hs_close(es);
     emhd_watchdog_join(es);
     *state = NULL;
 fail_listen:
@@ -1782,6 +1922,7 @@ fail_sync:
     if (es->tls_start != NULL)
         srv__tls_gnutls_release(es->tls_start);
     pthread_cond_destroy(&es->wd_cond);
+    pthread_mutex_destroy(&es->hs_mu);
     pthread_mutex_destroy(&es->lock);
     free(es->workers);
     free(es);
@@ -1887,6 +2028,7 @@ static void emhd_stop(void *state)
     emhd_server *es = state;
     emhd_quiesce(es);
     emhd_watchdog_join(es);
+    emhd_hs_stop(es);
     emhd_refuse_arriving(es);
     /* MHD_stop_daemon panics on a suspended connection. The core answered
      * every request, so each was resumed; wait out a respond that is still
@@ -1934,7 +2076,9 @@ static void emhd_destroy(void *state)
     }
     if (es->tls_start != NULL)
         srv__tls_gnutls_release(es->tls_start);
+    emhd_hs_close(es);
     pthread_cond_destroy(&es->wd_cond);
+    pthread_mutex_destroy(&es->hs_mu);
     pthread_mutex_destroy(&es->lock);
     free(es->workers);
     free(es);

@@ -1340,6 +1340,12 @@ static int conformance_tls_main(void)
     snprintf(name, sizeof name, "conformance %s (TLS): idle clients, ciphers",
              g_engine_name);
     failed += cmocka_run_group_tests_name(name, tls_client, group_h1, NULL);
+    const struct CMUnitTest tls_wait[] = {
+        cmocka_unit_test_setup_teardown(test_tls_handshake_waits_idle, setup_default, fx_teardown),
+    };
+    snprintf(name, sizeof name, "conformance %s (TLS): a handshake waiting for its client",
+             g_engine_name);
+    failed += cmocka_run_group_tests_name(name, tls_wait, group_h1, NULL);
     const struct CMUnitTest static_files[] = {STATIC_CASES};
     snprintf(name, sizeof name, "conformance %s (TLS): static files", g_engine_name);
     failed += cmocka_run_group_tests_name(name, static_files, group_h1, NULL);

@@ -390,6 +390,8 @@ void test_tls_refused_by_engine(void **state);
 /* conformance_tls_client.c */
 void test_tls_stop_idle_after_handshake(void **state);
 void test_tls_ciphers_and_min_version(void **state);
+/* conformance_tls_wait.c */
+void test_tls_handshake_waits_idle(void **state);
 
 /* ------------------------------------------------------------------ */
 /* Cases: conformance_tls_raw.c (the raw cases over TLS)              */
