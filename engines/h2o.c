@@ -269,12 +269,16 @@ static int eh2o_fill_parsed(srv_request *sreq, h2o_req_t *req)
     return 0;
 }
 
-static int eh2o_fill(srv_request *sreq, h2o_req_t *req)
+/* built: the guard built the head already (eh2o_h1_take_ready); only the body is left. */
+static int eh2o_fill(srv_request *sreq, h2o_req_t *req, int built)
 {
     eh2o_head head;
-    int st = eh2o_raw_head(req, &head) ? eh2o_fill_raw(sreq, &head) : eh2o_fill_parsed(sreq, req);
-    if (st == 0)
-        st = srv__request_headers_done(sreq);
+    int st = 0;
+    if (!built) {
+        st = eh2o_raw_head(req, &head) ? eh2o_fill_raw(sreq, &head) : eh2o_fill_parsed(sreq, req);
+        if (st == 0)
+            st = srv__request_headers_done(sreq);
+    }
     if (st == 0 && req->entity.base != NULL && req->entity.len != 0)
         st = srv__request_append_body(sreq, req->entity.base, req->entity.len);
     return st;
@@ -284,11 +288,29 @@ static int eh2o_on_req(h2o_handler_t *self, h2o_req_t *req)
 {
     eh2o_server *s = ((eh2o_handler *)self)->server;
     eh2o_thread *t = H2O_STRUCT_FROM_MEMBER(eh2o_thread, ctx, req->conn->ctx);
-    struct sockaddr_storage peer;
-    socklen_t peer_len = req->conn->callbacks->get_peername(req->conn, (struct sockaddr *)&peer);
-
-    srv_request *sreq =
-        srv__request_new(s->srv, peer_len != 0 ? (struct sockaddr *)&peer : NULL, peer_len);
+    int http2 = req->version >= 0x200;
+    srv_request *sreq = NULL;
+    if (!http2 && req->conn->callbacks->get_socket != NULL) {
+        /* h2o has its view of the head now: give the core the bytes the client sent. */
+        h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
+        eh2o_conn *c = sock != NULL ? eh2o_sock_conn(sock) : NULL;
+        if (c != NULL && ++c->h1.served == c->h1.mask_seq) {
+            for (int k = 0; k < c->h1.nmask; k++)
+                if (c->h1.mask_at[k] < sock->input->size &&
+                    sock->input->bytes[c->h1.mask_at[k]] == '~')
+                    sock->input->bytes[c->h1.mask_at[k]] = c->h1.mask_ch[k];
+            c->h1.mask_seq = 0;
+        }
+        if (c != NULL)
+            sreq = eh2o_h1_take_ready(c);
+    }
+    int built = sreq != NULL; /* the guard's request for these very bytes: built already */
+    if (sreq == NULL) {
+        struct sockaddr_storage peer;
+        socklen_t peer_len =
+            req->conn->callbacks->get_peername(req->conn, (struct sockaddr *)&peer);
+        sreq = srv__request_new(s->srv, peer_len != 0 ? (struct sockaddr *)&peer : NULL, peer_len);
+    }
     eh2o_ticket *tk = sreq != NULL ? calloc(1, sizeof *tk) : NULL;
     if (tk == NULL) {
         if (sreq != NULL)
@@ -301,23 +323,11 @@ static int eh2o_on_req(h2o_handler_t *self, h2o_req_t *req)
     tk->sreq = sreq;
     tk->req = req;
     tk->refs = 2;
-    int http2 = req->version >= 0x200;
     if (http2) {
         tk->conn = eh2o_h2_conn(req);
         if (tk->conn != NULL) {
             tk->conn->h2_with_us++;
             tk->conn->recv_since = 0; /* a request completed: the receive deadline restarts */
-        }
-    } else if (req->conn->callbacks->get_socket != NULL) {
-        /* h2o has its view of the head now: give the core the bytes the client sent. */
-        h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
-        eh2o_conn *c = sock != NULL ? eh2o_sock_conn(sock) : NULL;
-        if (c != NULL && ++c->h1.served == c->h1.mask_seq) {
-            for (int k = 0; k < c->h1.nmask; k++)
-                if (c->h1.mask_at[k] < sock->input->size &&
-                    sock->input->bytes[c->h1.mask_at[k]] == '~')
-                    sock->input->bytes[c->h1.mask_at[k]] = c->h1.mask_ch[k];
-            c->h1.mask_seq = 0;
         }
     }
     *(eh2o_ticket **)h2o_mem_alloc_shared(&req->pool, sizeof tk, eh2o_on_guard_dispose) = tk;
@@ -326,7 +336,7 @@ static int eh2o_on_req(h2o_handler_t *self, h2o_req_t *req)
     if (t->quiesced)
         srv__request_set_close(sreq);
 
-    int st = eh2o_fill(sreq, req);
+    int st = eh2o_fill(sreq, req, built);
     if (http2)
         eh2o_h2_drop_body(tk->conn, req); /* the core has its copy now */
     if (st != 0) {
@@ -404,6 +414,9 @@ void eh2o_on_conn_close(void *data)
     free(c->h1.out);
     if (c->h1.req != NULL)
         srv__request_release(c->h1.req);
+    if (c->h1.ready != NULL)
+        srv__request_release(c->h1.ready);
+    free(c->h1.ready_head);
     if (c->h1.bad_req != NULL)
         srv__request_release(c->h1.bad_req);
     h2o_linklist_unlink(&c->link);
