@@ -389,14 +389,9 @@ static int eh2o_h1_head_done(eh2o_conn *c, const char *head, size_t len, size_t 
     c->h1.seq++;
     c->h1.keep = 0;
     if (c->h1.ready == NULL) { /* the slot is free: keep a copy of the head for on_req */
-        if (c->h1.ready_cap < len) {
-            char *b = realloc(c->h1.ready_head, len);
-            if (b != NULL) {
-                c->h1.ready_head = b;
-                c->h1.ready_cap = len;
-            }
-        }
-        if (c->h1.ready_cap >= len) {
+        free(c->h1.ready_head); /* one whose request was answered here (a bad body) */
+        c->h1.ready_head = malloc(len);
+        if (c->h1.ready_head != NULL) {
             /* h2o lower-cases the header names in its input in place: the copy does too (on_req
              * compares it with that input), and the request takes its names from the copy, so
              * the application sees the names it would see from on_req's own request. */
@@ -475,8 +470,11 @@ srv_request *eh2o_h1_take_ready(eh2o_conn *c)
         return NULL; /* none, or one behind a request still on its way to on_req */
     c->h1.ready = NULL;
     h2o_buffer_t *in = c->sock->input;
-    if (c->h1.ready_seq != c->h1.served || in->size < c->h1.ready_len ||
-        memcmp(in->bytes, c->h1.ready_head, c->h1.ready_len) != 0) {
+    int same = c->h1.ready_seq == c->h1.served && in->size >= c->h1.ready_len &&
+               memcmp(in->bytes, c->h1.ready_head, c->h1.ready_len) == 0;
+    free(c->h1.ready_head); /* nothing stays with an idle connection */
+    c->h1.ready_head = NULL;
+    if (!same) {
         srv__request_release(r);
         return NULL;
     }
@@ -494,6 +492,10 @@ static void eh2o_h1_request_done(eh2o_conn *c)
             c->h1.ready_seq = c->h1.seq;
         } else {
             srv__request_release(c->h1.req);
+            if (c->h1.keep) {
+                free(c->h1.ready_head);
+                c->h1.ready_head = NULL;
+            }
         }
         c->h1.req = NULL;
     }

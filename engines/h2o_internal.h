@@ -213,8 +213,8 @@ typedef struct eh2o_conn {
         srv_request *ready;
         unsigned ready_seq;     /* its seq */
         int keep;               /* the head of h1.req is in ready_head: it may wait there */
-        char *ready_head;       /* its head (grown as needed, kept with the connection) */
-        size_t ready_len, ready_cap;
+        char *ready_head;       /* its head (malloc'd; freed when on_req comes) */
+        size_t ready_len;
         int bad;                /* status for a bad request queued behind good ones */
         srv_request *bad_req;
         char *out;              /* the guard's answer being written */
