@@ -293,6 +293,10 @@ unsigned srv__pool_waiting(const srv_server *srv);
  * of memory. `peer` may be NULL (then the peer reads "-"). */
 srv_request *srv__request_new(srv_server *srv, const struct sockaddr *peer,
                               socklen_t peer_len);
+/* An engine that built a request ahead of handing it to the core (checked
+ * its head early) restarts its clock when it does: its duration in the
+ * access log and metrics counts from there, as for a request built then. */
+void srv__request_restart_clock(srv_request *req);
 
 /* Whether c is an RFC 9110 tchar, and s[0..n) a token (n > 0, tchars
  * only): what a method or a header name must be. */

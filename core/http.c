@@ -4,6 +4,7 @@
  */
 #include "srv_core.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -28,9 +29,21 @@ bool srv__header_has_token(const char *list, const char *token)
     return false;
 }
 
+/* RFC 9110 5.6.2 tchar: VCHAR except the delimiters "(),/:;<=>?@[\]{}.
+ * A bit per byte (bit c & 63 of word c >> 6): every header name and
+ * method byte of every request is checked here. */
+static const uint64_t srv__tchar_bits[4] = {
+    /* 0x00-0x3f: ! # $ % & ' * + - . 0-9 */
+    0x03ff6cfa00000000ull,
+    /* 0x40-0x7f: A-Z ^ _ ` a-z | ~ */
+    0x57ffffffc7fffffeull,
+    0,
+    0,
+};
+
 bool srv__http_is_tchar(int c)
 {
-    return c > 0x20 && c < 0x7f && strchr("()<>@,;:\\\"/[]?={}", c) == NULL;
+    return c >= 0 && c < 256 && (srv__tchar_bits[c >> 6] >> (c & 63) & 1) != 0;
 }
 
 bool srv__http_is_token(const char *s, size_t n)

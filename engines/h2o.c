@@ -280,12 +280,16 @@ int eh2o_fill_parsed(srv_request *sreq, h2o_req_t *req)
     return 0;
 }
 
-static int eh2o_fill(srv_request *sreq, h2o_req_t *req)
+/* built: the guard built the head already (eh2o_h1_take_ready); only the body is left. */
+static int eh2o_fill(srv_request *sreq, h2o_req_t *req, int built)
 {
     eh2o_head head;
-    int st = eh2o_raw_head(req, &head) ? eh2o_fill_raw(sreq, &head) : eh2o_fill_parsed(sreq, req);
-    if (st == 0)
-        st = srv__request_headers_done(sreq);
+    int st = 0;
+    if (!built) {
+        st = eh2o_raw_head(req, &head) ? eh2o_fill_raw(sreq, &head) : eh2o_fill_parsed(sreq, req);
+        if (st == 0)
+            st = srv__request_headers_done(sreq);
+    }
     if (st == 0 && req->entity.base != NULL && req->entity.len != 0)
         st = srv__request_append_body(sreq, req->entity.base, req->entity.len);
     return st;
@@ -297,6 +301,7 @@ static int eh2o_on_req(h2o_handler_t *self, h2o_req_t *req)
     eh2o_thread *t = H2O_STRUCT_FROM_MEMBER(eh2o_thread, ctx, req->conn->ctx);
     int http2 = req->version >= 0x200;
     eh2o_body *body = NULL; /* a streamed body's head: the guard built its request */
+    srv_request *sreq = NULL;
     if (http2) {
         eh2o_conn *c = eh2o_h2_conn(req);
         if (c != NULL && c->h2_bodies != NULL && eh2o_body_h2_ready(c, req)) {
@@ -314,13 +319,14 @@ static int eh2o_on_req(h2o_handler_t *self, h2o_req_t *req)
                     sock->input->bytes[c->h1.mask_at[k]] = c->h1.mask_ch[k];
             c->h1.mask_seq = 0;
         }
-        if (c != NULL)
-            body = eh2o_body_take(c);
+        if (c != NULL && (body = eh2o_body_take(c)) == NULL)
+            sreq = eh2o_h1_take_ready(c);
     }
-    srv_request *sreq;
+    /* The guard's request for these very bytes (or a streamed body's): built already. */
+    int built = sreq != NULL || body != NULL;
     if (body != NULL) {
         sreq = eh2o_body_request(body);
-    } else {
+    } else if (sreq == NULL) {
         struct sockaddr_storage peer;
         socklen_t plen = req->conn->callbacks->get_peername(req->conn, (struct sockaddr *)&peer);
         sreq = srv__request_new(s->srv, plen != 0 ? (struct sockaddr *)&peer : NULL, plen);
@@ -352,8 +358,9 @@ static int eh2o_on_req(h2o_handler_t *self, h2o_req_t *req)
     if (t->quiesced)
         srv__request_set_close(sreq);
 
-    /* A streamed body's head passed the core's rules in the guard already. */
-    int st = body != NULL ? 0 : eh2o_fill(sreq, req);
+    /* A streamed body's head passed the core's rules in the guard already; its body is
+     * the streamed one, never h2o's entity. */
+    int st = body != NULL ? 0 : eh2o_fill(sreq, req, built);
     if (http2)
         eh2o_h2_drop_body(tk->conn, req); /* the core has its copy now */
     if (st != 0) {
@@ -433,6 +440,9 @@ void eh2o_on_conn_close(void *data)
     free(c->h1.out);
     if (c->h1.req != NULL)
         srv__request_release(c->h1.req);
+    if (c->h1.ready != NULL)
+        srv__request_release(c->h1.ready);
+    free(c->h1.ready_head);
     if (c->h1.bad_req != NULL)
         srv__request_release(c->h1.bad_req);
     if (c->h1.sb != NULL)

@@ -371,13 +371,15 @@ static int eh2o_h1_stream_head(eh2o_conn *c, const eh2o_head *h, const char *hea
         return 500; /* the input always holds the head h2o has not parsed yet */
     int chunked = c->h1.phase == EH2O_H1_CHUNK_SIZE;
     uint64_t length = c->h1.phase == EH2O_H1_BODY ? c->h1.left : 0;
+    /* The names point into the guard's copy of the head when it kept one (h1.keep). */
+    const char *names = c->h1.keep ? c->h1.ready_head : head;
     for (size_t i = 0; i < h->nheaders; i++) {
         const struct eh2o_phr_header *x = &h->headers[i];
-        size_t off = (size_t)(x->name - head);
+        size_t off = (size_t)(x->name - names);
         if (h2o_lcstris(x->name, x->name_len, H2O_STRLIT("transfer-encoding")) ||
             h2o_lcstris(x->name, x->name_len, H2O_STRLIT("content-length"))) {
             /* name ':' value: 16 bytes at least ("Content-Length:5"), 25 for chunked */
-            size_t span = (size_t)(x->value + x->value_len - x->name);
+            size_t span = (size_t)(x->value - head) + x->value_len - off; /* values: in head */
             memcpy(raw + off, "Content-Length:", 15);
             memset(raw + off + 15, ' ', span - 16);
             raw[off + span - 1] = '0';
@@ -387,6 +389,11 @@ static int eh2o_h1_stream_head(eh2o_conn *c, const eh2o_head *h, const char *hea
         }
     }
     srv_request *sreq = *sreq_out;
+    if (c->h1.keep) { /* not for eh2o_h1_take_ready: on_req takes it from the body */
+        free(c->h1.ready_head);
+        c->h1.ready_head = NULL;
+        c->h1.keep = 0;
+    }
     if (eh2o_body_begin(c, sreq, chunked, length) != 0)
         return 500;
     *sreq_out = NULL; /* the body's now, then the ticket's */
@@ -435,6 +442,29 @@ static int eh2o_h1_head_done(eh2o_conn *c, const char *head, size_t len, size_t 
         return eh2o_h1_bad_version(head, len) ? 505 : 400;
     }
     c->h1.seq++;
+    c->h1.keep = 0;
+    if (c->h1.ready == NULL) { /* the slot is free: keep a copy of the head for on_req */
+        free(c->h1.ready_head); /* one whose request was answered here (a bad body) */
+        c->h1.ready_head = malloc(len);
+        if (c->h1.ready_head != NULL) {
+            /* h2o lower-cases the header names in its input in place: the copy does too (on_req
+             * compares it with that input), and the request takes its names from the copy, so
+             * the application sees the names it would see from on_req's own request. */
+            char *copy = c->h1.ready_head;
+            memcpy(copy, head, len); /* before the masking below */
+            for (size_t i = 0; i < h->nheaders; i++) {
+                if (h->headers[i].name == NULL)
+                    continue;
+                size_t at = (size_t)(h->headers[i].name - head);
+                for (size_t k = 0; k < h->headers[i].name_len; k++)
+                    if (copy[at + k] >= 'A' && copy[at + k] <= 'Z')
+                        copy[at + k] = (char)(copy[at + k] - 'A' + 'a');
+                h->headers[i].name = copy + at;
+            }
+            c->h1.ready_len = len;
+            c->h1.keep = 1;
+        }
+    }
     int st = eh2o_fill_raw(sreq, h);
     if (st == 0)
         st = srv__request_headers_done(sreq);
@@ -463,7 +493,7 @@ static int eh2o_h1_head_done(eh2o_conn *c, const char *head, size_t len, size_t 
             /* RFC 9110 7.8: no Upgrade on HTTP/1.0 (h2o would answer 101); 10.1.1: no 100
              * Continue to HTTP/1.0 (h2o would send one). Hide the header from h2o by changing
              * one byte in its input; on_req puts it back before the core reads the head. */
-            size_t off = (size_t)(x->name - head);
+            size_t off = (size_t)(x->name - (c->h1.keep ? c->h1.ready_head : head));
             char *raw = c->sock->input->bytes + buf_at;
             if (buf_at + len <= c->sock->input->size && memcmp(raw, head, len) == 0) {
                 c->h1.mask_at[nmask] = off;
@@ -478,23 +508,55 @@ static int eh2o_h1_head_done(eh2o_conn *c, const char *head, size_t len, size_t 
     c->h1.nmask = nmask;
     if (srv__request_streams_body(sreq))
         return eh2o_h1_stream_head(c, h, head, len, buf_at, sreq_out);
-    if (c->h1.phase == EH2O_H1_HEAD) {
-        srv__request_release(sreq); /* complete: h2o builds its own and on_req ours */
-        *sreq_out = NULL;
-    } else {
-        c->h1.req = sreq;
-        *sreq_out = NULL;
-    }
+    c->h1.req = sreq; /* its body is scanned next, or it is complete (eh2o_h1_request_done) */
+    *sreq_out = NULL;
     return 0;
 }
 
-/* The request being scanned is complete. */
+/*
+ * on_req (after h1.served counts it and the hidden bytes are back): the request the guard
+ * built for this head, when it is the one waiting and h2o's input starts with the very bytes
+ * it was built from (else NULL: on_req builds its own, as without the slot). Its clock
+ * restarts, as if built now. A waiting request h2o went past without an on_req (an answer of
+ * h2o's own) is let go.
+ */
+srv_request *eh2o_h1_take_ready(eh2o_conn *c)
+{
+    srv_request *r = c->h1.ready;
+    if (r == NULL || (int)(c->h1.ready_seq - c->h1.served) > 0)
+        return NULL; /* none, or one behind a request still on its way to on_req */
+    c->h1.ready = NULL;
+    h2o_buffer_t *in = c->sock->input;
+    int same = c->h1.ready_seq == c->h1.served && in->size >= c->h1.ready_len &&
+               memcmp(in->bytes, c->h1.ready_head, c->h1.ready_len) == 0;
+    free(c->h1.ready_head); /* nothing stays with an idle connection */
+    c->h1.ready_head = NULL;
+    if (!same) {
+        srv__request_release(r);
+        return NULL;
+    }
+    srv__request_restart_clock(r);
+    return r;
+}
+
+/* The request being scanned is complete: its request waits for on_req when the slot is free
+ * (the copy of its head is in ready_head), else on_req builds its own. */
 static void eh2o_h1_request_done(eh2o_conn *c)
 {
     if (c->h1.req != NULL) {
-        srv__request_release(c->h1.req);
+        if (c->h1.keep && c->h1.ready == NULL) {
+            c->h1.ready = c->h1.req;
+            c->h1.ready_seq = c->h1.seq;
+        } else {
+            srv__request_release(c->h1.req);
+            if (c->h1.keep) {
+                free(c->h1.ready_head);
+                c->h1.ready_head = NULL;
+            }
+        }
         c->h1.req = NULL;
     }
+    c->h1.keep = 0;
     c->h1.phase = EH2O_H1_HEAD;
     c->h1.head_len = 0;
     c->h1.completed++;

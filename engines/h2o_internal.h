@@ -210,6 +210,14 @@ typedef struct eh2o_conn {
         size_t mask_at[2];      /* offsets in that head */
         char mask_ch[2];
         srv_request *req;       /* the request whose body is scanned (to answer with) */
+        /* The guard built and checked each head's request already: the first one complete
+         * and not yet reached on_req waits here for it (eh2o_h1_take_ready), with a copy of
+         * its head to make sure h2o hands on_req those very bytes. */
+        srv_request *ready;
+        unsigned ready_seq;     /* its seq */
+        int keep;               /* the head of h1.req is in ready_head: it may wait there */
+        char *ready_head;       /* its head (malloc'd; freed when on_req comes) */
+        size_t ready_len;
         int bad;                /* status for a bad request queued behind good ones */
         srv_request *bad_req;
         char *out;              /* the guard's answer being written */
@@ -354,6 +362,7 @@ void eh2o_h1_bound_input(eh2o_conn *c); /* also at accept: fixes the receive buf
 void eh2o_h1_write_answer(eh2o_conn *c, srv_request *sreq);
 void eh2o_h1_note(eh2o_conn *c);
 void eh2o_h1_close(eh2o_conn *c); /* through h2o's read-error path: c is freed */
+srv_request *eh2o_h1_take_ready(eh2o_conn *c); /* on_req: the guard's request, or NULL */
 int eh2o_h1_idle(eh2o_conn *c);
 int eh2o_h1_stop_arriving(eh2o_conn *c);
 void eh2o_h1_body_done(eh2o_conn *c, int complete); /* the streamed body's answer came */

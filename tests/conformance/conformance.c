@@ -1652,6 +1652,15 @@ int main(int argc, char **argv)
             failed += cmocka_run_group_tests_name(name, static_h2, group_h2, NULL);
         }
     }
+    {
+        const struct CMUnitTest handoff[] = {
+            cmocka_unit_test_setup_teardown(test_handoff_heads_stay_paired, setup_default,
+                                            fx_teardown),
+        };
+        snprintf(name, sizeof name, "conformance %s%s: each head stays with its request",
+                 g_engine_name, run);
+        failed += cmocka_run_group_tests_name(name, handoff, group_h1, NULL);
+    }
     curl_global_cleanup();
     return failed == 0 ? 0 : 1;
 }

@@ -493,4 +493,7 @@ const char *held_what(void);
 /* Byte i of every streamed download and upload (examples/stream has the same). */
 unsigned char pattern_byte(uint64_t i);
 
+/* conformance_handoff.c */
+void test_handoff_heads_stay_paired(void **state);
+
 #endif /* SRV_CONFORMANCE_H */

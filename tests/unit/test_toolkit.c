@@ -86,6 +86,24 @@ static void test_helpers_return_statuses(void **state)
     fake_free(f);
 }
 
+/* Every byte against RFC 9110 5.6.2's tchar, spelled out as the RFC does
+ * (srv__http_is_tchar is a bitmap). */
+static void test_tchar_every_byte(void **state)
+{
+    (void)state;
+    static const char extra[] = "!#$%&'*+-.^_`|~";
+    for (int c = -1; c <= 256; c++) {
+        bool want = c >= 0 && c < 256 &&
+                    ((c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+                     (c != 0 && memchr(extra, c, sizeof extra - 1) != NULL));
+        if (srv__http_is_tchar(c) != want)
+            fail_msg("byte %d: tchar says %d", c, !want);
+    }
+    assert_true(srv__http_is_token("X-Custom_Header.1~", 18));
+    assert_false(srv__http_is_token("a:b", 3));
+    assert_false(srv__http_is_token("a\x80" "b", 3));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -94,6 +112,7 @@ int main(void)
         cmocka_unit_test(test_admission),
         cmocka_unit_test(test_refusal),
         cmocka_unit_test(test_helpers_return_statuses),
+        cmocka_unit_test(test_tchar_every_byte),
     };
     return cmocka_run_group_tests_name("engine toolkit", tests, NULL, NULL);
 }
