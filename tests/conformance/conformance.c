@@ -24,6 +24,8 @@
                                         up_teardown),                                    \
         cmocka_unit_test_setup_teardown(test_upload_expect_continue, up_setup, up_teardown), \
         cmocka_unit_test_setup_teardown(test_upload_http10, up_setup, up_teardown),       \
+        cmocka_unit_test_setup_teardown(test_upload_pipelined_after_body, up_setup,       \
+                                        up_teardown),                                     \
         cmocka_unit_test_setup_teardown(test_upload_answer_unread, up_setup, up_teardown), \
         cmocka_unit_test_setup_teardown(test_upload_vanished_client, up_setup, up_teardown), \
         cmocka_unit_test_setup_teardown(test_upload_route_limit, up_setup, up_teardown),  \

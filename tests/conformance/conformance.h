@@ -438,6 +438,7 @@ void test_upload_graceful_stop(void **state);
 void test_upload_refused(void **state);
 int up_setup_long(void **state);
 void test_upload_http10(void **state);
+void test_upload_pipelined_after_body(void **state);
 void test_upload_h2_block_trickle(void **state);
 void test_upload_h2_connection_hold(void **state);
 void test_upload_h2_frames(void **state);

@@ -1453,3 +1453,38 @@ void test_upload_h2_connection_hold(void **state)
     free(buf);
     free(pat);
 }
+
+/* A request pipelined right behind a streamed body (in the same write):
+ * it is the next request, answered after the upload's answer, on the same
+ * connection; a chunked body's trailer line does not swallow it. */
+void test_upload_pipelined_after_body(void **state)
+{
+    ufx *f = *state;
+    static const char *heads[] = {
+        "PUT /u/sum HTTP/1.1\r\n" HOST "Content-Length: 5\r\n\r\nhello",
+        "PUT /u/sum HTTP/1.1\r\n" HOST "Transfer-Encoding: chunked\r\n\r\n"
+        "5\r\nhello\r\n0\r\nX-Trailer: 1\r\n\r\n",
+    };
+    char want[64];
+    snprintf(want, sizeof want, "5 %016llx\n", (unsigned long long)up_fnv(UP_FNV_INIT, "hello", 5));
+    for (int k = 0; k < 2; k++) {
+        rc_conn c;
+        rc_init(&c);
+        CHECK_INT("connect", rc_connect(&c, f->port, 2000), RC_OK);
+        char req[512];
+        int n = snprintf(req, sizeof req, "%sGET /u/plain HTTP/1.1\r\n" HOST "\r\n", heads[k]);
+        CHECK_INT("send", rc_send(&c, req, (size_t)n, 2000), RC_OK);
+        rc_response r;
+        CHECK_INT("upload response", rc_read_response(&c, &r, 0, 5000), RC_OK);
+        CHECK(r.status == 200 && r.body != NULL && strcmp(r.body, want) == 0,
+              "upload (%s): %d \"%s\", want \"%s\"", k ? "chunked" : "length", r.status,
+              or_null(r.body), want);
+        rc_response_free(&r);
+        CHECK_INT("pipelined response", rc_read_response(&c, &r, 0, 5000), RC_OK);
+        CHECK(r.status == 200 && r.body != NULL && strcmp(r.body, "plain") == 0,
+              "the request after the body (%s): %d \"%s\"", k ? "chunked" : "length", r.status,
+              or_null(r.body));
+        rc_response_free(&r);
+        rc_close(&c);
+    }
+}
