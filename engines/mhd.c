@@ -910,7 +910,7 @@ static int emhd_hs_start(emhd_server *es)
     if (es->hs_epfd < 0 || es->hs_wake < 0 ||
         epoll_ctl(es->hs_epfd, EPOLL_CTL_ADD, es->hs_wake, &ev) != 0)
         return SRV_ENOMEM;
-    if (pthread_create(&es->hs_thread, NULL, emhd_hs_thread, es) != 0)
+    if (srv__thread_create(&es->hs_thread, NULL, emhd_hs_thread, es) != 0)
         return SRV_ETHREAD;
     es->hs_started = true;
     return 0;
@@ -1841,7 +1841,7 @@ static int emhd_start(srv_server *srv, void **state)
     /* The watchdog first: once MHD's threads run, requests may already be
      * suspended and dispatched, and a failure after that could not be
      * undone safely (MHD_stop_daemon panics on suspended connections). */
-    if (pthread_create(&es->watchdog, NULL, emhd_watchdog, es) != 0) {
+    if (srv__thread_create(&es->watchdog, NULL, emhd_watchdog, es) != 0) {
         srv__server_set_error(srv, "mhd: cannot create the watchdog thread");
         rc = SRV_ETHREAD;
         goto fail_listen;
