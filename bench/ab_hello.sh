@@ -11,18 +11,14 @@
 # is stopped by its PID.
 set -eu
 old=$1 new=$2 engine=$3 handlers=${4:-inline} reps=${5:-5} secs=${6:-3}
+. "$(dirname "$0")/listening.sh"
 
 start() { # binary -> sets pid, port
 	log=$(mktemp)
 	"$1" --engine "$engine" --host 127.0.0.1 --port 0 --sleep-ms 0 \
 		--handlers "$handlers" >"$log" 2>&1 &
 	pid=$!
-	i=0
-	while ! grep -q 'listening on' "$log"; do
-		i=$((i + 1)); [ $i -lt 100 ] || { cat "$log"; kill $pid; exit 1; }
-		sleep 0.05
-	done
-	port=$(sed -n 's/.*127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log" | head -n1)
+	wait_listening "$log" $pid 100 0.05
 	rm -f "$log"
 }
 

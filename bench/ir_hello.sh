@@ -7,17 +7,13 @@
 # Loopback only; the process it starts is stopped by its PID.
 set -eu
 bin=$1 engine=$2 handlers=${3:-inline} secs=${4:-4}
+. "$(dirname "$0")/listening.sh"
 dir=$(mktemp -d)
 valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$dir/cg.out" \
 	"$bin" --engine "$engine" --host 127.0.0.1 --port 0 --sleep-ms 0 --threads 8 \
 	--handlers "$handlers" >"$dir/log" 2>&1 &
 pid=$!
-i=0
-while ! grep -q 'listening on' "$dir/log"; do
-	i=$((i + 1)); [ $i -lt 600 ] || { cat "$dir/log"; kill $pid; exit 1; }
-	sleep 0.1
-done
-port=$(sed -n 's/.*127\.0\.0\.1:\([0-9]*\).*/\1/p' "$dir/log" | head -n1)
+wait_listening "$dir/log" $pid 600 0.1
 url="http://127.0.0.1:$port/greetings?name=Bench"
 wrk -t1 -c10 -d1s "$url" >/dev/null 2>&1 # warm-up
 callgrind_control -i on $pid >/dev/null

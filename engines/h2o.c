@@ -440,9 +440,7 @@ void eh2o_on_conn_close(void *data)
     free(c->h1.out);
     if (c->h1.req != NULL)
         srv__request_release(c->h1.req);
-    if (c->h1.ready != NULL)
-        srv__request_release(c->h1.ready);
-    free(c->h1.ready_head);
+    eh2o_h1_ready_clear(c);
     if (c->h1.bad_req != NULL)
         srv__request_release(c->h1.bad_req);
     if (c->h1.sb != NULL)

@@ -371,11 +371,9 @@ static int eh2o_h1_stream_head(eh2o_conn *c, const eh2o_head *h, const char *hea
         return 500; /* the input always holds the head h2o has not parsed yet */
     int chunked = c->h1.phase == EH2O_H1_CHUNK_SIZE;
     uint64_t length = c->h1.phase == EH2O_H1_BODY ? c->h1.left : 0;
-    /* The names point into the guard's copy of the head when it kept one (h1.keep). */
-    const char *names = c->h1.keep ? c->h1.ready_head : head;
     for (size_t i = 0; i < h->nheaders; i++) {
         const struct eh2o_phr_header *x = &h->headers[i];
-        size_t off = (size_t)(x->name - names);
+        size_t off = (size_t)(x->name - head);
         if (h2o_lcstris(x->name, x->name_len, H2O_STRLIT("transfer-encoding")) ||
             h2o_lcstris(x->name, x->name_len, H2O_STRLIT("content-length"))) {
             /* name ':' value: 16 bytes at least ("Content-Length:5"), 25 for chunked */
@@ -389,11 +387,8 @@ static int eh2o_h1_stream_head(eh2o_conn *c, const eh2o_head *h, const char *hea
         }
     }
     srv_request *sreq = *sreq_out;
-    if (c->h1.keep) { /* not for eh2o_h1_take_ready: on_req takes it from the body */
-        free(c->h1.ready_head);
-        c->h1.ready_head = NULL;
-        c->h1.keep = 0;
-    }
+    eh2o_ready_free(c->h1.scan); /* not for eh2o_h1_take_ready: on_req takes it from the body */
+    c->h1.scan = NULL;
     if (eh2o_body_begin(c, sreq, chunked, length) != 0)
         return 500;
     *sreq_out = NULL; /* the body's now, then the ticket's */
@@ -442,28 +437,13 @@ static int eh2o_h1_head_done(eh2o_conn *c, const char *head, size_t len, size_t 
         return eh2o_h1_bad_version(head, len) ? 505 : 400;
     }
     c->h1.seq++;
-    c->h1.keep = 0;
-    if (c->h1.ready == NULL) { /* the slot is free: keep a copy of the head for on_req */
-        free(c->h1.ready_head); /* one whose request was answered here (a bad body) */
-        c->h1.ready_head = malloc(len);
-        if (c->h1.ready_head != NULL) {
-            /* h2o lower-cases the header names in its input in place: the copy does too (on_req
-             * compares it with that input), and the request takes its names from the copy, so
-             * the application sees the names it would see from on_req's own request. */
-            char *copy = c->h1.ready_head;
-            memcpy(copy, head, len); /* before the masking below */
-            for (size_t i = 0; i < h->nheaders; i++) {
-                if (h->headers[i].name == NULL)
-                    continue;
-                size_t at = (size_t)(h->headers[i].name - head);
-                for (size_t k = 0; k < h->headers[i].name_len; k++)
-                    if (copy[at + k] >= 'A' && copy[at + k] <= 'Z')
-                        copy[at + k] = (char)(copy[at + k] - 'A' + 'a');
-                h->headers[i].name = copy + at;
-            }
-            c->h1.ready_len = len;
-            c->h1.keep = 1;
-        }
+    /* A copy of the head for on_req, taken before the masking below (a previous one is left
+     * only by a head answered here: a bad body). */
+    eh2o_ready_free(c->h1.scan);
+    c->h1.scan = malloc(sizeof *c->h1.scan + len);
+    if (c->h1.scan != NULL) {
+        *c->h1.scan = (eh2o_ready){.seq = c->h1.seq, .len = len};
+        memcpy(c->h1.scan->head, head, len);
     }
     int st = eh2o_fill_raw(sreq, h);
     if (st == 0)
@@ -493,7 +473,7 @@ static int eh2o_h1_head_done(eh2o_conn *c, const char *head, size_t len, size_t 
             /* RFC 9110 7.8: no Upgrade on HTTP/1.0 (h2o would answer 101); 10.1.1: no 100
              * Continue to HTTP/1.0 (h2o would send one). Hide the header from h2o by changing
              * one byte in its input; on_req puts it back before the core reads the head. */
-            size_t off = (size_t)(x->name - (c->h1.keep ? c->h1.ready_head : head));
+            size_t off = (size_t)(x->name - head);
             char *raw = c->sock->input->bytes + buf_at;
             if (buf_at + len <= c->sock->input->size && memcmp(raw, head, len) == 0) {
                 c->h1.mask_at[nmask] = off;
@@ -513,50 +493,118 @@ static int eh2o_h1_head_done(eh2o_conn *c, const char *head, size_t len, size_t 
     return 0;
 }
 
+void eh2o_ready_free(eh2o_ready *e)
+{
+    if (e != NULL && e->req != NULL)
+        srv__request_release(e->req);
+    free(e);
+}
+
+/* Every head waiting for on_req, and the one being scanned: the connection is closing. */
+void eh2o_h1_ready_clear(eh2o_conn *c)
+{
+    while (c->h1.ready != NULL) {
+        eh2o_ready *e = c->h1.ready;
+        c->h1.ready = e->next;
+        eh2o_ready_free(e);
+    }
+    c->h1.ready_last = NULL;
+    c->h1.ready_reqs = 0;
+    eh2o_ready_free(c->h1.scan);
+    c->h1.scan = NULL;
+}
+
+/* h2o's input starts with the head the guard copied: the same bytes but for the case of
+ * letters in header names, which h2o lower-cases in place as it parses a head. */
+static int eh2o_h1_same_head(const h2o_buffer_t *in, const eh2o_ready *e)
+{
+    if (in->size < e->len)
+        return 0;
+    if (memcmp(in->bytes, e->head, e->len) == 0)
+        return 1;
+    for (size_t i = 0; i < e->len; i++) {
+        char a = in->bytes[i], b = e->head[i];
+        if (a != b && !(b >= 'A' && b <= 'Z' && a == b - 'A' + 'a'))
+            return 0;
+    }
+    return 1;
+}
+
+/* A request from the copy of a head the guard checked already: the client's spelling. */
+static srv_request *eh2o_h1_build(eh2o_conn *c, const eh2o_ready *e)
+{
+    eh2o_head h;
+    h.nheaders = EH2O_MAX_HEADERS;
+    if (phr_parse_request(e->head, e->len, &h.method, &h.method_len, &h.target, &h.target_len,
+                          &h.minor, h.headers, &h.nheaders, 0) != (int)e->len)
+        return NULL;
+    struct sockaddr_storage peer;
+    socklen_t plen = h2o_socket_getpeername(c->sock, (struct sockaddr *)&peer);
+    srv_request *sreq =
+        srv__request_new(c->thread->server->srv, plen != 0 ? (struct sockaddr *)&peer : NULL, plen);
+    if (sreq != NULL && (eh2o_fill_raw(sreq, &h) != 0 || srv__request_headers_done(sreq) != 0)) {
+        srv__request_release(sreq);
+        sreq = NULL;
+    }
+    return sreq;
+}
+
 /*
- * on_req (after h1.served counts it and the hidden bytes are back): the request the guard
- * built for this head, when it is the one waiting and h2o's input starts with the very bytes
- * it was built from (else NULL: on_req builds its own, as without the slot). Its clock
- * restarts, as if built now. A waiting request h2o went past without an on_req (an answer of
- * h2o's own) is let go.
+ * on_req (after h1.served counts it and the hidden bytes are back): the request for this head,
+ * when the guard scanned it and h2o's input starts with the very bytes it was built from - the
+ * guard's own request (its clock restarts, as if built now) or one built from the copy. NULL
+ * otherwise (on_req builds its own from h2o's input, as without the guard). Heads h2o went
+ * past without an on_req (answers of h2o's own) are let go.
  */
 srv_request *eh2o_h1_take_ready(eh2o_conn *c)
 {
-    srv_request *r = c->h1.ready;
-    if (r == NULL || (int)(c->h1.ready_seq - c->h1.served) > 0)
-        return NULL; /* none, or one behind a request still on its way to on_req */
-    c->h1.ready = NULL;
-    h2o_buffer_t *in = c->sock->input;
-    int same = c->h1.ready_seq == c->h1.served && in->size >= c->h1.ready_len &&
-               memcmp(in->bytes, c->h1.ready_head, c->h1.ready_len) == 0;
-    free(c->h1.ready_head); /* nothing stays with an idle connection */
-    c->h1.ready_head = NULL;
-    if (!same) {
-        srv__request_release(r);
-        return NULL;
+    eh2o_ready *e;
+    while ((e = c->h1.ready) != NULL && (int)(e->seq - c->h1.served) <= 0) {
+        if ((c->h1.ready = e->next) == NULL)
+            c->h1.ready_last = NULL;
+        if (e->req != NULL)
+            c->h1.ready_reqs--;
+        if (e->seq == c->h1.served)
+            break;
+        eh2o_ready_free(e);
     }
-    srv__request_restart_clock(r);
+    if (e == NULL || e->seq != c->h1.served)
+        return NULL; /* none, or the next waiting one is behind a request still on its way */
+    srv_request *r = NULL;
+    if (eh2o_h1_same_head(c->sock->input, e)) {
+        if ((r = e->req) != NULL) {
+            e->req = NULL;
+            srv__request_restart_clock(r);
+        } else {
+            r = eh2o_h1_build(c, e);
+        }
+    }
+    eh2o_ready_free(e); /* nothing stays with an idle connection */
     return r;
 }
 
-/* The request being scanned is complete: its request waits for on_req when the slot is free
- * (the copy of its head is in ready_head), else on_req builds its own. */
+/* The request being scanned is complete: the copy of its head waits for on_req, with the
+ * request while few others keep theirs. */
 static void eh2o_h1_request_done(eh2o_conn *c)
 {
-    if (c->h1.req != NULL) {
-        if (c->h1.keep && c->h1.ready == NULL) {
-            c->h1.ready = c->h1.req;
-            c->h1.ready_seq = c->h1.seq;
-        } else {
-            srv__request_release(c->h1.req);
-            if (c->h1.keep) {
-                free(c->h1.ready_head);
-                c->h1.ready_head = NULL;
-            }
+    eh2o_ready *e = c->h1.scan;
+    c->h1.scan = NULL;
+    if (e != NULL) {
+        if (c->h1.req != NULL && c->h1.ready_reqs < EH2O_H1_READY_REQS) {
+            e->req = c->h1.req;
+            c->h1.req = NULL;
+            c->h1.ready_reqs++;
         }
+        if (c->h1.ready_last != NULL)
+            c->h1.ready_last->next = e;
+        else
+            c->h1.ready = e;
+        c->h1.ready_last = e;
+    }
+    if (c->h1.req != NULL) {
+        srv__request_release(c->h1.req);
         c->h1.req = NULL;
     }
-    c->h1.keep = 0;
     c->h1.phase = EH2O_H1_HEAD;
     c->h1.head_len = 0;
     c->h1.completed++;

@@ -168,6 +168,20 @@ void h2o_http2_encode_window_update_frame(h2o_buffer_t **buf, uint32_t stream_id
 typedef struct eh2o_server eh2o_server;
 typedef struct eh2o_thread eh2o_thread;
 
+/* An HTTP/1 head the guard scanned, waiting for h2o to reach it in on_req: its bytes as the
+ * client sent them and, for the first EH2O_H1_READY_REQS waiting on a connection, the request
+ * the guard built and checked from them (else on_req builds one from the copy). Bounded by
+ * the input h2o holds unparsed: each head is copied once, and only while it waits. */
+typedef struct eh2o_ready {
+    struct eh2o_ready *next;
+    srv_request *req;
+    unsigned seq; /* its h1.seq */
+    size_t len;
+    char head[];
+} eh2o_ready;
+
+#define EH2O_H1_READY_REQS 4
+
 /* One connection being served; found again through sock->on_close. */
 typedef struct eh2o_conn {
     h2o_linklist_t link; /* eh2o_thread.conns */
@@ -210,14 +224,14 @@ typedef struct eh2o_conn {
         size_t mask_at[2];      /* offsets in that head */
         char mask_ch[2];
         srv_request *req;       /* the request whose body is scanned (to answer with) */
-        /* The guard built and checked each head's request already: the first one complete
-         * and not yet reached on_req waits here for it (eh2o_h1_take_ready), with a copy of
-         * its head to make sure h2o hands on_req those very bytes. */
-        srv_request *ready;
-        unsigned ready_seq;     /* its seq */
-        int keep;               /* the head of h1.req is in ready_head: it may wait there */
-        char *ready_head;       /* its head (malloc'd; freed when on_req comes) */
-        size_t ready_len;
+        /* The guard built and checked each head's request already: complete heads not yet
+         * reached on_req wait for it here in order (eh2o_h1_take_ready), each with a copy of
+         * its bytes as the client sent them, so that on_req gets those very bytes with the
+         * client's spelling of header names (h2o lower-cases them in its input). */
+        eh2o_ready *scan;       /* the copy of the head whose body is scanned (h1.req's) */
+        eh2o_ready *ready;      /* the waiting heads, oldest first */
+        eh2o_ready *ready_last;
+        unsigned ready_reqs;    /* how many of them keep their request */
         int bad;                /* status for a bad request queued behind good ones */
         srv_request *bad_req;
         char *out;              /* the guard's answer being written */
@@ -363,6 +377,8 @@ void eh2o_h1_write_answer(eh2o_conn *c, srv_request *sreq);
 void eh2o_h1_note(eh2o_conn *c);
 void eh2o_h1_close(eh2o_conn *c); /* through h2o's read-error path: c is freed */
 srv_request *eh2o_h1_take_ready(eh2o_conn *c); /* on_req: the guard's request, or NULL */
+void eh2o_ready_free(eh2o_ready *e);
+void eh2o_h1_ready_clear(eh2o_conn *c); /* the connection closes */
 int eh2o_h1_idle(eh2o_conn *c);
 int eh2o_h1_stop_arriving(eh2o_conn *c);
 void eh2o_h1_body_done(eh2o_conn *c, int complete); /* the streamed body's answer came */

@@ -212,6 +212,13 @@ static void h_inspect(srv_request *req, void *ctx)
     sb_add(&b, "absent=%s\n", or_null(srv_request_header(req, "X-Not-Sent")));
     sb_add(&b, "body=%zu\n", len);
     sb_add(&b, "same_server=%d\n", srv_request_server(req) == (srv_server *)ctx);
+    /* The X- names as the request spells them (srv.h: as the client sent them in HTTP/1). */
+    sb_add(&b, "names=");
+    const char *name;
+    for (size_t i = 0; srv_request_header_at(req, i, &name, NULL) == 0; i++)
+        if (strncasecmp(name, "x-", 2) == 0)
+            sb_add(&b, "%s,", name);
+    sb_add(&b, "\n");
     srv_respond(req, 200, "text/plain; charset=utf-8", b.p, b.n);
     free(b.p);
 }

@@ -83,8 +83,10 @@ void test_request_accessors(void **state)
     snprintf(want, sizeof want,
              "method=POST\npath=/inspect\ntarget=/inspect?x=1&y=%%20z\n"
              "protocol=%s\npeer=127.0.0.1:%ld\nprobe=Mixed Value\n"
-             "absent=(null)\nbody=3\nsame_server=1\n",
-             f->m->http2 ? "HTTP/2" : "HTTP/1.1", r.local_port);
+             "absent=(null)\nbody=3\nsame_server=1\nnames=%s,\n",
+             f->m->http2 ? "HTTP/2" : "HTTP/1.1", r.local_port,
+             /* names as the client spelled them; HTTP/2 sends them in lower case */
+             f->m->http2 ? "x-probe-header" : "X-Probe-Header");
     check_body(f, "request accessors", &r, want);
     http_res_free(&r);
 }
