@@ -20,10 +20,21 @@ static int srv__hex(unsigned char c)
     return -1;
 }
 
+/* The bytes percent-decoding may change or refuse; every other byte is copied as it is. */
+static const bool srv__decode_special[256] = {['\0'] = true, ['%'] = true, ['+'] = true};
+
 size_t srv__percent_decode(const char *s, size_t n, char *out, bool plus_is_space)
 {
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
+        /* Runs of plain bytes are copied whole: most targets have no escape at all. */
+        size_t j = i;
+        while (j < n && !srv__decode_special[(unsigned char)s[j]])
+            j++;
+        memcpy(out + o, s + i, j - i);
+        o += j - i;
+        if ((i = j) == n)
+            break;
         unsigned char c = (unsigned char)s[i];
         if (c == '%' && i + 2 < n && srv__hex((unsigned char)s[i + 1]) >= 0 && srv__hex((unsigned char)s[i + 2]) >= 0) {
             c = (unsigned char)(srv__hex((unsigned char)s[i + 1]) * 16 +

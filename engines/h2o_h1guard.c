@@ -516,18 +516,30 @@ void eh2o_h1_ready_clear(eh2o_conn *c)
 
 /* h2o's input starts with the head the guard copied: the same bytes but for the case of
  * letters in header names, which h2o lower-cases in place as it parses a head. */
+static int eh2o_h1_same_bytes(const char *a, const char *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (a[i] != b[i] && !(b[i] >= 'A' && b[i] <= 'Z' && a[i] == b[i] - 'A' + 'a'))
+            return 0;
+    return 1;
+}
+
 static int eh2o_h1_same_head(const h2o_buffer_t *in, const eh2o_ready *e)
 {
     if (in->size < e->len)
         return 0;
-    if (memcmp(in->bytes, e->head, e->len) == 0)
-        return 1;
-    for (size_t i = 0; i < e->len; i++) {
-        char a = in->bytes[i], b = e->head[i];
-        if (a != b && !(b >= 'A' && b <= 'Z' && a == b - 'A' + 'a'))
+    /* Eight bytes at a time: most words of a head hold no upper-case letter of a name (this
+     * runs once per request on the inline path, where a byte loop cost ~500 instructions). */
+    const char *a = in->bytes, *b = e->head;
+    size_t i = 0;
+    for (; i + 8 <= e->len; i += 8) {
+        uint64_t x, y;
+        memcpy(&x, a + i, 8);
+        memcpy(&y, b + i, 8);
+        if (x != y && !eh2o_h1_same_bytes(a + i, b + i, 8))
             return 0;
     }
-    return 1;
+    return eh2o_h1_same_bytes(a + i, b + i, e->len - i);
 }
 
 /* A request from the copy of a head the guard checked already: the client's spelling. */
