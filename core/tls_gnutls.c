@@ -5,7 +5,7 @@
  * parsed (srv_tls_gnutls, handed to the engine's certificate callback),
  * the priority string (minimum version, Mozilla "intermediate" ciphers) and
  * the client CA text. Validation says which file failed and why, as the
- * OpenSSL backend does, so an mhd-only build (no OpenSSL) refuses a bad
+ * OpenSSL backend does, so an mhd-only build (no OpenSSL TLS backend) refuses a bad
  * certificate at start and at reload.
  *
  * Handshake signatures go through OpenSSL's libcrypto: Debian 12's GnuTLS
