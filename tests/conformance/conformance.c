@@ -1305,9 +1305,10 @@ static int conformance_tls_main(void)
         cmocka_unit_test_setup_teardown(test_stop_workers_busy, setup_two_workers, fx_teardown),
         cmocka_unit_test_setup_teardown(test_tls_request_with_finished, setup_default, fx_teardown),
         cmocka_unit_test(test_tls_client_certificate),
+        cmocka_unit_test(test_tls_signature_schemes),
     };
     snprintf(name, sizeof name, "conformance %s (TLS): raw-socket cases inside TLS, client "
-             "certificates",
+             "certificates, signature schemes",
              g_engine_name);
     failed += cmocka_run_group_tests_name(name, raw_tls, tls_raw_group_setup,
                                           tls_raw_group_teardown);

@@ -399,6 +399,10 @@ void test_tls_handshake_waits_idle(void **state);
 int tls_raw_group_setup(void **state);
 int tls_raw_group_teardown(void **state);
 void test_tls_client_certificate(void **state);
+void test_tls_signature_schemes(void **state);
+/* conformance_tls.c's file helpers: copy (0 when done), read whole (malloc'd). */
+int tls_copy_file(const char *from, const char *to);
+char *tls_slurp(const char *path);
 void test_tls_request_with_finished(void **state);
 void test_tls_refused_handshake_stalls(void **state);
 /* ------------------------------------------------------------------ */

@@ -55,8 +55,9 @@ void tls_remove_certs(void)
         snprintf(extra, sizeof extra, "%s.orig", files[i]); /* a reload case cut short */
         unlink(extra);
     }
-    const char *hup[] = {"hup-cert.pem", "hup-key.pem"};
-    for (size_t i = 0; i < 2; i++) {
+    const char *hup[] = {"hup-cert.pem", "hup-key.pem", "rsa-cert.pem", "rsa-key.pem",
+                         "rsa-serving-cert.pem", "rsa-serving-key.pem"}; /* and the RSA case's */
+    for (size_t i = 0; i < sizeof hup / sizeof hup[0]; i++) {
         snprintf(extra, sizeof extra, "%s/%s", g_tls_dir, hup[i]);
         unlink(extra);
     }
@@ -271,7 +272,7 @@ void test_tls_alpn(void **state)
 }
 
 /* Copy a file in this process: 0 when done. */
-static int tls_copy_file(const char *from, const char *to)
+int tls_copy_file(const char *from, const char *to)
 {
     FILE *in = fopen(from, "rb");
     FILE *out = in ? fopen(to, "wb") : NULL;
@@ -426,7 +427,7 @@ void test_tls_bad_config(void **state)
 }
 
 /* The certificate and key from memory serve like the files. */
-static char *tls_slurp(const char *path)
+char *tls_slurp(const char *path)
 {
     FILE *fp = fopen(path, "r");
     if (!fp)

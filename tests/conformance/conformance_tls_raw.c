@@ -361,3 +361,246 @@ void test_tls_refused_handshake_stalls(void **state)
     conn_send(last, what, part, sizeof part); /* left in its handshake for the stop */
     rc_sleep_ms(50);
 }
+
+/* ------------------------------------------------------------------ */
+/* RSA and ECDSA certificates: every signature scheme a client may ask */
+/* ------------------------------------------------------------------ */
+
+/* One GET /hello over a fresh TLS connection whose client allows only
+ * `version` and the signature schemes `sigalgs` (OpenSSL names), and
+ * verifies the server with `ca`. The status, or an RC_* code; *sig_type
+ * and *sig_md: the NIDs of the server's handshake signature (e.g.
+ * EVP_PKEY_RSA_PSS and NID_sha384), which the client checked. */
+static int tls_sig_get(const fx *f, const char *ca, int version, const char *sigalgs,
+                       rc_conn *keep, int *sig_type, int *sig_md)
+{
+    SSL_CTX *ctx = tls_raw_client_ctx(ca, NULL, NULL);
+    if (ctx == NULL)
+        return RC_TLS;
+    if (SSL_CTX_set_min_proto_version(ctx, version) != 1 ||
+        SSL_CTX_set_max_proto_version(ctx, version) != 1 ||
+        SSL_CTX_set1_sigalgs_list(ctx, sigalgs) != 1) {
+        ERR_clear_error();
+        SSL_CTX_free(ctx);
+        return RC_TLS;
+    }
+    rc_set_tls(ctx);
+    rc_conn c;
+    int rc = rc_connect(&c, f->port, 5000);
+    *sig_type = *sig_md = NID_undef;
+    if (rc == RC_OK)
+        rc = rc_send_str(&c, "GET /hello HTTP/1.1\r\nHost: conformance\r\n\r\n", 5000);
+    rc_response r;
+    if (rc == RC_OK && (rc = rc_read_response(&c, &r, 0, 5000)) == RC_OK) {
+        rc = r.status;
+        rc_response_free(&r);
+        SSL_get_peer_signature_type_nid(c.ssl, sig_type);
+        SSL_get_peer_signature_nid(c.ssl, sig_md);
+    }
+    if (keep != NULL && rc == 200)
+        *keep = c; /* the caller's, open */
+    else
+        rc_close(&c);
+    rc_set_tls(tls_raw_ctx);
+    SSL_CTX_free(ctx); /* the SSL of a kept connection holds its own reference */
+    return rc;
+}
+
+/* An RSA-2048 certificate and key made with the openssl CLI. */
+static int tls_rsa_make(const char *cert, const char *key)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "openssl req -x509 -newkey rsa:2048 -nodes -keyout %s -out %s -days 2 "
+             "-subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1,IP:::1 "
+             ">/dev/null 2>&1", key, cert);
+    if (system(cmd) != 0) {
+        print_error("RSA certificate: `%s` failed\n", cmd);
+        return -1;
+    }
+    return 0;
+}
+
+/* An RSA certificate is served to clients of TLS 1.2 and TLS 1.3 with
+ * every RSA signature scheme they may insist on - PKCS#1 v1.5 (TLS 1.2's
+ * ServerKeyExchange) and RSA-PSS (TLS 1.3's CertificateVerify, and TLS
+ * 1.2's with rsa_pss_rsae_*), each hash - and the client, which verifies
+ * the signature and the certificate, accepts it; libcurl too, TLS 1.2 and
+ * 1.3. On mhd these signatures are OpenSSL's through GnuTLS's external
+ * key (core/tls_gnutls.c), a path of its own per scheme. Then a reload
+ * to an ECDSA certificate (ECDSA with SHA-256 and SHA-384 in TLS 1.2,
+ * TLS 1.3's ecdsa_secp256r1_sha256; a connection opened before keeps
+ * being served) and back to RSA: each reload builds its key anew. And
+ * the RSA key from a PEM in memory. Engines with SRV_CAP_TLS. */
+void test_tls_signature_schemes(void **state)
+{
+    (void)state;
+    char cert[160], key[160], rsa_cert[160], rsa_key[160];
+    snprintf(cert, sizeof cert, "%s/rsa-serving-cert.pem", g_tls_dir);
+    snprintf(key, sizeof key, "%s/rsa-serving-key.pem", g_tls_dir);
+    snprintf(rsa_cert, sizeof rsa_cert, "%s/rsa-cert.pem", g_tls_dir);
+    snprintf(rsa_key, sizeof rsa_key, "%s/rsa-key.pem", g_tls_dir);
+    int made = tls_rsa_make(rsa_cert, rsa_key) == 0 && tls_copy_file(rsa_cert, cert) == 0 &&
+               tls_copy_file(rsa_key, key) == 0;
+    if (!made) {
+        unlink(rsa_cert), unlink(rsa_key), unlink(cert), unlink(key);
+        fail_msg("cannot make the RSA certificate (openssl CLI)");
+    }
+    fx f0 = {.m = &MODE_H1};
+    srv_config c;
+    srv_config_init(&c);
+    c.host = "127.0.0.1";
+    c.port = 0;
+    c.io_threads = 1;
+    c.worker_threads = 2;
+    c.tls_cert_file = cert;
+    c.tls_key_file = key;
+    srv_server *srv = srv_server_new(g_engine, &c);
+    int rc = srv ? srv_route(srv, "GET", "/hello", h_hello, &f0) : SRV_ENOMEM;
+    rc = rc ? rc : srv_server_start(srv);
+    if (rc != 0) {
+        print_error("start with an RSA certificate: %s (%s)\n", srv_strerror(rc),
+                    srv ? srv_server_last_error(srv) : "");
+        srv_server_free(srv);
+        unlink(rsa_cert), unlink(rsa_key), unlink(cert), unlink(key);
+        fail();
+    }
+    f0.port = srv_server_port(srv);
+
+    static const struct {
+        int version;
+        const char *sigalgs;
+        int type, md;
+    } want[] = {
+        {TLS1_2_VERSION, "rsa_pkcs1_sha256", EVP_PKEY_RSA, NID_sha256},
+        {TLS1_2_VERSION, "rsa_pkcs1_sha384", EVP_PKEY_RSA, NID_sha384},
+        {TLS1_2_VERSION, "rsa_pkcs1_sha512", EVP_PKEY_RSA, NID_sha512},
+        {TLS1_2_VERSION, "rsa_pss_rsae_sha256", EVP_PKEY_RSA_PSS, NID_sha256},
+        {TLS1_2_VERSION, "rsa_pss_rsae_sha512", EVP_PKEY_RSA_PSS, NID_sha512},
+        {TLS1_3_VERSION, "rsa_pss_rsae_sha256", EVP_PKEY_RSA_PSS, NID_sha256},
+        {TLS1_3_VERSION, "rsa_pss_rsae_sha384", EVP_PKEY_RSA_PSS, NID_sha384},
+        {TLS1_3_VERSION, "rsa_pss_rsae_sha512", EVP_PKEY_RSA_PSS, NID_sha512},
+    };
+    int status[sizeof want / sizeof want[0]], type[sizeof want / sizeof want[0]],
+        md[sizeof want / sizeof want[0]];
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        status[i] = tls_sig_get(&f0, rsa_cert, want[i].version, want[i].sigalgs, NULL, &type[i],
+                                &md[i]);
+    /* libcurl, TLS 1.2 only and TLS 1.3 only, verifying with the RSA one. */
+    http_res l12 = {0}, l13 = {0};
+    long curl_versions[2] = {CURL_SSLVERSION_TLSv1_2 | CURL_SSLVERSION_MAX_TLSv1_2,
+                             CURL_SSLVERSION_TLSv1_3 | CURL_SSLVERSION_MAX_TLSv1_3};
+    http_res *lr[2] = {&l12, &l13};
+    for (int i = 0; i < 2; i++) {
+        CURL *h = easy_new(&f0);
+        if (h == NULL) {
+            lr[i]->rc = CURLE_FAILED_INIT;
+            continue;
+        }
+        curl_easy_setopt(h, CURLOPT_SSLVERSION, curl_versions[i]);
+        curl_easy_setopt(h, CURLOPT_CAINFO, rsa_cert);
+        http_perform(&f0, h, &(http_req){.path = "/hello"}, lr[i]);
+        curl_easy_cleanup(h);
+    }
+
+    /* Reload to the run's ECDSA certificate with a connection open, then
+     * back to RSA. */
+    rc_conn open_conn;
+    int sig_type, sig_md;
+    int before = tls_sig_get(&f0, rsa_cert, TLS1_3_VERSION, "rsa_pss_rsae_sha256", &open_conn,
+                             &sig_type, &sig_md);
+    int to_ec = tls_copy_file(g_tls_cert2, cert) == 0 && tls_copy_file(g_tls_key2, key) == 0
+                    ? srv_server_reload_tls(srv)
+                    : SRV_ESYS;
+    static const struct {
+        int version;
+        const char *sigalgs;
+        int md;
+    } want_ec[] = {
+        {TLS1_2_VERSION, "ecdsa_secp256r1_sha256", NID_sha256},
+        {TLS1_2_VERSION, "ecdsa_secp384r1_sha384", NID_sha384}, /* any curve in TLS 1.2 */
+        {TLS1_3_VERSION, "ecdsa_secp256r1_sha256", NID_sha256},
+    };
+    int ec_status[3], ec_type[3], ec_md[3];
+    for (size_t i = 0; i < 3; i++)
+        ec_status[i] = tls_sig_get(&f0, g_tls_cert2, want_ec[i].version, want_ec[i].sigalgs, NULL,
+                                   &ec_type[i], &ec_md[i]);
+    int old_status = RC_CLOSED;
+    if (before == 200) {
+        rc = rc_send_str(&open_conn, "GET /hello HTTP/1.1\r\nHost: conformance\r\n\r\n", 5000);
+        rc_response r;
+        if (rc == RC_OK && (rc = rc_read_response(&open_conn, &r, 0, 5000)) == RC_OK) {
+            rc = r.status;
+            rc_response_free(&r);
+        }
+        old_status = rc;
+        rc_close(&open_conn);
+    }
+    int to_rsa = tls_copy_file(rsa_cert, cert) == 0 && tls_copy_file(rsa_key, key) == 0
+                     ? srv_server_reload_tls(srv)
+                     : SRV_ESYS;
+    int back12 = tls_sig_get(&f0, rsa_cert, TLS1_2_VERSION, "rsa_pkcs1_sha256", NULL, &sig_type,
+                             &sig_md);
+    int back13 = tls_sig_get(&f0, rsa_cert, TLS1_3_VERSION, "rsa_pss_rsae_sha256", NULL,
+                             &sig_type, &sig_md);
+    char reload_err[256];
+    snprintf(reload_err, sizeof reload_err, "%s", srv_server_last_error(srv));
+    srv_server_free(srv);
+
+    /* The key and certificate from memory. */
+    http_res mem = {.rc = CURLE_FAILED_INIT};
+    char *cert_pem = tls_slurp(rsa_cert), *key_pem = tls_slurp(rsa_key);
+    c.tls_cert_file = c.tls_key_file = NULL;
+    c.tls_cert_pem = cert_pem;
+    c.tls_key_pem = key_pem;
+    srv = cert_pem && key_pem ? srv_server_new(g_engine, &c) : NULL;
+    rc = srv ? srv_route(srv, "GET", "/hello", h_hello, &f0) : SRV_ENOMEM;
+    rc = rc ? rc : srv_server_start(srv);
+    char mem_err[256] = "";
+    if (rc == 0) {
+        f0.port = srv_server_port(srv);
+        CURL *h = easy_new(&f0);
+        if (h != NULL) {
+            curl_easy_setopt(h, CURLOPT_CAINFO, rsa_cert);
+            http_perform(&f0, h, &(http_req){.path = "/hello"}, &mem);
+            curl_easy_cleanup(h);
+        }
+    } else if (srv != NULL) {
+        snprintf(mem_err, sizeof mem_err, "%s", srv_server_last_error(srv));
+    }
+    srv_server_free(srv);
+    free(cert_pem);
+    free(key_pem);
+    unlink(rsa_cert), unlink(rsa_key), unlink(cert), unlink(key);
+
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const char *v = want[i].version == TLS1_3_VERSION ? "TLS 1.3" : "TLS 1.2";
+        CHECK(status[i] == 200, "[RSA, %s, %s] GET /hello: %s (%d)", v, want[i].sigalgs,
+              status[i] < 0 ? rc_strerror(status[i]) : "status", status[i]);
+        CHECK(type[i] == want[i].type && md[i] == want[i].md, "[RSA, %s, %s] the server "
+              "signed with %s/%s", v, want[i].sigalgs, OBJ_nid2sn(type[i]), OBJ_nid2sn(md[i]));
+    }
+    check_http(&f0, "RSA certificate, libcurl TLS 1.2", &l12, 200);
+    check_http(&f0, "RSA certificate, libcurl TLS 1.3", &l13, 200);
+    CHECK_INT("[RSA] a connection opened before the reloads: status", before, 200);
+    CHECK(to_ec == 0 && to_rsa == 0, "[RSA] reload to ECDSA: %s, back to RSA: %s (%s)",
+          srv_err_name(to_ec), srv_err_name(to_rsa), reload_err);
+    for (size_t i = 0; i < 3; i++) {
+        const char *v = want_ec[i].version == TLS1_3_VERSION ? "TLS 1.3" : "TLS 1.2";
+        CHECK(ec_status[i] == 200, "[reloaded to ECDSA, %s, %s] GET /hello: %s (%d)", v,
+              want_ec[i].sigalgs, ec_status[i] < 0 ? rc_strerror(ec_status[i]) : "status",
+              ec_status[i]);
+        CHECK(ec_type[i] == EVP_PKEY_EC && ec_md[i] == want_ec[i].md, "[reloaded to ECDSA, %s, "
+              "%s] the server signed with %s/%s", v, want_ec[i].sigalgs, OBJ_nid2sn(ec_type[i]),
+              OBJ_nid2sn(ec_md[i]));
+    }
+    CHECK_INT("[RSA] after the reload to ECDSA: the connection opened before", old_status, 200);
+    CHECK_INT("[RSA] reloaded back to RSA: TLS 1.2 (PKCS#1) status", back12, 200);
+    CHECK_INT("[RSA] reloaded back to RSA: TLS 1.3 (RSA-PSS) status", back13, 200);
+    CHECK(mem.rc == CURLE_OK, "[RSA] from a PEM in memory: %s (%s)", curl_easy_strerror(mem.rc),
+          mem_err[0] ? mem_err : mem.err);
+    check_http(&f0, "RSA certificate from memory", &mem, 200);
+    http_res_free(&l12);
+    http_res_free(&l13);
+    http_res_free(&mem);
+}
