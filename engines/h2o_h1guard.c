@@ -861,6 +861,40 @@ static int eh2o_h1_scan(eh2o_conn *c, char *p, size_t *np, size_t *bad_at,
     return 0;
 }
 
+/*
+ * h2o parses a head where it lies in the socket's input and points into it (method, path,
+ * header values) until the answer is written, so a request waiting for its answer keeps the
+ * whole read buffer (4 KiB, EH2O_SOCKET_BUFFER) for a head of a few hundred bytes: 2700
+ * waiting requests held 10 MiB that way. Before h2o parses, when the input is only this
+ * read's bytes (no earlier request's head in it, so nothing of h2o's points into it yet)
+ * and ends with complete heads, they move to a buffer of their size and the big one goes
+ * back to h2o's per-thread recycler for the next read. h2o frees the small one once the
+ * answer is written (h2o_buffer_consume; its capacity is not the prototype's, so it is
+ * free()d), and the next read takes a 4 KiB buffer again. A later read into it while the
+ * request waits (a pipelined one) grows it by h2o's own doubling, which h2o allows for:
+ * it reads a request's body only after copying its head out (fixup_request), and stops
+ * reading while a request without one is served.
+ */
+static void eh2o_h1_compact(eh2o_conn *c, size_t n)
+{
+    h2o_buffer_t *in = c->sock->input;
+    if (in->size != n || n == 0 || n > in->capacity / 4 || in->_fd != -1 ||
+        c->h1.completed == 0 || c->h1.phase != EH2O_H1_HEAD || c->h1.head_len != 0 ||
+        c->h1.served != c->h1.responded || c->sock->_cb.write != NULL)
+        return;
+    h2o_buffer_t *small = malloc(offsetof(h2o_buffer_t, _buf) + n);
+    if (small == NULL)
+        return; /* the big one serves */
+    small->capacity = n;
+    small->size = n;
+    small->bytes = small->_buf;
+    small->_prototype = in->_prototype;
+    small->_fd = -1;
+    memcpy(small->_buf, in->bytes, n); /* offsets (mask_at) stay those of the input's start */
+    c->sock->input = small;
+    h2o_buffer__do_free(in);
+}
+
 /* The n bytes at the end of the input are new (a read, or the held bytes put back). */
 static void eh2o_h1_input(eh2o_conn *c, size_t n, const char *err)
 {
@@ -888,6 +922,8 @@ static void eh2o_h1_input(eh2o_conn *c, size_t n, const char *err)
             eh2o_h1_answer(c, sreq, st);
             return;
         }
+        if (st == 0)
+            eh2o_h1_compact(c, n);
     }
     if (eh2o_h1_call(c, c->h1.reqread, sock, err))
         eh2o_h1_after(c);
