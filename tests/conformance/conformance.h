@@ -374,6 +374,14 @@ void test_nb_slow_reader(void **state);
 /* ------------------------------------------------------------------ */
 
 int tls_make_certs(void);
+/* A small TLS server's configuration: 127.0.0.1, any port, one I/O
+ * thread, two workers, certificate and key from the files `cert` and
+ * `key` (NULL: none, e.g. for PEM in memory). */
+void tls_small_config(srv_config *c, const char *cert, const char *key);
+/* A server with `c` that serves GET /hello (h_hello with f0): running,
+ * its port in f0->port; or NULL, with *rc and the server's last error
+ * (at most cap bytes) in err. */
+srv_server *tls_small_start(fx *f0, const srv_config *c, int *rc, char *err, size_t cap);
 void tls_remove_certs(void);
 void test_engine_identity_tls(void **state);
 void test_tls_plain_http(void **state);

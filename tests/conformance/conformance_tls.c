@@ -378,6 +378,32 @@ void test_tls_reload(void **state)
     http_res_free(&e);
 }
 
+void tls_small_config(srv_config *c, const char *cert, const char *key)
+{
+    srv_config_init(c);
+    c->host = "127.0.0.1";
+    c->port = 0;
+    c->io_threads = 1;
+    c->worker_threads = 2;
+    c->tls_cert_file = cert;
+    c->tls_key_file = key;
+}
+
+srv_server *tls_small_start(fx *f0, const srv_config *c, int *rc, char *err, size_t cap)
+{
+    srv_server *srv = srv_server_new(g_engine, c);
+    CHECK(srv != NULL, "srv_server_new");
+    *rc = srv_route(srv, "GET", "/hello", h_hello, f0);
+    *rc = *rc ? *rc : srv_server_start(srv);
+    snprintf(err, cap, "%s", srv_server_last_error(srv));
+    if (*rc != 0) {
+        srv_server_free(srv);
+        return NULL;
+    }
+    f0->port = srv_server_port(srv);
+    return srv;
+}
+
 /* srv_server_start with a TLS configuration it cannot serve: the error
  * names the file and why. No fixture: each server is made here. */
 static void tls_start_fails(const char *what, const srv_config *cfg, int want_rc,
@@ -398,16 +424,10 @@ static void tls_start_fails(const char *what, const srv_config *cfg, int want_rc
 void test_tls_bad_config(void **state)
 {
     (void)state;
-    srv_config c;
-    srv_config_init(&c);
-    c.host = "127.0.0.1";
-    c.port = 0;
-    c.io_threads = 1;
-    c.worker_threads = 2;
     char missing[160];
     snprintf(missing, sizeof missing, "%s/missing.pem", g_tls_dir);
-    c.tls_cert_file = missing;
-    c.tls_key_file = g_tls_key;
+    srv_config c;
+    tls_small_config(&c, missing, g_tls_key);
     tls_start_fails("missing certificate file", &c, SRV_ETLS, missing);
     tls_start_fails("missing certificate file (why)", &c, SRV_ETLS, "No such file");
     c.tls_cert_file = g_tls_cert;
@@ -446,11 +466,7 @@ void test_tls_pem_in_memory(void **state)
     CHECK(cert && key, "cannot read the test certificate");
     fx f0 = {.m = &MODE_H1};
     srv_config c;
-    srv_config_init(&c);
-    c.host = "127.0.0.1";
-    c.port = 0;
-    c.io_threads = 1;
-    c.worker_threads = 2;
+    tls_small_config(&c, NULL, NULL);
     c.tls_cert_pem = cert;
     c.tls_key_pem = key;
     srv_server *srv = srv_server_new(g_engine, &c);
@@ -503,19 +519,11 @@ void test_tls_sighup_reload(void **state)
     CHECK(system(cmd) == 0, "`%s` failed", cmd);
     fx f0 = {.m = &MODE_H1};
     srv_config c;
-    srv_config_init(&c);
-    c.host = "127.0.0.1";
-    c.port = 0;
-    c.io_threads = 1;
-    c.worker_threads = 2;
-    c.tls_cert_file = cert;
-    c.tls_key_file = key;
-    srv_server *srv = srv_server_new(g_engine, &c);
-    CHECK(srv != NULL, "srv_server_new");
-    int rc = srv_route(srv, "GET", "/hello", h_hello, &f0);
-    rc = rc ? rc : srv_server_start(srv);
-    CHECK(rc == 0, "start: %s (%s)", srv_strerror(rc), srv_server_last_error(srv));
-    f0.port = srv_server_port(srv);
+    tls_small_config(&c, cert, key);
+    int rc;
+    char err[256];
+    srv_server *srv = tls_small_start(&f0, &c, &rc, err, sizeof err);
+    CHECK(srv != NULL, "start: %s (%s)", srv_strerror(rc), err);
     void (*old_hup)(int) = signal(SIGHUP, SIG_IGN);
     tls_runner run = {.srv = srv};
     pthread_t th;

@@ -44,23 +44,6 @@ void test_tls_stop_idle_after_handshake(void **state)
           "the connection was waited for as if a request were arriving", took);
 }
 
-/* Start a server with `c`; returns it running (port in f0->port), or NULL
- * with *rc and err set. */
-static srv_server *tls_try_start(fx *f0, const srv_config *c, int *rc, char *err, size_t cap)
-{
-    srv_server *srv = srv_server_new(g_engine, c);
-    CHECK(srv != NULL, "srv_server_new");
-    *rc = srv_route(srv, "GET", "/hello", h_hello, f0);
-    *rc = *rc ? *rc : srv_server_start(srv);
-    snprintf(err, cap, "%s", srv_server_last_error(srv));
-    if (*rc != 0) {
-        srv_server_free(srv);
-        return NULL;
-    }
-    f0->port = srv_server_port(srv);
-    return srv;
-}
-
 /* tls_ciphers and tls_min_version. An OpenSSL cipher list is served by the
  * OpenSSL engines and refused at start, with a message saying what it
  * takes, by an engine that serves TLS with GnuTLS (mhd: a priority
@@ -71,18 +54,12 @@ void test_tls_ciphers_and_min_version(void **state)
     (void)state;
     fx f0 = {.m = &MODE_H1};
     srv_config c;
-    srv_config_init(&c);
-    c.host = "127.0.0.1";
-    c.port = 0;
-    c.io_threads = 1;
-    c.worker_threads = 2;
-    c.tls_cert_file = g_tls_cert;
-    c.tls_key_file = g_tls_key;
+    tls_small_config(&c, g_tls_cert, g_tls_key);
     char err[256];
     int rc;
 
     c.tls_ciphers = "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384";
-    srv_server *srv = tls_try_start(&f0, &c, &rc, err, sizeof err);
+    srv_server *srv = tls_small_start(&f0, &c, &rc, err, sizeof err);
     if (srv != NULL) {
         http_res r;
         http_do(&f0, &(http_req){.path = "/hello"}, &r);
@@ -96,7 +73,7 @@ void test_tls_ciphers_and_min_version(void **state)
     }
 
     c.tls_ciphers = "no-such-cipher-or-keyword";
-    srv = tls_try_start(&f0, &c, &rc, err, sizeof err);
+    srv = tls_small_start(&f0, &c, &rc, err, sizeof err);
     if (srv != NULL)
         srv_server_free(srv);
     CHECK(rc == SRV_ETLS && strstr(err, "tls_ciphers") != NULL, "[tls_ciphers nobody parses] "
@@ -104,7 +81,7 @@ void test_tls_ciphers_and_min_version(void **state)
 
     c.tls_ciphers = NULL;
     c.tls_min_version = SRV_TLS_1_3;
-    srv = tls_try_start(&f0, &c, &rc, err, sizeof err);
+    srv = tls_small_start(&f0, &c, &rc, err, sizeof err);
     CHECK(srv != NULL, "[SRV_TLS_1_3] start: %s (%s)", srv_err_name(rc), err);
     http_res old, now;
     CURL *h = easy_new(&f0);

@@ -153,25 +153,16 @@ void test_tls_client_certificate(void **state)
     CHECK(tls_cc_make() == 0, "cannot make the client certificates (openssl CLI)");
     fx f0 = {.m = &MODE_H1};
     srv_config c;
-    srv_config_init(&c);
-    c.host = "127.0.0.1";
-    c.port = 0;
-    c.io_threads = 1;
-    c.worker_threads = 2;
-    c.tls_cert_file = g_tls_cert;
-    c.tls_key_file = g_tls_key;
+    tls_small_config(&c, g_tls_cert, g_tls_key);
     c.tls_client_ca_file = tls_cc_ca;
-    srv_server *srv = srv_server_new(g_engine, &c);
-    int rc = srv ? srv_route(srv, "GET", "/hello", h_hello, &f0) : SRV_ENOMEM;
-    rc = rc ? rc : srv_server_start(srv);
-    if (rc != 0) {
-        print_error("start with tls_client_ca_file: %s (%s)\n", srv_strerror(rc),
-                    srv ? srv_server_last_error(srv) : "");
-        srv_server_free(srv);
+    int rc;
+    char err[256];
+    srv_server *srv = tls_small_start(&f0, &c, &rc, err, sizeof err);
+    if (srv == NULL) {
+        print_error("start with tls_client_ca_file: %s (%s)\n", srv_strerror(rc), err);
         tls_cc_remove();
         fail();
     }
-    f0.port = srv_server_port(srv);
     http_res good, none, foreign, after;
     tls_cc_get(&f0, tls_cc_cert, tls_cc_key, &good);
     srv_stats s0, s1;
@@ -448,24 +439,15 @@ void test_tls_signature_schemes(void **state)
     }
     fx f0 = {.m = &MODE_H1};
     srv_config c;
-    srv_config_init(&c);
-    c.host = "127.0.0.1";
-    c.port = 0;
-    c.io_threads = 1;
-    c.worker_threads = 2;
-    c.tls_cert_file = cert;
-    c.tls_key_file = key;
-    srv_server *srv = srv_server_new(g_engine, &c);
-    int rc = srv ? srv_route(srv, "GET", "/hello", h_hello, &f0) : SRV_ENOMEM;
-    rc = rc ? rc : srv_server_start(srv);
-    if (rc != 0) {
-        print_error("start with an RSA certificate: %s (%s)\n", srv_strerror(rc),
-                    srv ? srv_server_last_error(srv) : "");
-        srv_server_free(srv);
+    tls_small_config(&c, cert, key);
+    int rc;
+    char err[256];
+    srv_server *srv = tls_small_start(&f0, &c, &rc, err, sizeof err);
+    if (srv == NULL) {
+        print_error("start with an RSA certificate: %s (%s)\n", srv_strerror(rc), err);
         unlink(rsa_cert), unlink(rsa_key), unlink(cert), unlink(key);
         fail();
     }
-    f0.port = srv_server_port(srv);
 
     static const struct {
         int version;
