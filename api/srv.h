@@ -140,12 +140,17 @@ enum {
      * differently framed body). Without it the core's answers apply. */
     SRV_CAP_LIB_CHUNKED = 1u << 3,
     /* Answers an HTTP/2 connection preface it does not serve, or refuses,
-     * in HTTP/2 (a GOAWAY frame) rather than with HTTP/1 text. */
+     * in HTTP/2 (a GOAWAY frame) rather than with HTTP/1 text; with
+     * SRV_CAP_LIB_ERRORS too, only in cleartext (over TLS its library
+     * answers the preface with an HTTP/1 505). */
     SRV_CAP_H2_PREFACE_GOAWAY = 1u << 4,
     /* Its library answers some bad input itself, before the core sees it:
      * same status and close as the core's answer, but the library's own
-     * headers and body (no Server, its HTML text). docs/ENGINES.md lists
-     * the inputs. Without it every error answer is the core's. */
+     * headers and body (no Server, its HTML text). Only where the engine
+     * cannot look first: in a request after the first on a kept-alive
+     * connection, or over TLS (the first request's head in cleartext gets
+     * the core's answer). docs/ENGINES.md lists the inputs. Without it
+     * every error answer is the core's. */
     SRV_CAP_LIB_ERRORS = 1u << 5,
     /* Serves HTTPS when srv_config has a certificate and key (srv_config's
      * tls_* fields). Without it srv_server_start refuses a TLS

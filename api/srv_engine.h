@@ -596,6 +596,12 @@ void srv__conn_leave(srv_server *srv);
  * exists): *len bytes, static. */
 const char *srv__refusal_503(size_t *len);
 
+/* The answer to an HTTP/2 connection preface on a connection that serves
+ * HTTP/1 only: an empty SETTINGS frame (the server preface RFC 9113 3.4
+ * requires first), then GOAWAY with last-stream-id 0 and HTTP_1_1_REQUIRED
+ * (0xd), so the client retries over HTTP/1.1. *len bytes, static. */
+const char *srv__h2_preface_refusal(size_t *len);
+
 #ifdef __cplusplus
 }
 #endif

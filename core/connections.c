@@ -31,6 +31,16 @@ void srv__stats_connection_closed(srv_server *srv)
     atomic_fetch_sub(&srv->connections_open, 1);
 }
 
+const char *srv__h2_preface_refusal(size_t *len)
+{
+    static const unsigned char frames[] = {
+        0, 0, 0, 4, 0, 0, 0, 0, 0,                         /* SETTINGS, empty */
+        0, 0, 8, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xd /* GOAWAY */
+    };
+    *len = sizeof frames;
+    return (const char *)frames;
+}
+
 const char *srv__refusal_503(size_t *len)
 {
     static const char answer[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"

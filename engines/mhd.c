@@ -4,6 +4,8 @@
  * through libmicrohttpd's own GnuTLS (MHD_USE_TLS), with the core's GnuTLS contexts. */
 #include "srv_engine.h"
 
+#include "mhd_gate.h"
+
 #include <gnutls/abstract.h>
 #include <gnutls/gnutls.h>
 #include <microhttpd.h>
@@ -129,10 +131,24 @@ struct emhd_worker {
     emhd_conn *unsampled; /* owner thread only: idle, sent not taken */
 };
 
+/* A connection the gate gave MHD (MHD_add_connection), until MHD reports
+ * it at NOTIFY_STARTED on its own thread: what the gate knew of it. */
+typedef struct emhd_handoff {
+    struct emhd_handoff *next;
+    int fd;
+    long long accepted;  /* ms: its first head is due header_timeout later */
+    bool arriving;       /* counted by srv__request_arriving (a stop is on) */
+} emhd_handoff;
+
 typedef struct emhd_server {
     srv_server *srv;
     struct MHD_Daemon *daemon;
-    int lfd;
+    int lfd;                 /* until the gate takes it */
+    emhd_gate *gate;         /* our accept (engines/mhd_gate.h) */
+    unsigned limit;          /* MHD's connection limit */
+    unsigned threads;        /* MHD's threads */
+    emhd_handoff *handoffs;  /* lock */
+    unsigned nhandoffs;      /* lock */
     /* TLS (MHD_USE_TLS): nothing is written on a connection's socket but
      * through MHD, which encrypts it; the start's generation (its client
      * CA text is MHD's trust list) is held until destroy. */
@@ -623,16 +639,27 @@ static srv_request *emhd_request_new(emhd_server *es, struct MHD_Connection *con
  * TLS: those bytes would be cleartext inside the TLS stream (callers close
  * instead).
  */
+static void emhd_answer_req(emhd_server *es, struct MHD_Connection *conn, srv_request *req,
+                            int fd, int status);
+
 static void emhd_answer_raw(emhd_server *es, struct MHD_Connection *conn, int fd, int status,
                             const char *target, size_t target_len)
 {
     srv_request *req = emhd_request_new(es, conn);
     if (req == NULL)
         return;
-    emhd_req er = {.es = es, .conn = conn}; /* not suspended: respond only marks it */
-    srv__request_set_engine_data(req, &er);
     if (target != NULL && target_len > 0)
         (void)srv__request_set_target(req, target, target_len); /* for the log only */
+    emhd_answer_req(es, conn, req, fd, status);
+}
+
+/* emhd_answer_raw for a request already made (conn NULL: the gate's, before
+ * MHD has the connection); releases req. */
+static void emhd_answer_req(emhd_server *es, struct MHD_Connection *conn, srv_request *req,
+                            int fd, int status)
+{
+    emhd_req er = {.es = es, .conn = conn}; /* not suspended: respond only marks it */
+    srv__request_set_engine_data(req, &er);
     srv__request_fail(req, status);
     if (fd >= 0 && !es->tls) {
         size_t hlen = 0, blen = 0;
@@ -712,6 +739,8 @@ static void emhd_abandon(emhd_server *es, emhd_req *er)
  *   the close into a reset that destroys the answer (a 413 to a client
  *   still sending its body).
  */
+static void emhd_linger_add(emhd_server *es, int fd);
+
 static void emhd_closing(emhd_server *es, struct MHD_Connection *conn, emhd_conn *ec)
 {
     if (ec->fd < 0)
@@ -745,6 +774,13 @@ static void emhd_closing(emhd_server *es, struct MHD_Connection *conn, emhd_conn
     int fd = fcntl(ec->fd, F_DUPFD_CLOEXEC, 0);
     if (fd < 0)
         return; /* out of descriptors: MHD's plain close */
+    emhd_linger_add(es, fd);
+}
+
+/* Linger on fd (ours: a duplicate of MHD's socket, or the gate's): write
+ * side shut, drained by the watchdog, closed at EOF or in EMHD_LINGER_MS. */
+static void emhd_linger_add(emhd_server *es, int fd)
+{
     shutdown(fd, SHUT_WR);
     pthread_mutex_lock(&es->lock);
     if (es->lingering < EMHD_LINGER_MAX && !es->wd_stop) {
@@ -950,6 +986,80 @@ static void emhd_tls_session(emhd_server *es, struct MHD_Connection *conn, emhd_
     gnutls_session_set_verify_cert(session, NULL, 0); /* against MHD's trust list */
 }
 
+/* ------------------------------------------------------------------ */
+/* The gate's side (engines/mhd_gate.h): connections reach MHD through   */
+/* MHD_add_connection, with a record of what the gate knew              */
+/* ------------------------------------------------------------------ */
+
+/* Take the gate's record of fd (lock held): a record found but for a
+ * descriptor MHD never reported is stale (MHD closes a connection it
+ * cannot start without a notification) and is dropped. Without a record
+ * (none is expected): accepted now. */
+static emhd_handoff emhd_handoff_take(emhd_server *es, int fd)
+{
+    emhd_handoff h = {.fd = fd, .accepted = emhd_now_ms()};
+    for (emhd_handoff **pp = &es->handoffs; *pp != NULL; pp = &(*pp)->next) {
+        if ((*pp)->fd != fd)
+            continue;
+        emhd_handoff *found = *pp;
+        *pp = found->next;
+        es->nhandoffs--;
+        h = *found;
+        free(found);
+        break;
+    }
+    return h;
+}
+
+static void emhd_gate_hand(void *ctx, int fd, const struct sockaddr *peer, socklen_t peer_len,
+                           long long accepted, bool arriving)
+{
+    emhd_server *es = ctx;
+    emhd_handoff *h = malloc(sizeof *h);
+    pthread_mutex_lock(&es->lock);
+    emhd_handoff stale = emhd_handoff_take(es, fd); /* the gate alone adds records */
+    if (stale.arriving)
+        srv__request_arriving(es->srv, -1);
+    if (h != NULL) {
+        *h = (emhd_handoff){.next = es->handoffs, .fd = fd, .accepted = accepted,
+                            .arriving = arriving};
+        es->handoffs = h;
+        es->nhandoffs++;
+    }
+    pthread_mutex_unlock(&es->lock);
+    if (h != NULL && arriving)
+        srv__request_arriving(es->srv, 1);
+    /* MHD closes fd when it cannot take it. */
+    if (MHD_add_connection(es->daemon, fd, peer, peer_len) != MHD_YES && h != NULL) {
+        pthread_mutex_lock(&es->lock);
+        emhd_handoff mine = emhd_handoff_take(es, fd);
+        pthread_mutex_unlock(&es->lock);
+        if (mine.arriving)
+            srv__request_arriving(es->srv, -1);
+    }
+}
+
+/* MHD's own limit, less one per thread: MHD splits it among its threads
+ * and picks one with room, so the gate stops a little before. */
+static bool emhd_gate_room(void *ctx, unsigned waiting)
+{
+    emhd_server *es = ctx;
+    pthread_mutex_lock(&es->lock);
+    unsigned long long used = (unsigned long long)es->open + es->nhandoffs + waiting + es->threads;
+    pthread_mutex_unlock(&es->lock);
+    return used < es->limit;
+}
+
+static void emhd_gate_answer(void *ctx, srv_request *req, int fd, int status)
+{
+    emhd_answer_req(ctx, NULL, req, fd, status);
+}
+
+static void emhd_gate_linger(void *ctx, int fd)
+{
+    emhd_linger_add(ctx, fd);
+}
+
 static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                                    enum MHD_ConnectionNotificationCode toe)
 {
@@ -968,12 +1078,20 @@ static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void 
                 es->conns->prev = ec;
             es->conns = ec;
             ec->over_limit = ++es->open > es->max_connections;
+            emhd_handoff h = emhd_handoff_take(es, ec->fd);
             /* The first head is due header_timeout after the accept (like
              * Tomcat's connectionTimeout); one we will refuse, within 1 s. */
             long long wait = es->header_ms;
             if (ec->over_limit && wait > 1000)
                 wait = 1000;
-            emhd_phase(ec, EMHD_IDLE, emhd_now_ms() + wait);
+            if (h.arriving) {
+                /* Bytes of a request came while the server stops: the
+                 * grace waits for it (the count moves to the connection). */
+                atomic_store(&ec->pre_arriving, true);
+                emhd_phase(ec, EMHD_HEAD, h.accepted + es->header_ms);
+            } else {
+                emhd_phase(ec, EMHD_IDLE, h.accepted + wait);
+            }
             pthread_mutex_unlock(&es->lock);
             ec->worker = es->workers != NULL ? emhd_worker_self(es, true) : NULL;
             emhd_went_idle(ec);
@@ -1005,6 +1123,7 @@ static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void 
         if (ec->gone)
             es->hung_up--;
         pthread_mutex_unlock(&es->lock);
+        emhd_gate_kick(es->gate); /* a slot is free: accept again if it stopped */
         if (ec->tls != NULL) /* MHD freed the session before this call */
             srv__tls_gnutls_release(ec->tls);
         free(ec);
@@ -1815,6 +1934,8 @@ static int emhd_start(srv_server *srv, void **state)
      * per-thread split of MHD's limit never refuses below ours. */
     unsigned long long want = cfg->max_connections + cfg->max_connections / 4ull + 16ull * threads;
     unsigned limit = want < UINT_MAX ? (unsigned)want : UINT_MAX;
+    es->limit = limit;
+    es->threads = threads;
     /* The connection's memory pool holds the read buffer (the whole head),
      * the header table and the response head. Head limit + 4 KiB leaves
      * room for a head at the limits with a few dozen headers, so the core
@@ -1852,8 +1973,10 @@ static int emhd_start(srv_server *srv, void **state)
      * srv_server_start): the certificate comes from emhd_tls_cert at each
      * handshake, so a reload reaches new connections. MHD's own timeout
      * and the watchdog's first-head deadline cover the handshake too. */
+    /* NO_LISTEN_SOCKET: the gate accepts (engines/mhd_gate.h) and hands
+     * connections over with MHD_add_connection. */
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
-                     MHD_USE_ERROR_LOG | MHD_USE_TURBO;
+                     MHD_USE_ERROR_LOG | MHD_USE_TURBO | MHD_USE_NO_LISTEN_SOCKET;
     struct MHD_OptionItem tls_opts[5] = {{MHD_OPTION_END, 0, NULL}};
     if (srv__tls_enabled(srv)) {
         es->tls_start = srv__tls_gnutls(srv, NULL);
@@ -1891,7 +2014,6 @@ static int emhd_start(srv_server *srv, void **state)
         flags, 0, NULL, NULL, emhd_access, es,
         MHD_OPTION_ARRAY, tls_opts,
         MHD_OPTION_EXTERNAL_LOGGER, emhd_log, es,
-        MHD_OPTION_LISTEN_SOCKET, (MHD_socket)lfd,
         MHD_OPTION_THREAD_POOL_SIZE, threads,
         MHD_OPTION_CONNECTION_LIMIT, limit,
         MHD_OPTION_CONNECTION_TIMEOUT, idle_s,
@@ -1907,6 +2029,23 @@ static int emhd_start(srv_server *srv, void **state)
         rc = SRV_EENGINE;
         goto fail_watchdog;
     }
+    static const struct emhd_gate_ops gate_ops = {
+        .hand = emhd_gate_hand,
+        .room = emhd_gate_room,
+        .answer = emhd_gate_answer,
+        .linger = emhd_gate_linger,
+    };
+    struct emhd_gate_ops ops = gate_ops;
+    ops.ctx = es;
+    if ((rc = emhd_gate_start(&es->gate, srv, lfd, es->tls, &ops)) != 0) {
+        srv__server_set_error(srv, "mhd: cannot start the accepting thread");
+        /* No connection was accepted: nothing is suspended. */
+        atomic_store(&es->stopping, true);
+        MHD_stop_daemon(es->daemon);
+        es->daemon = NULL;
+        goto fail_watchdog;
+    }
+    es->lfd = -1; /* the gate's now */
     atomic_store(&es->running, true);
     return 0;
 
@@ -1953,24 +2092,10 @@ static void emhd_quiesce(void *state)
     if (es->quiesced)
         return;
     es->quiesced = true;
-    /* Not MHD_quiesce_daemon: on an epoll daemon with its own threads it
-     * races with MHD's loop (both remove the listening socket from the
-     * epoll set; the loser gets ENOENT and MHD_PANICs, 0.9.75). Instead put
-     * a never-readable eventfd in place of the listening socket's
-     * descriptor: the socket closes (new connects are refused; epoll drops
-     * it from every set), and whatever MHD still does with that number
-     * (re-adding it to epoll, shutdown and close at MHD_stop_daemon) meets
-     * a valid, silent descriptor. MHD owns that descriptor from now on. */
-    int silent = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (silent >= 0 && dup3(silent, es->lfd, O_CLOEXEC) == es->lfd) {
-        es->lfd = -1;
-    } else {
-        MHD_socket fd = MHD_quiesce_daemon(es->daemon);
-        if (fd != MHD_INVALID_SOCKET)
-            shutdown(fd, SHUT_RDWR); /* it stays in LISTEN otherwise */
-    }
-    if (silent >= 0)
-        close(silent);
+    /* The gate closes the listening socket (MHD has none: not
+     * MHD_quiesce_daemon, which on an epoll daemon with its own threads
+     * races with MHD's loop and can MHD_PANIC in 0.9.75). */
+    emhd_gate_quiesce(es->gate);
     /* Idle kept-alive connections: MHD would keep them until the stop, so
      * shut them down (emhd_quiesce_idle; the watchdog does the same to
      * those that go idle later). Busy ones get "Connection: close" with
@@ -2027,6 +2152,10 @@ static void emhd_stop(void *state)
 {
     emhd_server *es = state;
     emhd_quiesce(es);
+    /* No connection reaches MHD from now on; those still waiting in the
+     * gate have sent nothing. */
+    emhd_gate_stop(es->gate);
+    es->gate = NULL;
     emhd_watchdog_join(es);
     emhd_hs_stop(es);
     emhd_refuse_arriving(es);
@@ -2058,9 +2187,15 @@ static void emhd_stop(void *state)
     atomic_store(&es->stopping, true);
     MHD_stop_daemon(es->daemon);
     es->daemon = NULL;
-    if (es->lfd >= 0) /* MHD_quiesce_daemon gave it back to us */
-        close(es->lfd);
-    es->lfd = -1;
+    /* Handed over but never started by MHD (it closed them at the stop). */
+    while (es->handoffs != NULL) {
+        emhd_handoff *h = es->handoffs;
+        es->handoffs = h->next;
+        if (h->arriving)
+            srv__request_arriving(es->srv, -1);
+        free(h);
+    }
+    es->nhandoffs = 0;
 }
 
 static void emhd_destroy(void *state)
@@ -2097,6 +2232,7 @@ const srv_engine srv_engine_mhd = {
      * "http/1.1"); the core builds its contexts with GnuTLS. TLS_CLOSES_RAW:
      * emhd_answer_raw's cleartext answers become closes over TLS. */
     .caps = SRV_ENGINE_CAP_VERSION_505 | SRV_ENGINE_CAP_GARBAGE_400 | SRV_ENGINE_CAP_LIB_CHUNKED |
+            SRV_ENGINE_CAP_H2_PREFACE_GOAWAY |
             SRV_ENGINE_CAP_LIB_ERRORS | SRV_ENGINE_CAP_STREAM | SRV_ENGINE_CAP_LIB_FRAMING |
                 SRV_ENGINE_CAP_TLS | SRV_ENGINE_CAP_TLS_GNUTLS | SRV_ENGINE_CAP_TLS_CLOSES_RAW |
                 SRV_ENGINE_CAP_STREAM_BODY,

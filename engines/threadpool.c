@@ -263,14 +263,6 @@ static void etp_conn_send_refusal(etp_conn *c)
     etp_io_send_some(c, p, len, NULL, 0, &sent);
 }
 
-/* The answer to an HTTP/2 connection preface: an empty SETTINGS frame (the
- * server preface RFC 9113 3.4 requires first), then GOAWAY with last stream
- * 0 and HTTP_1_1_REQUIRED (0xd): clients then retry over HTTP/1.1. */
-static const unsigned char etp_h2_goaway[] = {
-    0, 0, 0, 4, 0, 0, 0, 0, 0,                  /* SETTINGS, empty */
-    0, 0, 8, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xd /* GOAWAY */
-};
-
 /* Write the core's answer (already final) without blocking: what the socket
  * takes now. Used by the poller, which never waits on one client. */
 static void etp_write_now(int fd, srv_request *req)
@@ -517,8 +509,9 @@ static void etp_poller_fail(etp_state *st, etp_conn *c, int status)
     srv_request *req = c->req;
     c->req = NULL;
     if (c->parser.h2_preface) { /* not HTTP/1: a GOAWAY it understands */
-        size_t sent = 0;
-        etp_io_send_some(c, etp_h2_goaway, sizeof etp_h2_goaway, NULL, 0, &sent);
+        size_t sent = 0, len = 0;
+        const char *refusal = srv__h2_preface_refusal(&len);
+        etp_io_send_some(c, refusal, len, NULL, 0, &sent);
         if (req)
             srv__request_release(req);
     } else {
@@ -1678,8 +1671,9 @@ static int etp_worker_parse(etp_conn *c, const char *d, size_t n, size_t *usedp)
         etp_note_feed(c, ev);
         if (ev == SRV_HTTP1_FAIL) {
             if (c->parser.h2_preface) {
-                etp_io_send_from(c, etp_write_timeout(st), etp_h2_goaway, sizeof etp_h2_goaway,
-                                 NULL, 0, 0);
+                size_t len = 0;
+                const char *refusal = srv__h2_preface_refusal(&len);
+                etp_io_send_from(c, etp_write_timeout(st), refusal, len, NULL, 0, 0);
                 srv__request_release(c->req);
                 c->req = NULL;
             } else {

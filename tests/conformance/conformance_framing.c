@@ -7,13 +7,19 @@
 
 /* Send `req` on a new connection; the first response must be `status`
  * with the core's headers (Date, Server, Content-Type), then a close.
- * `lib_answers`: an engine with SRV_CAP_LIB_ERRORS answers this input with
- * its library's own answer (same status and close, its own headers and
- * body), so only the status, Date and the close are checked there. */
-static void core_answer(fx *f, const char *what, const char *req, int status,
-                        int lib_answers)
+ * `lib_answers`: over TLS an engine with SRV_CAP_LIB_ERRORS answers this
+ * input with its library's own answer (same status and close, its own
+ * headers and body), so only the status, Date and the close are checked
+ * there; in cleartext the first request's answer is the core's everywhere
+ * (test_raw_error_answers_after_a_request: the requests after it). */
+static void core_answer_on(fx *f, const char *what, const char *req, int status,
+                           int lib_answers, int after_a_request)
 {
     rc_conn *c = conn_open(f, what);
+    if (after_a_request) { /* the bad input is the connection's second request */
+        conn_send_str(c, what, "GET /hello HTTP/1.1\r\n" HOST "\r\n");
+        conn_expect(c, what, 0, 200, "hello", NULL);
+    }
     rc_send_str(c, req, 3000); /* may fail once the server answered */
     rc_response r;
     int rc = rc_read_response(c, &r, 0, 4000);
@@ -26,9 +32,13 @@ static void core_answer(fx *f, const char *what, const char *req, int status,
     snprintf(label, sizeof label, "[%s] status", what);
     CHECK_INT(label, r.status, status);
     CHECK(rc_header_get(&r, "Date") != NULL, "[%s] the %d has no Date", what, status);
-    if (lib_answers && (engine_caps() & SRV_CAP_LIB_ERRORS)) {
+    if (lib_answers && (g_tls || after_a_request) && (engine_caps() & SRV_CAP_LIB_ERRORS)) {
         rc_response_free(&r);
-        conn_expect_closed(c, what, 3000);
+        /* Then the close; libmicrohttpd 0.9.75 writes the head of its
+         * Content-Length answers twice (docs/ENGINES.md): bytes may come. */
+        int closed = rc_wait_close(c, 3000, NULL);
+        CHECK(closed == RC_CLOSED || closed == RC_RESET, "[%s] still open 3 s after the %d",
+              what, status);
         rc_close(c);
         still_serving(f, what);
         return;
@@ -45,6 +55,11 @@ static void core_answer(fx *f, const char *what, const char *req, int status,
     conn_expect_closed(c, what, 3000);
     rc_close(c);
     still_serving(f, what);
+}
+
+static void core_answer(fx *f, const char *what, const char *req, int status, int lib_answers)
+{
+    core_answer_on(f, what, req, status, lib_answers, 0);
 }
 
 /* "0x2" is no chunk size (RFC 9112 7.1: 1*HEXDIG); a lenient
@@ -85,6 +100,21 @@ void test_raw_http10_upgrade(void **state)
     rc_close(c);
 }
 
+/* Bad input that libmicrohttpd 0.9.75 answers with its own HTML when it
+ * parses it (docs/ENGINES.md, mhd "Bad input exceptions"). */
+static const struct {
+    const char *what, *req;
+    int status;
+} lib_inputs[] = {
+    {"HTTP/9.9", "GET /hello HTTP/9.9\r\n" HOST "\r\n", 505},
+    {"GET with HTTP/2.0", "GET /hello HTTP/2.0\r\n" HOST "\r\n", 505},
+    {"header line without a colon", "GET /hello HTTP/1.1\r\n" HOST "NoColonHere\r\n\r\n", 400},
+    {"garbage request line with spaces", "}{ this is not http\r\n\r\n", 400},
+    {"chunk size 0x2", "POST /echo HTTP/1.1\r\n" HOST
+     "Transfer-Encoding: chunked\r\n\r\n0x2\r\nAB\r\n0\r\n\r\n", 400},
+    {"Content-Length abc", "POST /echo HTTP/1.1\r\n" HOST "Content-Length: abc\r\n\r\n", 400},
+};
+
 /* Answers to bad input come from the core on every engine. */
 void test_raw_error_answers_are_the_cores(void **state)
 {
@@ -93,12 +123,11 @@ void test_raw_error_answers_are_the_cores(void **state)
         bad_input_str(f, "garbage request line", "GARBAGE\r\n\r\n", 400, BAD_STATUS_OR_CLOSE);
     else
         core_answer(f, "garbage request line", "GARBAGE\r\n\r\n", 400, 0);
-    /* These three libmicrohttpd 0.9.75 answers itself (SRV_CAP_LIB_ERRORS). */
-    core_answer(f, "HTTP/9.9", "GET /hello HTTP/9.9\r\n" HOST "\r\n", 505, 1);
-    core_answer(f, "header line without a colon",
-                "GET /hello HTTP/1.1\r\n" HOST "NoColonHere\r\n\r\n", 400, 1);
-    core_answer(f, "chunk size 0x2", "POST /echo HTTP/1.1\r\n" HOST
-                "Transfer-Encoding: chunked\r\n\r\n0x2\r\nAB\r\n0\r\n\r\n", 400, 1);
+    /* libmicrohttpd 0.9.75 answers these itself when it reads them first
+     * (SRV_CAP_LIB_ERRORS: over TLS; in cleartext the mhd engine's gate
+     * looks at a connection's first request before MHD does). */
+    for (size_t i = 0; i < sizeof lib_inputs / sizeof lib_inputs[0]; i++)
+        core_answer(f, lib_inputs[i].what, lib_inputs[i].req, lib_inputs[i].status, 1);
     /* A chunked body one byte over max_body_bytes. */
     size_t cap = L_BODY + 256;
     char *req = malloc(cap);
@@ -109,6 +138,17 @@ void test_raw_error_answers_are_the_cores(void **state)
     strcpy(req + n + L_BODY + 1, "\r\n0\r\n\r\n");
     core_answer(f, "chunked body over max_body_bytes", req, 413, 0);
     free(req);
+}
+
+/* The same inputs as a kept-alive connection's second request: the core's
+ * answer, but on an engine with SRV_CAP_LIB_ERRORS its library's (the same
+ * status and close; libmicrohttpd 0.9.75 reads every request after the
+ * first itself, with no hook before its answer). */
+void test_raw_error_answers_after_a_request(void **state)
+{
+    fx *f = *state;
+    for (size_t i = 0; i < sizeof lib_inputs / sizeof lib_inputs[0]; i++)
+        core_answer_on(f, lib_inputs[i].what, lib_inputs[i].req, lib_inputs[i].status, 1, 1);
 }
 
 /* Past max_connections the refusal is readable: nothing before
