@@ -2155,7 +2155,6 @@ static void emhd_stop(void *state)
     /* No connection reaches MHD from now on; those still waiting in the
      * gate have sent nothing. */
     emhd_gate_stop(es->gate);
-    es->gate = NULL;
     emhd_watchdog_join(es);
     emhd_hs_stop(es);
     emhd_refuse_arriving(es);
@@ -2187,6 +2186,8 @@ static void emhd_stop(void *state)
     atomic_store(&es->stopping, true);
     MHD_stop_daemon(es->daemon);
     es->daemon = NULL;
+    emhd_gate_free(es->gate); /* MHD's threads are gone: no kick any more */
+    es->gate = NULL;
     /* Handed over but never started by MHD (it closed them at the stop). */
     while (es->handoffs != NULL) {
         emhd_handoff *h = es->handoffs;
@@ -2203,6 +2204,7 @@ static void emhd_destroy(void *state)
     emhd_server *es = state;
     if (es == NULL)
         return;
+    emhd_gate_free(es->gate); /* a server never stopped */
     /* MHD reported every connection closed during MHD_stop_daemon. */
     while (es->conns != NULL) {
         emhd_conn *next = es->conns->next;

@@ -50,6 +50,7 @@ struct emhd_gate {
     char *buf;          /* the peek buffer, cap bytes */
     size_t cap;
     pthread_t thread;
+    bool stopped;       /* emhd_gate_stop ran (controlling thread) */
     pthread_mutex_t mu; /* quiesced, for emhd_gate_quiesce's wait */
     pthread_cond_t cond;
     bool quiesced;
@@ -347,9 +348,13 @@ int emhd_gate_start(emhd_gate **out, srv_server *srv, int lfd, bool tls,
     }
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cond, NULL);
+    /* Published before the thread runs: MHD's threads read it (kick) once
+     * the gate has handed them a connection. */
+    *out = g;
     if (rc == 0 && srv__thread_create(&g->thread, NULL, emhd_gate_main, g) != 0)
         rc = SRV_ETHREAD;
     if (rc != 0) {
+        *out = NULL;
         if (g->epfd >= 0)
             close(g->epfd);
         if (g->wake >= 0)
@@ -360,7 +365,6 @@ int emhd_gate_start(emhd_gate **out, srv_server *srv, int lfd, bool tls,
         free(g);
         return rc;
     }
-    *out = g;
     return 0;
 }
 
@@ -383,14 +387,23 @@ void emhd_gate_kick(emhd_gate *g)
 
 void emhd_gate_stop(emhd_gate *g)
 {
-    if (g == NULL)
+    if (g == NULL || g->stopped)
         return;
+    g->stopped = true;
     emhd_gate_command(g, EMHD_GATE_STOP);
     pthread_join(g->thread, NULL);
     while (g->waiting != NULL)
         emhd_gate_close(g, g->waiting);
     if (g->lfd >= 0)
         close(g->lfd);
+    g->lfd = -1;
+}
+
+void emhd_gate_free(emhd_gate *g)
+{
+    if (g == NULL)
+        return;
+    emhd_gate_stop(g);
     close(g->epfd);
     close(g->wake);
     pthread_cond_destroy(&g->cond);

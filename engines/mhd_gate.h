@@ -59,8 +59,13 @@ void emhd_gate_quiesce(emhd_gate *g);
  * gate had stopped. Any thread; cheap when the gate was not waiting. */
 void emhd_gate_kick(emhd_gate *g);
 
-/* Stop the thread, close the connections still waiting and free the gate
- * (NULL: nothing). The controlling thread, after emhd_gate_quiesce. */
+/* Stop the thread and close the connections still waiting (NULL: nothing).
+ * The controlling thread, after emhd_gate_quiesce. emhd_gate_kick stays
+ * safe (and does nothing) until emhd_gate_free. */
 void emhd_gate_stop(emhd_gate *g);
+
+/* Stop if not yet, and free the gate (NULL: nothing): once no thread of
+ * MHD's can call emhd_gate_kick any more (after MHD_stop_daemon). */
+void emhd_gate_free(emhd_gate *g);
 
 #endif
