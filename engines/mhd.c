@@ -135,6 +135,7 @@ struct emhd_worker {
  * it at NOTIFY_STARTED on its own thread: what the gate knew of it. */
 typedef struct emhd_handoff {
     struct emhd_handoff *next;
+    bool found;          /* emhd_handoff_take: a record was there */
     int fd;
     long long accepted;  /* ms: its first head is due header_timeout later */
     bool arriving;       /* counted by srv__request_arriving (a stop is on) */
@@ -1005,6 +1006,7 @@ static emhd_handoff emhd_handoff_take(emhd_server *es, int fd)
         *pp = found->next;
         es->nhandoffs--;
         h = *found;
+        h.found = true;
         free(found);
         break;
     }
@@ -1020,6 +1022,8 @@ static void emhd_gate_hand(void *ctx, int fd, const struct sockaddr *peer, sockl
     emhd_handoff stale = emhd_handoff_take(es, fd); /* the gate alone adds records */
     if (stale.arriving)
         srv__request_arriving(es->srv, -1);
+    if (stale.found) /* MHD closed that one without a word: its count goes */
+        srv__stats_connection_closed(es->srv);
     if (h != NULL) {
         *h = (emhd_handoff){.next = es->handoffs, .fd = fd, .accepted = accepted,
                             .arriving = arriving};
@@ -1029,6 +1033,8 @@ static void emhd_gate_hand(void *ctx, int fd, const struct sockaddr *peer, sockl
     pthread_mutex_unlock(&es->lock);
     if (h != NULL && arriving)
         srv__request_arriving(es->srv, 1);
+    if (h == NULL) /* NOTIFY_STARTED, finding no record, counts it again */
+        srv__stats_connection_closed(es->srv);
     /* MHD closes fd when it cannot take it. */
     if (MHD_add_connection(es->daemon, fd, peer, peer_len) != MHD_YES && h != NULL) {
         pthread_mutex_lock(&es->lock);
@@ -1036,6 +1042,8 @@ static void emhd_gate_hand(void *ctx, int fd, const struct sockaddr *peer, sockl
         pthread_mutex_unlock(&es->lock);
         if (mine.arriving)
             srv__request_arriving(es->srv, -1);
+        if (mine.found)
+            srv__stats_connection_closed(es->srv);
     }
 }
 
@@ -1065,11 +1073,17 @@ static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void 
 {
     emhd_server *es = cls;
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        int fd = ci != NULL ? ci->connect_fd : -1;
+        pthread_mutex_lock(&es->lock);
+        emhd_handoff h = emhd_handoff_take(es, fd);
+        pthread_mutex_unlock(&es->lock);
         emhd_conn *ec = calloc(1, sizeof *ec);
+        if (ec == NULL && h.arriving)
+            srv__request_arriving(es->srv, -1);
         if (ec != NULL) {
-            const union MHD_ConnectionInfo *ci =
-                MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-            ec->fd = ci != NULL ? ci->connect_fd : -1;
+            ec->fd = fd;
             ec->conn = conn;
             ec->es = es;
             pthread_mutex_lock(&es->lock);
@@ -1078,7 +1092,6 @@ static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void 
                 es->conns->prev = ec;
             es->conns = ec;
             ec->over_limit = ++es->open > es->max_connections;
-            emhd_handoff h = emhd_handoff_take(es, ec->fd);
             /* The first head is due header_timeout after the accept (like
              * Tomcat's connectionTimeout); one we will refuse, within 1 s. */
             long long wait = es->header_ms;
@@ -1099,7 +1112,10 @@ static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void 
         if (es->tls)
             emhd_tls_session(es, conn, ec);
         *socket_context = ec;
-        srv__stats_connection_opened(es->srv);
+        /* The gate counted it at the accept; one without a record (out of
+         * memory there) it gave back, to be counted here. */
+        if (!h.found)
+            srv__stats_connection_opened(es->srv);
         return;
     }
     emhd_conn *ec = *socket_context;
@@ -2194,6 +2210,7 @@ static void emhd_stop(void *state)
         es->handoffs = h->next;
         if (h->arriving)
             srv__request_arriving(es->srv, -1);
+        srv__stats_connection_closed(es->srv);
         free(h);
     }
     es->nhandoffs = 0;

@@ -88,7 +88,6 @@ static void emhd_gate_hand(emhd_gate *g, emhd_wait *w, bool arriving)
 static void emhd_gate_close(emhd_gate *g, emhd_wait *w)
 {
     emhd_gate_unlink(g, w);
-    srv__stats_connection_opened(g->srv); /* it was a connection, if no request */
     srv__stats_connection_closed(g->srv);
     close(w->fd);
     free(w);
@@ -141,7 +140,6 @@ static bool emhd_gate_look(emhd_gate *g, emhd_wait *w)
     srv__http1_free(&p);
     if (ev == SRV_HTTP1_FAIL) {
         emhd_gate_unlink(g, w);
-        srv__stats_connection_opened(g->srv);
         if (h2_preface) { /* not HTTP/1: frames the client understands */
             size_t len = 0;
             const char *refusal = srv__h2_preface_refusal(&len);
@@ -205,6 +203,7 @@ static void emhd_gate_accept(emhd_gate *g)
             return;
         }
         w->accepted = emhd_gate_now();
+        srv__stats_connection_opened(g->srv); /* closed by MHD's NOTIFY_CLOSED, or here */
         w->next = g->waiting;
         if (g->waiting != NULL)
             g->waiting->prev = w;

@@ -27,7 +27,8 @@ struct emhd_gate_ops {
     /* Give the connection to MHD (the gate's thread). `accepted`: when it
      * was accepted (ms, srv__now_ms), its first head's deadline counts from
      * there; `arriving`: a stop is under way and bytes of a request have
-     * come, so the stop's grace must wait for it. The callee owns fd. */
+     * come, so the stop's grace must wait for it. The callee owns fd and
+     * the connection's srv_stats count (opened by the gate at the accept). */
     void (*hand)(void *ctx, int fd, const struct sockaddr *peer, socklen_t peer_len,
                  long long accepted, bool arriving);
     /* Whether one more connection may be accepted, with `waiting` in the
