@@ -293,7 +293,10 @@ static void *emhd_gate_main(void *arg)
                 emhd_gate_accept(g);
                 continue;
             }
-            (void)emhd_gate_look(g, tag);
+            /* A client that shut its side with the head still incomplete
+             * sends no more: MHD reads what there is and ends it its way. */
+            if (emhd_gate_look(g, tag) && (evs[i].events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
+                emhd_gate_hand(g, tag, g->quiescing);
         }
         int cmd = atomic_exchange(&g->cmd, 0);
         if (cmd & EMHD_GATE_STOP)
