@@ -361,6 +361,7 @@ void test_raw_upgrade_head_rules(void **state);
 void test_raw_http10_upgrade(void **state);
 void test_raw_error_answers_are_the_cores(void **state);
 void test_raw_error_answers_after_a_request(void **state);
+void test_raw_trickled_first_request(void **state);
 void test_raw_max_connections_readable(void **state);
 
 /* ------------------------------------------------------------------ */

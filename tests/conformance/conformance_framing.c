@@ -140,6 +140,59 @@ void test_raw_error_answers_are_the_cores(void **state)
     free(req);
 }
 
+/* A first request trickled a byte at a time (a segment each, TCP_NODELAY):
+ * bad input still gets the core's answer, a good head is served, and the
+ * HTTP/2 preface its GOAWAY (engines that look at a connection's first
+ * head before their library, as mhd's gate does, see it in pieces). */
+static void trickle_first(fx *f, const char *what, const char *req, int status)
+{
+    rc_conn *c = conn_open(f, what);
+    for (const char *p = req; *p != '\0'; p++) {
+        if (rc_send(c, p, 1, 2000) != RC_OK)
+            break; /* answered and closed early: what arrived counts */
+        nanosleep(&(struct timespec){.tv_nsec = 3 * 1000 * 1000}, NULL);
+    }
+    if (status == 0) { /* the HTTP/2 preface */
+        size_t unread = 0;
+        int rc = rc_wait_close(c, 3000, &unread);
+        CHECK(rc == RC_CLOSED || rc == RC_RESET, "[%s] still open after 3 s", what);
+        h2_preface_answer(what, c->buf + c->off, unread);
+        rc_close(c);
+        return;
+    }
+    rc_response r;
+    int rc = rc_read_response(c, &r, 0, 4000);
+    CHECK(rc == RC_OK, "[%s] expected %d: %s", what, status, rc_strerror(rc));
+    char label[200];
+    snprintf(label, sizeof label, "[%s] status", what);
+    CHECK_INT(label, r.status, status);
+    /* Over TLS an engine with SRV_CAP_LIB_ERRORS leaves bad input to its
+     * library (core_answer_on): the status is what is the same. */
+    int lib = g_tls && status >= 400 && (engine_caps() & SRV_CAP_LIB_ERRORS);
+    snprintf(label, sizeof label, "[%s] Server", what);
+    if (!lib)
+        CHECK_STR(label, rc_header_get(&r, "Server"), "libsrv");
+    if (status >= 400 && !lib) {
+        char body[8];
+        snprintf(body, sizeof body, "%d ", status);
+        CHECK(r.body_len > 4 && strncmp(r.body, body, 4) == 0, "[%s] body \"%.*s\" is not "
+              "the core's", what, (int)r.body_len, r.body);
+    }
+    rc_response_free(&r);
+    rc_close(c);
+}
+
+void test_raw_trickled_first_request(void **state)
+{
+    fx *f = *state;
+    trickle_first(f, "trickled: header line without a colon",
+            "GET /hello HTTP/1.1\r\n" HOST "NoColonHere\r\n\r\n", 400);
+    trickle_first(f, "trickled: HTTP/9.9", "GET /hello HTTP/9.9\r\n" HOST "\r\n", 505);
+    trickle_first(f, "trickled: a good GET", "GET /hello HTTP/1.1\r\n" HOST "\r\n", 200);
+    trickle_first(f, "trickled: the HTTP/2 preface", H2_PREFACE, 0);
+    still_serving(f, "after trickled first requests");
+}
+
 /* The same inputs as a kept-alive connection's second request: the core's
  * answer, but on an engine with SRV_CAP_LIB_ERRORS its library's (the same
  * status and close; libmicrohttpd 0.9.75 reads every request after the
