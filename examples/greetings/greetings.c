@@ -88,15 +88,22 @@ static void greet(srv_request *req)
         name = "World";
     const char *word = words[random_u64() % (sizeof words / sizeof words[0])];
 
-    size_t cap = strlen(word) + strlen(name) + 3;
-    char *body = malloc(cap);
+    /* "<word> <name>!" by hand, on the stack when it fits: a hello request
+     * is a few microseconds, and malloc + snprintf were a twentieth of it. */
+    size_t wlen = strlen(word), nlen = strlen(name), len = wlen + 1 + nlen + 1;
+    char small[256];
+    char *body = len <= sizeof small ? small : malloc(len);
     if (body == NULL) {
         srv_respond(req, 500, "text/plain; charset=utf-8", "out of memory\n", 14);
         return;
     }
-    int len = snprintf(body, cap, "%s %s!", word, name);
-    srv_respond(req, 200, "text/plain; charset=utf-8", body, (size_t)len);
-    free(body); /* srv_respond copied it */
+    memcpy(body, word, wlen);
+    body[wlen] = ' ';
+    memcpy(body + wlen + 1, name, nlen);
+    body[len - 1] = '!';
+    srv_respond(req, 200, "text/plain; charset=utf-8", body, len);
+    if (body != small)
+        free(body); /* srv_respond copied it */
 }
 
 /* --async: the timer thread answers once the wait is over. */
