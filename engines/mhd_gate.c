@@ -279,6 +279,7 @@ static void *emhd_gate_main(void *arg)
 {
     emhd_gate *g = arg;
     struct epoll_event evs[64];
+    long long next_tick = 0;
     for (;;) {
         int timeout = g->waiting != NULL || atomic_load(&g->paused) ? EMHD_GATE_TICK_MS : -1;
         int n = epoll_wait(g->epfd, evs, 64, timeout);
@@ -303,9 +304,16 @@ static void *emhd_gate_main(void *arg)
             break;
         if ((cmd & EMHD_GATE_QUIESCE) && !g->quiescing)
             emhd_gate_do_quiesce(g);
-        if ((cmd & EMHD_GATE_KICK) || n == 0) /* not on every event: a full */
-            emhd_gate_resume(g);                /* process would spin on accept */
-        emhd_gate_expire(g);
+        /* Not on every event: a process out of descriptors would spin on
+         * accept, and the deadlines walk every waiting connection. */
+        long long now = emhd_gate_now();
+        if (cmd & EMHD_GATE_KICK)
+            emhd_gate_resume(g);
+        if (now >= next_tick) {
+            next_tick = now + EMHD_GATE_TICK_MS;
+            emhd_gate_resume(g);
+            emhd_gate_expire(g);
+        }
     }
     return NULL;
 }
