@@ -568,16 +568,26 @@ static bool emhd_log_is_trouble(const char *fmt)
     return false;
 }
 
-/* Set on an MHD thread when MHD failed to build a response head (it then
- * closes the connection and completes its request on the same thread):
- * emhd_notify_completed reads and clears it. */
+/* Set on an MHD thread when MHD failed to build a response head ("failed
+ * to create response header", nothing written): MHD then closes the
+ * connection in the same call, and its request's completion
+ * (emhd_notify_completed, which reads and clears this) follows at once:
+ * every request MHD split has seen the URI callback, so MHD reports it. */
 static _Thread_local bool emhd_head_failed;
 
 static void emhd_log(void *cls, const char *fmt, va_list ap)
 {
     static atomic_llong last_ms;
     emhd_server *es = cls;
-    if (strstr(fmt, "failed to create response header") != NULL)
+    /* A close's reason comes as the argument of "%s\n" (connection_close_error). */
+    const char *text = fmt;
+    if (strcmp(fmt, "%s\n") == 0) {
+        va_list aq;
+        va_copy(aq, ap);
+        text = va_arg(aq, const char *);
+        va_end(aq);
+    }
+    if (text != NULL && strstr(text, "failed to create response header") != NULL)
         emhd_head_failed = true;
     emhd_sample_idle(es);
     bool print = es->log_all;
@@ -1103,8 +1113,13 @@ static void emhd_notify_completed(void *cls, struct MHD_Connection *conn, void *
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_HTTP_STATUS);
         unsigned code = ci != NULL ? ci->http_status : 0;
+        /* It failed to build that answer's head (0.9.75 queues its 431 for
+         * a Cookie it has no room to copy, then builds the head a second
+         * time in a full pool): nothing went out, so the core's answer is
+         * written here (cleartext only). */
+        int fd = head_failed && !es->tls && er->ec != NULL ? er->ec->fd : -1;
         if (code >= 400 && code <= 599)
-            emhd_answer_raw(es, conn, -1, (int)code, er->target, er->target_len);
+            emhd_answer_raw(es, conn, fd, (int)code, er->target, er->target_len);
     }
     if (er->ec != NULL) {
         /* MHD's own send timeout ended it mid-response: the client is not

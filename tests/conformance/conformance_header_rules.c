@@ -217,6 +217,46 @@ void test_hr_big_heads(void **state)
             }
             rc_close(c);
         }
+
+    /* A Cookie costs mhd twice: 0.9.75 copies its value into the pool to
+     * split it, and when that copy does not fit it answers 431 itself (and
+     * then fails to build that answer's head: the engine writes the core's
+     * 431 in cleartext; over TLS the close is documented). */
+    static const struct {
+        size_t total, cookie;
+        int n;
+    } cookies[] = {{6000, 2000, 20}, {8000, 4000, 30}};
+    for (size_t i = 0; i < sizeof cookies / sizeof cookies[0]; i++) {
+        char what[96];
+        snprintf(what, sizeof what, "a %zu-byte head in %d lines with a %zu-byte Cookie",
+                 cookies[i].total, cookies[i].n, cookies[i].cookie);
+        sbuf b = {0};
+        size_t clen = cookies[i].cookie; /* "Cookie: c=zzz\r\n" */
+        sb_add(&b, "GET /hello HTTP/1.1\r\n" HOST "Cookie: c=%0*d\r\n", (int)(clen - 12), 0);
+        size_t fixed = b.n + 2;
+        size_t k = (size_t)cookies[i].n - 2, rest = cookies[i].total - fixed;
+        for (size_t j = 0; j < k; j++)
+            sb_add(&b, "X-P%03zu: %0*d\r\n", j, (int)(rest / k + (j < rest % k) - 10), 0);
+        sb_add(&b, "\r\n");
+        CHECK(b.n == cookies[i].total, "[%s] built %zu bytes", what, b.n);
+        /* mhd: the copy needs the Cookie's length in what the pool has left */
+        int lib_431 = mhd && mhd_room(cookies[i].total, cookies[i].n) < (long)clen + 64;
+        rc_conn *c = conn_open(f, what);
+        conn_send(c, what, b.p, b.n);
+        free(b.p);
+        rc_response r;
+        int rc = rc_read_response(c, &r, 0, 4000);
+        if (lib_431 && g_tls && (rc == RC_CLOSED || rc == RC_RESET)) {
+            rc_close(c);
+            continue;
+        }
+        CHECK(rc == RC_OK, "[%s] expected a response, got %s (an empty reply)", what,
+              rc_strerror(rc));
+        int got = r.status;
+        rc_response_free(&r);
+        CHECK_INT(what, got, lib_431 ? 431 : 200);
+        rc_close(c);
+    }
     still_serving(f, "heads near max_header_bytes");
 }
 
