@@ -159,6 +159,8 @@ typedef struct emhd_server {
     long long header_ms;     /* a head must arrive within this */
     long long keepalive_ms;  /* idle time allowed between requests */
     size_t swallow_limit;    /* body bytes discarded after a 413 */
+    size_t pool_size;        /* a connection's pool as MHD allocates it (page-rounded) */
+    size_t room_serve;       /* pool room a head must leave to be served (emhd_pool_room) */
     bool quiesced;           /* controlling thread only */
     bool log_all;            /* SRV_MHD_LOG=1: print MHD's messages */
     atomic_bool running;     /* MHD_start_daemon returned */
@@ -234,6 +236,8 @@ typedef struct emhd_req {
      * thread agree through it whether the connection must be resumed. */
     atomic_int hand;
     bool arriving;    /* counted by srv__request_arriving */
+    bool failed;      /* req holds the core's answer to bad input (emhd_fail) */
+    bool closes;      /* the answer queued closes the connection whatever req says */
     atomic_int sstate; /* a streamed response's suspend hand-over (EMHD_S_*) */
     long long body_from; /* ms: head complete (the body deadline's start) */
     size_t body_bytes;   /* body bytes received so far */
@@ -581,10 +585,27 @@ static bool emhd_log_is_trouble(const char *fmt)
     return false;
 }
 
+/* Set on an MHD thread when MHD failed to build a response head ("failed
+ * to create response header", nothing written): MHD then closes the
+ * connection in the same call, and its request's completion
+ * (emhd_notify_completed, which reads and clears this) follows at once:
+ * every request MHD split has seen the URI callback, so MHD reports it. */
+static _Thread_local bool emhd_head_failed;
+
 static void emhd_log(void *cls, const char *fmt, va_list ap)
 {
     static atomic_llong last_ms;
     emhd_server *es = cls;
+    /* A close's reason comes as the argument of "%s\n" (connection_close_error). */
+    const char *text = fmt;
+    if (strcmp(fmt, "%s\n") == 0) {
+        va_list aq;
+        va_copy(aq, ap);
+        text = va_arg(aq, const char *);
+        va_end(aq);
+    }
+    if (text != NULL && strstr(text, "failed to create response header") != NULL)
+        emhd_head_failed = true;
     emhd_sample_idle(es);
     bool print = es->log_all;
     if (!print && atomic_load(&es->running) && emhd_log_is_trouble(fmt)) {
@@ -1193,11 +1214,15 @@ static size_t emhd_unescape(void *cls, struct MHD_Connection *conn, char *s)
     return strlen(s);
 }
 
+static void emhd_write_raw(int fd, srv_request *req);
+
 static void emhd_notify_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                                   enum MHD_RequestTerminationCode toe)
 {
     emhd_server *es = cls;
     emhd_req *er = *con_cls;
+    bool head_failed = emhd_head_failed;
+    emhd_head_failed = false;
     if (er == NULL)
         return;
     *con_cls = NULL;
@@ -1207,14 +1232,29 @@ static void emhd_notify_completed(void *cls, struct MHD_Connection *conn, void *
     if (er->sbody && er->req != NULL)
         emhd_sbody_closed(er, conn, toe == MHD_REQUEST_TERMINATED_WITH_ERROR);
     bool ready = atomic_load(&er->hand) == EMHD_HAND_READY;
+    /* MHD could not build the head of an answer it was given after all
+     * (emhd_pool_room cannot see empty lines before the request line or
+     * pipelined bytes already read): it wrote nothing, so in cleartext the
+     * engine writes the core's answer before MHD closes. */
+    if (head_failed && toe == MHD_REQUEST_TERMINATED_WITH_ERROR && ready && !es->tls &&
+        er->phase == EMHD_REQ_ANSWERED && er->req != NULL && !er->sbody &&
+        !srv__response_streamed(er->req) && er->ec != NULL && er->ec->fd >= 0) {
+        er->closes = true;
+        emhd_write_raw(er->ec->fd, er->req);
+    }
     if (er->phase != EMHD_REQ_ANSWERED) {
         /* MHD answered itself (431, a bad Content-Length or chunk, ...):
          * count and log it as the core's answers are. Its bytes are MHD's. */
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_HTTP_STATUS);
         unsigned code = ci != NULL ? ci->http_status : 0;
+        /* It failed to build that answer's head (0.9.75 queues its 431 for
+         * a Cookie it has no room to copy, then builds the head a second
+         * time in a full pool): nothing went out, so the core's answer is
+         * written here (cleartext only). */
+        int fd = head_failed && !es->tls && er->ec != NULL ? er->ec->fd : -1;
         if (code >= 400 && code <= 599)
-            emhd_answer_raw(es, conn, -1, (int)code, er->target, er->target_len);
+            emhd_answer_raw(es, conn, fd, (int)code, er->target, er->target_len);
     }
     if (er->ec != NULL) {
         /* MHD's own send timeout ended it mid-response: the client is not
@@ -1224,7 +1264,7 @@ static void emhd_notify_completed(void *cls, struct MHD_Connection *conn, void *
             atomic_load(&er->ec->phase) == EMHD_SEND)
             atomic_store(&er->ec->stalled, true);
         er->ec->reused = true;
-        er->ec->expect_close = !(toe == MHD_REQUEST_TERMINATED_COMPLETED_OK &&
+        er->ec->expect_close = er->closes || !(toe == MHD_REQUEST_TERMINATED_COMPLETED_OK &&
                                  er->phase == EMHD_REQ_ANSWERED &&
                                  ready && er->req != NULL && srv__response_keep_alive(er->req));
         emhd_went_idle(er->ec); /* MHD wrote the whole answer */
@@ -1247,6 +1287,179 @@ static void emhd_notify_completed(void *cls, struct MHD_Connection *conn, void *
     free(er);
 }
 
+/* ------------------------------------------------------------------ */
+/* Room for the response head in MHD's connection pool                 */
+/* ------------------------------------------------------------------ */
+
+/*
+ * libmicrohttpd 0.9.75 builds a response head in what is left of the
+ * connection's fixed pool (MHD_OPTION_CONNECTION_MEMORY_LIMIT, rounded up
+ * to pages), and when it does not fit it closes the connection without a
+ * byte ("failed to create response header"). Read in its memorypool.c and
+ * connection.c, and measured (docs/ENGINES.md, mhd "Heads that fill the pool"):
+ * - from the front: the request's bytes up to the end of its head (which
+ *   MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE reports) and of its trailers,
+ *   then the read buffer, shrunk to the unread bytes before the reply;
+ * - from the end: one struct MHD_HTTP_Header per header, cookie, query
+ *   argument and trailer (seven words, EMHD_POOL_ENTRY with the pool's
+ *   alignment), and a copy of the Cookie value;
+ * - everything is rounded to EMHD_POOL_ALIGN (2 * sizeof(void *)).
+ * The response head is then written into all the room left. MHD has no
+ * call for that room, so emhd_pool_room computes it from those counts.
+ * Not counted (unknown to the engine): empty lines before the request
+ * line and pipelined bytes already read behind the request; for those
+ * emhd_notify_completed writes the answer itself when MHD still fails.
+ */
+#define EMHD_POOL_ALIGN (2 * sizeof(void *))
+#define EMHD_POOL_ENTRY \
+    ((7 * sizeof(void *) + EMHD_POOL_ALIGN - 1) / EMHD_POOL_ALIGN * EMHD_POOL_ALIGN)
+
+/* What MHD's build_header_response adds besides the status line, our
+ * fields, the length line and the Connection line: "Date: ...\r\n" (37,
+ * and it wants one byte more) and the empty line. The Connection line is
+ * ours, "Connection: close\r\n", on an answer that closes, else at most
+ * MHD's "Connection: Keep-Alive\r\n". */
+#define EMHD_HEAD_FIXED (38 + 2)
+#define EMHD_HEAD_CLOSE (sizeof "Connection: close\r\n" - 1)
+#define EMHD_HEAD_KEEP (sizeof "Connection: Keep-Alive\r\n" - 1)
+
+/* A chunked response's body goes through the same room: MHD closes when
+ * less than 128 bytes are left for a chunk (try_ready_chunked_body). */
+#define EMHD_CHUNK_ROOM 128
+
+/* A response written by the engine itself because MHD's pool cannot hold
+ * its head: at most this long on the MHD thread for a slow reader. */
+#define EMHD_RAW_WRITE_MS 1000
+
+static size_t emhd_pool_align(size_t n)
+{
+    return (n + EMHD_POOL_ALIGN - 1) / EMHD_POOL_ALIGN * EMHD_POOL_ALIGN;
+}
+
+typedef struct emhd_trailers {
+    size_t bytes;
+} emhd_trailers;
+
+static enum MHD_Result emhd_trailer_bytes(void *cls, enum MHD_ValueKind kind, const char *key,
+                                          size_t key_size, const char *value, size_t value_size)
+{
+    emhd_trailers *t = cls;
+    (void)kind;
+    (void)key;
+    (void)value;
+    t->bytes += key_size + value_size + 4; /* "name: value\r\n" */
+    return MHD_YES;
+}
+
+/* The pool room MHD will have for this request's response head. */
+static size_t emhd_pool_room(const emhd_server *es, struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+    if (ci == NULL)
+        return es->pool_size; /* not parsed yet: nothing to judge by */
+    size_t front = ci->header_size;
+    emhd_trailers t = {0};
+    if (MHD_get_connection_values_n(conn, MHD_FOOTER_KIND, emhd_trailer_bytes, &t) > 0)
+        front += t.bytes + 2;
+    int n = MHD_get_connection_values(conn,
+                                      (enum MHD_ValueKind)(MHD_HEADER_KIND | MHD_COOKIE_KIND |
+                                                           MHD_POSTDATA_KIND |
+                                                           MHD_GET_ARGUMENT_KIND | MHD_FOOTER_KIND),
+                                      NULL, NULL);
+    size_t end = n > 0 ? (size_t)n * EMHD_POOL_ENTRY : 0;
+    const char *cookie = NULL;
+    size_t cookie_len = 0;
+    if (MHD_lookup_connection_value_n(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_COOKIE,
+                                      sizeof MHD_HTTP_HEADER_COOKIE - 1, &cookie,
+                                      &cookie_len) == MHD_YES)
+        end += emhd_pool_align(cookie_len + 1);
+    size_t used = emhd_pool_align(front) + end;
+    return used < es->pool_size ? es->pool_size - used : 0;
+}
+
+/* "Content-Length: N\r\n" for a length, or "Transfer-Encoding: chunked\r\n". */
+static size_t emhd_length_line(int64_t length)
+{
+    size_t digits = 1;
+    for (uint64_t v = (uint64_t)length; length >= 0 && v >= 10; v /= 10)
+        digits++;
+    return length >= 0 ? sizeof "Content-Length: \r\n" - 1 + digits
+                       : sizeof "Transfer-Encoding: chunked\r\n" - 1;
+}
+
+/* The bytes of MHD's head for `status` with `fields` (our header lines,
+ * "name: value\r\n" each, the Connection line included) and `length_line`. */
+static size_t emhd_head_size(unsigned status, size_t fields, size_t length_line)
+{
+    size_t reason = MHD_get_reason_phrase_len_for(status);
+    if (reason == 0)
+        reason = sizeof "Non-Standard Status" - 1;
+    return sizeof "HTTP/1.1 200 \r\n" - 1 + reason + fields + length_line + EMHD_HEAD_FIXED;
+}
+
+/* The most MHD can write for req's response head (bare: without the
+ * core's non-framing headers; closes: the answer says Connection: close)
+ * and, streamed, its first chunk. Does not decide keep-alive
+ * (srv__response_keep_alive caches its answer). */
+static size_t emhd_head_need(const srv_request *req, bool bare, bool closes)
+{
+    size_t fields = closes ? EMHD_HEAD_CLOSE : EMHD_HEAD_KEEP;
+    size_t count = bare ? 0 : srv__response_header_count(req);
+    for (size_t i = 0; i < count; i++) {
+        const char *value = NULL;
+        const char *name = srv__response_header_at(req, i, &value);
+        if (name != NULL && value != NULL)
+            fields += strlen(name) + strlen(value) + 4;
+    }
+    bool streamed = srv__response_streamed(req);
+    int64_t length = streamed ? srv__response_stream_length(req)
+                              : (int64_t)srv__response_content_length(req);
+    size_t need = emhd_head_size((unsigned)srv__response_status(req), fields,
+                                 emhd_length_line(length));
+    if (streamed && need < EMHD_CHUNK_ROOM)
+        need = EMHD_CHUNK_ROOM;
+    return need;
+}
+
+/* Write req's whole answer (the core's framing) on a cleartext socket,
+ * waiting at most EMHD_RAW_WRITE_MS for a slow reader. Best effort. */
+static void emhd_write_raw(int fd, srv_request *req)
+{
+    size_t hlen = 0, blen = 0;
+    const char *head = srv__response_http1_head(req, &hlen);
+    const void *body = srv__response_body(req, &blen);
+    if (head == NULL)
+        return;
+    struct iovec iov[2] = {{(void *)head, hlen}, {(void *)body, blen}};
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = blen > 0 ? 2 : 1};
+    long long until = emhd_now_ms() + EMHD_RAW_WRITE_MS;
+    while (mh.msg_iovlen > 0) {
+        ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            long long left = until - emhd_now_ms();
+            struct pollfd p = {.fd = fd, .events = POLLOUT};
+            if (left <= 0 || poll(&p, 1, (int)left) <= 0)
+                return;
+            continue;
+        }
+        if (n <= 0)
+            return;
+        size_t done = (size_t)n;
+        while (mh.msg_iovlen > 0 && done >= mh.msg_iov[0].iov_len) {
+            done -= mh.msg_iov[0].iov_len;
+            mh.msg_iov++;
+            mh.msg_iovlen--;
+        }
+        if (mh.msg_iovlen > 0) {
+            mh.msg_iov[0].iov_base = (char *)mh.msg_iov[0].iov_base + done;
+            mh.msg_iov[0].iov_len -= done;
+        }
+    }
+}
+
 /* Body bytes of a HEAD (or 304) response are never read: MHD only uses the
  * size for Content-Length. */
 static ssize_t emhd_no_body(void *cls, uint64_t pos, char *buf, size_t max)
@@ -1258,16 +1471,30 @@ static ssize_t emhd_no_body(void *cls, uint64_t pos, char *buf, size_t max)
     return MHD_CONTENT_READER_END_WITH_ERROR;
 }
 
-/* Queue the response the core finished for er->req. MHD frames it (status
- * line, Date, Content-Length, Connection); the body stays owned by the
- * request, which lives until MHD_OPTION_NOTIFY_COMPLETED. */
-static enum MHD_Result emhd_stream_send(emhd_req *er, struct MHD_Connection *conn, bool http10);
-
-static enum MHD_Result emhd_send(emhd_req *er, struct MHD_Connection *conn, bool http10)
+/* The core's response headers of `req` onto MHD's response (bare: none of
+ * the non-framing ones), and the request's version. */
+static void emhd_add_headers(struct MHD_Response *r, srv_request *req, bool bare, bool close,
+                             bool http10)
 {
-    srv_request *req = er->req;
-    if (srv__response_streamed(req))
-        return emhd_stream_send(er, conn, http10);
+    size_t count = bare ? 0 : srv__response_header_count(req);
+    for (size_t i = 0; i < count; i++) {
+        const char *value = NULL;
+        const char *name = srv__response_header_at(req, i, &value);
+        if (name != NULL && value != NULL)
+            (void)MHD_add_response_header(r, name, value);
+    }
+    if (close)
+        (void)MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    if (http10) /* answer in the request's version, as the core's framing does */
+        (void)MHD_set_response_options(r, MHD_RF_HTTP_1_0_SERVER, MHD_RO_END);
+}
+
+/* Queue req's (non-streamed) answer on er's connection. req is er->req,
+ * or a replacement the caller releases after this (copy: MHD keeps its
+ * own copy of the body). */
+static enum MHD_Result emhd_queue(emhd_req *er, struct MHD_Connection *conn, srv_request *req,
+                                  bool http10, bool bare, bool copy)
+{
     size_t len = 0;
     const void *body = srv__response_body(req, &len);
     size_t clen = srv__response_content_length(req);
@@ -1276,20 +1503,11 @@ static enum MHD_Result emhd_send(emhd_req *er, struct MHD_Connection *conn, bool
         r = MHD_create_response_from_callback(clen, 1024, emhd_no_body, NULL, NULL);
     else
         r = MHD_create_response_from_buffer(len, (void *)(len > 0 ? body : ""),
-                                            MHD_RESPMEM_PERSISTENT);
+                                            copy ? MHD_RESPMEM_MUST_COPY
+                                                 : MHD_RESPMEM_PERSISTENT);
     if (r == NULL)
         return MHD_NO;
-    size_t count = srv__response_header_count(req);
-    for (size_t i = 0; i < count; i++) {
-        const char *value = NULL;
-        const char *name = srv__response_header_at(req, i, &value);
-        if (name != NULL && value != NULL)
-            (void)MHD_add_response_header(r, name, value);
-    }
-    if (!srv__response_keep_alive(req))
-        (void)MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
-    if (http10) /* answer in the request's version, as the core's framing does */
-        (void)MHD_set_response_options(r, MHD_RF_HTTP_1_0_SERVER, MHD_RO_END);
+    emhd_add_headers(r, req, bare, er->closes || !srv__response_keep_alive(req), http10);
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)srv__response_status(req), r);
     MHD_destroy_response(r);
     /* Being written: the watchdog cuts it once the client acknowledges
@@ -1299,6 +1517,67 @@ static enum MHD_Result emhd_send(emhd_req *er, struct MHD_Connection *conn, bool
         (void)emhd_phase_from(er->ec, EMHD_ACTIVE, EMHD_SEND, emhd_now_ms() + er->es->header_ms);
     }
     return ret;
+}
+
+/*
+ * er->req's answer does not fit in what MHD's pool has left (`room`), so
+ * MHD would close without a byte. In cleartext the engine writes the
+ * core's answer itself and lets MHD close. Over TLS (only MHD can write)
+ * or for a stream: the core's answer to bad input goes with its framing
+ * headers only; an application's answer is replaced by the core's 500.
+ * When not even that fits, MHD_NO: a close.
+ */
+static enum MHD_Result emhd_no_room(emhd_req *er, struct MHD_Connection *conn, bool http10,
+                                    size_t room)
+{
+    emhd_server *es = er->es;
+    srv_request *req = er->req;
+    er->closes = true;
+    if (!es->tls && !srv__response_streamed(req)) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (ci != NULL) {
+            srv__request_set_close(req); /* before its head is framed */
+            emhd_write_raw(ci->connect_fd, req);
+        }
+        return MHD_NO;
+    }
+    if (er->failed) /* its answer closes (srv__request_fail) */
+        return emhd_head_need(req, true, true) <= room
+                   ? emhd_queue(er, conn, req, http10, true, false)
+                   : MHD_NO;
+    /* A new request of the core's carries the 500 (counted and logged
+     * as one): er->req stays claimed by the application's answer. */
+    srv_request *alt = emhd_request_new(es, conn);
+    if (alt == NULL)
+        return MHD_NO;
+    emhd_req ea = {.es = es, .conn = conn}; /* not suspended: respond only marks it */
+    srv__request_set_engine_data(alt, &ea);
+    (void)srv__request_set_target(alt, er->target, er->target_len); /* for the log only */
+    srv__request_fail(alt, 500);
+    enum MHD_Result ret = MHD_NO;
+    if (emhd_head_need(alt, false, true) <= room)
+        ret = emhd_queue(er, conn, alt, http10, false, true);
+    else if (emhd_head_need(alt, true, true) <= room)
+        ret = emhd_queue(er, conn, alt, http10, true, true);
+    srv__request_release(alt);
+    return ret;
+}
+
+/* Queue the response the core finished for er->req. MHD frames it (status
+ * line, Date, Content-Length, Connection); the body stays owned by the
+ * request, which lives until MHD_OPTION_NOTIFY_COMPLETED. */
+static enum MHD_Result emhd_stream_send(emhd_req *er, struct MHD_Connection *conn, bool http10);
+
+static enum MHD_Result emhd_send(emhd_req *er, struct MHD_Connection *conn, bool http10)
+{
+    srv_request *req = er->req;
+    size_t room = emhd_pool_room(er->es, conn);
+    if (emhd_head_need(req, false, er->failed) > room)
+        return emhd_no_room(er, conn, http10, room);
+    if (srv__response_streamed(req))
+        return emhd_stream_send(er, conn, http10);
+    return emhd_queue(er, conn, req, http10, false, false);
 }
 
 /* The request is complete and about to be handed to the core: what its
@@ -1318,6 +1597,7 @@ static enum MHD_Result emhd_fail(emhd_req *er, struct MHD_Connection *conn, int 
     if (!emhd_phase_from(er->ec, EMHD_BODY, EMHD_ACTIVE, 0))
         return MHD_NO;
     emhd_handed(er);
+    er->failed = true;
     srv__request_fail(er->req, status); /* calls respond: not suspended */
     emhd_arrived(er);
     return emhd_send(er, conn, http10);
@@ -1499,6 +1779,11 @@ static enum MHD_Result emhd_begin(emhd_server *es, emhd_req *er, struct MHD_Conn
     }
     if (st == 0)
         st = srv__request_headers_done(er->req);
+    /* A head that leaves MHD's pool too little room for the core's own
+     * 500 head is refused now, as too large for this engine, rather than
+     * closed without a byte once answered (emhd_pool_room). */
+    if (st == 0 && emhd_pool_room(es, conn) < es->room_serve)
+        st = 431;
     if (st != 0)
         return emhd_fail(er, conn, st, http10);
     if (srv__request_streams_body(er->req))
@@ -1878,17 +2163,7 @@ static enum MHD_Result emhd_stream_send(emhd_req *er, struct MHD_Connection *con
         length >= 0 ? (uint64_t)length : MHD_SIZE_UNKNOWN, 65536, emhd_stream_read, er, NULL);
     if (r == NULL)
         return MHD_NO;
-    size_t count = srv__response_header_count(req);
-    for (size_t i = 0; i < count; i++) {
-        const char *value = NULL;
-        const char *name = srv__response_header_at(req, i, &value);
-        if (name != NULL && value != NULL)
-            (void)MHD_add_response_header(r, name, value);
-    }
-    if (!srv__response_keep_alive(req))
-        (void)MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
-    if (http10)
-        (void)MHD_set_response_options(r, MHD_RF_HTTP_1_0_SERVER, MHD_RO_END);
+    emhd_add_headers(r, req, false, !srv__response_keep_alive(req), http10);
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)srv__response_status(req), r);
     MHD_destroy_response(r);
     if (ret == MHD_YES && er->ec != NULL) {
@@ -1956,14 +2231,29 @@ static int emhd_start(srv_server *srv, void **state)
      * the header table and the response head. Head limit + 4 KiB leaves
      * room for a head at the limits with a few dozen headers, so the core
      * answers 431/414 by its exact rules; bigger heads, or ~100 headers
-     * (MHD's table takes about 60 bytes each), MHD cuts itself with the
-     * same 431/414. The pool is per connection, so its size is what keeps
+     * (MHD's table takes EMHD_POOL_ENTRY bytes each), MHD cuts itself with
+     * the same 431/414, and a head that would leave no room for the response
+     * head the core refuses with 431 (emhd_begin, emhd_pool_room). The pool
+     * is per connection, so its size is what keeps
      * 2700 waiting connections under 50 MB (24 KiB pools took 86 MB). */
     size_t head = cfg->max_header_bytes > cfg->max_uri_bytes ? cfg->max_header_bytes
                                                              : cfg->max_uri_bytes;
     size_t pool = head + 4096;
     if (pool < 8192)
         pool = 8192;
+    /* MHD maps the pool in whole pages (MHD_pool_create). */
+    long page = sysconf(_SC_PAGESIZE);
+    size_t pg = page > 0 ? (size_t)page : 4096;
+    es->pool_size = (pool + pg - 1) / pg * pg;
+    /* A head is served when the pool keeps room for the core's 500 (what
+     * an answer too big for the pool is replaced with over TLS), with
+     * its Content-Type and Server lines. */
+    size_t server = cfg->server_name[0] != '\0'
+                        ? sizeof "Server: \r\n" - 1 + strlen(cfg->server_name)
+                        : 0;
+    es->room_serve = emhd_head_size(
+        500, EMHD_HEAD_CLOSE + sizeof "Content-Type: text/plain; charset=utf-8\r\n" - 1 + server,
+        emhd_length_line((int64_t)sizeof "500 Internal Server Error\n" - 1));
     /* MHD's idle timeout only backs up the watchdog, and is the send
      * timeout of a client that does not read its response. */
     unsigned idle_ms = cfg->header_timeout_ms > cfg->keepalive_timeout_ms

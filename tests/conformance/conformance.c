@@ -259,6 +259,22 @@ static void h_headers(srv_request *req, void *ctx)
     respond_text(req, 200, out);
 }
 
+/* BIG_ANSWER_HEADERS headers of BIG_ANSWER_LEN bytes each (X-Big-0 ...):
+ * a response head larger than what mhd's pool keeps free behind a big
+ * request head (test_hr_big_head_big_answer). */
+static void h_big_answer(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    char name[16], value[BIG_ANSWER_LEN + 1];
+    memset(value, 'a', BIG_ANSWER_LEN);
+    value[BIG_ANSWER_LEN] = '\0';
+    for (int i = 0; i < BIG_ANSWER_HEADERS; i++) {
+        snprintf(name, sizeof name, "X-Big-%d", i);
+        srv_set_header(req, name, value);
+    }
+    respond_text(req, 200, "big");
+}
+
 static void h_method(srv_request *req, void *ctx)
 {
     (void)ctx;
@@ -404,7 +420,9 @@ enum preset {
     P_FEW_CONNECTIONS,       /* max_connections 4 */
     P_IPV6_ANY,              /* host "::" (dual-stack) */
     P_TWO_WORKERS,           /* worker_threads 2 */
-    P_TRUSTED_PROXY          /* host "::", trusted_proxies 127.0.0.1 and ::1 */
+    P_TRUSTED_PROXY,         /* host "::", trusted_proxies 127.0.0.1 and ::1 */
+    P_DEFAULT_LIMITS         /* max_header_bytes and max_uri_bytes at the library's
+                                defaults (8 KiB; mhd's pool as in production) */
 };
 
 static int fx_setup(void **state, enum preset p)
@@ -463,6 +481,13 @@ static int fx_setup(void **state, enum preset p)
         f->cfg.host = "::"; /* IPv4 peers arrive as ::ffff:127.0.0.1 */
         f->cfg.trusted_proxies = "127.0.0.1, ::1";
         break;
+    case P_DEFAULT_LIMITS: {
+        srv_config d;
+        srv_config_init(&d);
+        f->cfg.max_header_bytes = d.max_header_bytes;
+        f->cfg.max_uri_bytes = d.max_uri_bytes;
+        break;
+    }
     case P_FEW_CONNECTIONS:
         f->cfg.max_connections = 4;
         f->cfg.worker_threads = 16;
@@ -491,6 +516,7 @@ static int fx_setup(void **state, enum preset p)
         {"POST", "/echo", h_echo, f, 0},
         {"POST", "/len", h_len, f, 0},
         {"GET", "/headers", h_headers, f, 0},
+        {"GET", "/big-answer", h_big_answer, f, 0},
         {"POST", "/multi", h_method, f, 0},
         {"PUT", "/multi", h_method, f, 0},
         /* Extension methods: any token routes, on every engine. */
@@ -555,6 +581,7 @@ static int setup_many_workers(void **state)
 static int setup_ipv6_any(void **state) { return fx_setup(state, P_IPV6_ANY); }
 static int setup_two_workers(void **state) { return fx_setup(state, P_TWO_WORKERS); }
 static int setup_trusted_proxy(void **state) { return fx_setup(state, P_TRUSTED_PROXY); }
+static int setup_default_limits(void **state) { return fx_setup(state, P_DEFAULT_LIMITS); }
 static int setup_few_connections(void **state)
 {
     return fx_setup(state, P_FEW_CONNECTIONS);
@@ -1308,6 +1335,9 @@ static int conformance_tls_main(void)
         cmocka_unit_test_setup_teardown(test_graceful_stop, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_stop_workers_busy, setup_two_workers, fx_teardown),
         cmocka_unit_test_setup_teardown(test_tls_request_with_finished, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_hr_big_heads, setup_default_limits, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_hr_big_head_big_answer, setup_default_limits,
+                                        fx_teardown),
         cmocka_unit_test(test_tls_client_certificate),
         cmocka_unit_test(test_tls_signature_schemes),
     };
@@ -1475,6 +1505,9 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_hr_repeated_content_length, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_hr_expect_http10, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_hr_too_many_headers, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_hr_big_heads, setup_default_limits, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_hr_big_head_big_answer, setup_default_limits,
+                                        fx_teardown),
         cmocka_unit_test_setup_teardown(test_hr_request_line, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_hr_te_trailing_space, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_hr_chunk_extension_100k, setup_default, fx_teardown),

@@ -110,6 +110,9 @@ typedef struct sbuf {
 #define L_HEADER 4096
 #define L_URI 1024
 #define L_BODY 65536
+/* GET /big-answer: that many response headers of that many bytes. */
+#define BIG_ANSWER_HEADERS 8
+#define BIG_ANSWER_LEN 500
 
 typedef struct http_req {
     const char *method; /* NULL: GET, or POST when a body is given */
@@ -302,6 +305,8 @@ void test_hr_host(void **state);
 void test_hr_repeated_content_length(void **state);
 void test_hr_expect_http10(void **state);
 void test_hr_too_many_headers(void **state);
+void test_hr_big_heads(void **state);
+void test_hr_big_head_big_answer(void **state);
 void test_hr_request_line(void **state);
 void test_hr_te_trailing_space(void **state);
 void test_hr_chunk_extension_100k(void **state);
