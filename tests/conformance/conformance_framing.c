@@ -173,7 +173,7 @@ static void trickle_first(fx *f, const char *what, const char *req, int status)
     if (!lib)
         CHECK_STR(label, rc_header_get(&r, "Server"), "libsrv");
     if (status >= 400 && !lib) {
-        char body[8];
+        char body[16];
         snprintf(body, sizeof body, "%d ", status);
         CHECK(r.body_len > 4 && strncmp(r.body, body, 4) == 0, "[%s] body \"%.*s\" is not "
               "the core's", what, (int)r.body_len, r.body);
