@@ -1670,6 +1670,8 @@ int main(int argc, char **argv)
         const struct CMUnitTest handoff[] = {
             cmocka_unit_test_setup_teardown(test_handoff_heads_stay_paired, setup_default,
                                             fx_teardown),
+            cmocka_unit_test_setup_teardown(test_handoff_masked_heads_pipelined, setup_default,
+                                            fx_teardown),
         };
         snprintf(name, sizeof name, "conformance %s%s: each head stays with its request",
                  g_engine_name, run);

@@ -509,5 +509,6 @@ unsigned char pattern_byte(uint64_t i);
 
 /* conformance_handoff.c */
 void test_handoff_heads_stay_paired(void **state);
+void test_handoff_masked_heads_pipelined(void **state);
 
 #endif /* SRV_CONFORMANCE_H */
