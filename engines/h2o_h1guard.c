@@ -451,6 +451,10 @@ static int eh2o_h1_head_done(eh2o_conn *c, const char *head, size_t len, size_t 
     if (st != 0)
         return st;
     c->h1.phase = EH2O_H1_HEAD;
+    /* A streamed body's head hides Upgrade and Expect on every version (eh2o_h1_stream_head),
+     * and its request comes with its body: nothing to put back in on_req. */
+    int streams = srv__request_streams_body(sreq);
+    size_t mask_at[2];
     int nmask = 0;
     for (size_t i = 0; i < h->nheaders; i++) {
         const struct eh2o_phr_header *x = &h->headers[i];
@@ -467,26 +471,31 @@ static int eh2o_h1_head_done(eh2o_conn *c, const char *head, size_t len, size_t 
             c->h1.left = v;
             if (v != 0 && c->h1.phase == EH2O_H1_HEAD)
                 c->h1.phase = EH2O_H1_BODY;
-        } else if (h->minor == 0 && nmask < 2 &&
+        } else if (!streams && h->minor == 0 && nmask < 2 &&
                    (h2o_lcstris(x->name, x->name_len, H2O_STRLIT("upgrade")) ||
                     h2o_lcstris(x->name, x->name_len, H2O_STRLIT("expect")))) {
             /* RFC 9110 7.8: no Upgrade on HTTP/1.0 (h2o would answer 101); 10.1.1: no 100
              * Continue to HTTP/1.0 (h2o would send one). Hide the header from h2o by changing
-             * one byte in its input; on_req puts it back before the core reads the head. */
+             * one byte in its input; on_req puts it back (from this head's copy, so each of
+             * several pipelined heads keeps its own) before the core reads the head. */
             size_t off = (size_t)(x->name - head);
-            char *raw = c->sock->input->bytes + buf_at;
-            if (buf_at + len <= c->sock->input->size && memcmp(raw, head, len) == 0) {
-                c->h1.mask_at[nmask] = off;
-                c->h1.mask_seq = c->h1.seq;
-                c->h1.mask_ch[nmask] = raw[off];
-                nmask++;
-            }
+            const char *raw = c->sock->input->bytes + buf_at;
+            if (buf_at + len <= c->sock->input->size && memcmp(raw, head, len) == 0)
+                mask_at[nmask++] = off;
         }
     }
-    for (int k = 0; k < nmask; k++) /* after the loop: the memcmp above saw the client's bytes */
-        c->sock->input->bytes[buf_at + c->h1.mask_at[k]] = '~'; /* a tchar h2o knows no token by */
-    c->h1.nmask = nmask;
-    if (srv__request_streams_body(sreq))
+    if (nmask != 0) {
+        eh2o_ready *e = c->h1.scan;
+        if (e == NULL)
+            return 500; /* no copy to put them back from: the app would see "~pgrade" */
+        for (int k = 0; k < nmask; k++) { /* after the loop: the memcmp saw the client's bytes */
+            e->mask_at[k] = mask_at[k];
+            e->mask_ch[k] = head[mask_at[k]];
+            c->sock->input->bytes[buf_at + mask_at[k]] = '~'; /* a tchar h2o knows no token by */
+        }
+        e->nmask = nmask;
+    }
+    if (streams)
         return eh2o_h1_stream_head(c, h, head, len, buf_at, sreq_out);
     c->h1.req = sreq; /* its body is scanned next, or it is complete (eh2o_h1_request_done) */
     *sreq_out = NULL;
@@ -562,8 +571,9 @@ static srv_request *eh2o_h1_build(eh2o_conn *c, const eh2o_ready *e)
 }
 
 /*
- * on_req (after h1.served counts it and the hidden bytes are back): the request for this head,
- * when the guard scanned it and h2o's input starts with the very bytes it was built from - the
+ * on_req (after h1.served counts it): the request for this head, when the guard scanned it and
+ * h2o's input starts with the very bytes it was built from (once the head's hidden bytes are
+ * back: its Upgrade/Expect, an HTTP/1.0 head's, eh2o_h1_head_done) - the
  * guard's own request (its clock restarts, as if built now) or one built from the copy. NULL
  * otherwise (on_req builds its own from h2o's input, as without the guard). Heads h2o went
  * past without an on_req (answers of h2o's own) are let go.
@@ -582,6 +592,10 @@ srv_request *eh2o_h1_take_ready(eh2o_conn *c)
     }
     if (e == NULL || e->seq != c->h1.served)
         return NULL; /* none, or the next waiting one is behind a request still on its way */
+    h2o_buffer_t *in = c->sock->input;
+    for (int k = 0; k < e->nmask; k++)
+        if (e->mask_at[k] < in->size && in->bytes[e->mask_at[k]] == '~')
+            in->bytes[e->mask_at[k]] = e->mask_ch[k];
     srv_request *r = NULL;
     if (eh2o_h1_same_head(c->sock->input, e)) {
         if ((r = e->req) != NULL) {

@@ -176,6 +176,9 @@ typedef struct eh2o_ready {
     struct eh2o_ready *next;
     srv_request *req;
     unsigned seq; /* its h1.seq */
+    int nmask;    /* an HTTP/1.0 head's Upgrade/Expect hidden from h2o: on_req puts them back */
+    size_t mask_at[2]; /* offsets in the head (h2o's input starts with it in on_req) */
+    char mask_ch[2];
     size_t len;
     char head[];
 } eh2o_ready;
@@ -219,10 +222,6 @@ typedef struct eh2o_conn {
         unsigned seq, served;   /* heads scanned, and reached on_req */
         unsigned responded;     /* of those, answers handed to h2o (eh2o_send_response) */
         int rcvbuf_set;         /* its kernel receive buffer is fixed (eh2o_h1_bound_input) */
-        unsigned mask_seq;      /* the HTTP/1.0 head whose Upgrade/Expect is hidden from h2o */
-        int nmask;
-        size_t mask_at[2];      /* offsets in that head */
-        char mask_ch[2];
         srv_request *req;       /* the request whose body is scanned (to answer with) */
         /* The guard built and checked each head's request already: complete heads not yet
          * reached on_req wait for it here in order (eh2o_h1_take_ready), each with a copy of
