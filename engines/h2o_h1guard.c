@@ -271,6 +271,9 @@ void eh2o_h1_after(eh2o_conn *c)
     if (sock->_cb.read != NULL && sock->_cb.read != eh2o_h1_on_read &&
         sock->_cb.read != c->h1.reqread) {
         c->h1.off = 1; /* h2c upgrade done: HTTP/2 now */
+        /* No HTTP/1 on_req comes for the upgrade's head (h2o serves it as stream 1) nor for
+         * any head behind it: their copies and requests go now, not at the close. */
+        eh2o_h1_ready_clear(c);
         eh2o_h2_begin(c);
         eh2o_h1_note(c);
         return;
@@ -509,7 +512,8 @@ void eh2o_ready_free(eh2o_ready *e)
     free(e);
 }
 
-/* Every head waiting for on_req, and the one being scanned: the connection is closing. */
+/* Every head waiting for on_req, and the one being scanned: the connection is closing, or
+ * speaks HTTP/2 after an h2c upgrade (no HTTP/1 on_req comes for them). */
 void eh2o_h1_ready_clear(eh2o_conn *c)
 {
     while (c->h1.ready != NULL) {
