@@ -57,6 +57,17 @@ static int eh2o_h1_partial(const eh2o_conn *c)
 }
 
 /*
+ * The copies of heads waiting for on_req take more than a head may (max_header_bytes) while
+ * some scanned head has not reached on_req: the guard scans no further for now (eh2o_h1_scan
+ * holds the rest of the read) and takes the held bytes up again once h2o has served those.
+ */
+static int eh2o_h1_ready_full(const eh2o_conn *c)
+{
+    return c->h1.ready_bytes > c->thread->server->cfg->max_header_bytes &&
+           c->h1.seq != c->h1.served;
+}
+
+/*
  * srv_server_stop's grace period waits for requests still arriving (srv__request_arriving):
  * an HTTP/1 connection counts from the first byte of a request line (empty lines before it do
  * not count) until h2o handed the request to on_req (served catches up with seq), the guard
@@ -253,7 +264,9 @@ void eh2o_h1_bound_input(eh2o_conn *c)
     size_t limit = cfg->max_header_bytes + EH2O_H1_UNREAD_SLACK;
     if (!serving)
         limit += cfg->max_body_bytes;
-    if (sock->input->size <= limit)
+    /* Held bytes (after a streamed body, or past the copies' budget) are unread input too;
+     * but when they are about to be put back (eh2o_h1_on_inject) h2o waits for them. */
+    if (sock->input->size + c->h1.held_len <= limit || h2o_timeout_is_linked(&c->h1.inject))
         return;
     h2o_socket_read_stop(sock); /* h2o's reqread_start reads again */
 }
@@ -297,7 +310,8 @@ void eh2o_h1_after(eh2o_conn *c)
         return;
     }
     if (c->h1.held_len != 0 && c->h1.sb == NULL && sock->_cb.read == eh2o_h1_on_read &&
-        sock->_cb.write == NULL && !h2o_timeout_is_linked(&c->h1.inject)) {
+        sock->_cb.write == NULL && !eh2o_h1_ready_full(c) &&
+        !h2o_timeout_is_linked(&c->h1.inject)) {
         c->h1.inject.cb = eh2o_h1_on_inject;
         h2o_timeout_link(c->thread->loop, &c->thread->zero, &c->h1.inject);
     }
@@ -523,6 +537,7 @@ void eh2o_h1_ready_clear(eh2o_conn *c)
     }
     c->h1.ready_last = NULL;
     c->h1.ready_reqs = 0;
+    c->h1.ready_bytes = 0;
     eh2o_ready_free(c->h1.scan);
     c->h1.scan = NULL;
 }
@@ -590,6 +605,7 @@ srv_request *eh2o_h1_take_ready(eh2o_conn *c)
             c->h1.ready_last = NULL;
         if (e->req != NULL)
             c->h1.ready_reqs--;
+        c->h1.ready_bytes -= sizeof *e + e->len;
         if (e->seq == c->h1.served)
             break;
         eh2o_ready_free(e);
@@ -630,6 +646,7 @@ static void eh2o_h1_request_done(eh2o_conn *c)
         else
             c->h1.ready = e;
         c->h1.ready_last = e;
+        c->h1.ready_bytes += sizeof *e + e->len;
     }
     if (c->h1.req != NULL) {
         srv__request_release(c->h1.req);
@@ -663,6 +680,19 @@ static void eh2o_h1_hold_frames(eh2o_conn *c)
     in->size = pl;
 }
 
+/* Bytes the guard does not scan yet: after what c->h1.held has (eh2o_h1_on_read and
+ * eh2o_h1_on_inject put all of it back before they scan). -1 when out of memory. */
+static int eh2o_h1_hold_append(eh2o_conn *c, const char *p, size_t n)
+{
+    char *nb = realloc(c->h1.held, c->h1.held_len + n);
+    if (nb == NULL)
+        return -1;
+    memcpy(nb + c->h1.held_len, p, n);
+    c->h1.held = nb;
+    c->h1.held_len += n;
+    return 0;
+}
+
 /*
  * Scan the *np new bytes at the end of the input. Returns 0, or the status of the first
  * violation with *bad_at = its request's first byte among the new ones (SIZE_MAX when it began
@@ -691,6 +721,18 @@ static int eh2o_h1_scan(eh2o_conn *c, char *p, size_t *np, size_t *bad_at,
         case EH2O_H1_HEAD: {
             if (c->h1.head_len == 0)
                 req_at = i;
+            if (c->h1.head_len == 0 && eh2o_h1_ready_full(c)) {
+                /* One read may bring a whole receive buffer of tiny pipelined heads (a client
+                 * that never reads: 128 KB is ~5,000 of 26 bytes), and a copy of each would
+                 * wait: the rest waits as bytes in held, h2o serves those scanned first, and
+                 * eh2o_h1_after puts the rest back once fewer copies wait (each head is still
+                 * copied once). The input bound counts held bytes: no more is read meanwhile. */
+                if (eh2o_h1_hold_append(c, p + i, n - i) != 0)
+                    EH2O_BAD(500);
+                c->sock->input->size -= n - i;
+                *np = i;
+                return 0;
+            }
             if (c->h1.head_len == 0 && (ch == '\r' || ch == '\n' || c->h1.cr)) {
                 /* CRLFs before the request line, as the core's parser: skipped, any number
                  * within max_header_bytes (431 past it); a bare LF or a CR without its LF
@@ -995,7 +1037,7 @@ static void eh2o_h1_on_inject(h2o_timeout_entry_t *entry)
     eh2o_conn *c = H2O_STRUCT_FROM_MEMBER(eh2o_conn, h1.inject, entry);
     h2o_socket_t *sock = c->sock;
     if (c->h1.held_len == 0 || c->h1.sb != NULL || sock->_cb.read != eh2o_h1_on_read ||
-        sock->_cb.write != NULL)
+        sock->_cb.write != NULL || eh2o_h1_ready_full(c))
         return; /* not waiting (yet): eh2o_h1_after links this again */
     size_t n = eh2o_h1_unhold(c, 0);
     if (n == SIZE_MAX) {

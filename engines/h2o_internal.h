@@ -170,8 +170,9 @@ typedef struct eh2o_thread eh2o_thread;
 
 /* An HTTP/1 head the guard scanned, waiting for h2o to reach it in on_req: its bytes as the
  * client sent them and, for the first EH2O_H1_READY_REQS waiting on a connection, the request
- * the guard built and checked from them (else on_req builds one from the copy). Bounded by
- * the input h2o holds unparsed: each head is copied once, and only while it waits. */
+ * the guard built and checked from them (else on_req builds one from the copy). Each head is
+ * copied once, and only while it waits; past max_header_bytes of copies waiting (h1.ready_bytes)
+ * the guard scans no further and holds the rest of the read (eh2o_h1_scan). */
 typedef struct eh2o_ready {
     struct eh2o_ready *next;
     srv_request *req;
@@ -231,6 +232,7 @@ typedef struct eh2o_conn {
         eh2o_ready *ready;      /* the waiting heads, oldest first */
         eh2o_ready *ready_last;
         unsigned ready_reqs;    /* how many of them keep their request */
+        size_t ready_bytes;     /* what they take (sizeof (eh2o_ready) + len each) */
         int bad;                /* status for a bad request queued behind good ones */
         srv_request *bad_req;
         char *out;              /* the guard's answer being written */
