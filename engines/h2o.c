@@ -312,15 +312,10 @@ static int eh2o_on_req(h2o_handler_t *self, h2o_req_t *req)
         /* h2o has its view of the head now: give the core the bytes the client sent. */
         h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
         eh2o_conn *c = sock != NULL ? eh2o_sock_conn(sock) : NULL;
-        if (c != NULL && ++c->h1.served == c->h1.mask_seq) {
-            for (int k = 0; k < c->h1.nmask; k++)
-                if (c->h1.mask_at[k] < sock->input->size &&
-                    sock->input->bytes[c->h1.mask_at[k]] == '~')
-                    sock->input->bytes[c->h1.mask_at[k]] = c->h1.mask_ch[k];
-            c->h1.mask_seq = 0;
-        }
+        if (c != NULL)
+            c->h1.served++;
         if (c != NULL && (body = eh2o_body_take(c)) == NULL)
-            sreq = eh2o_h1_take_ready(c);
+            sreq = eh2o_h1_take_ready(c); /* puts the head's hidden bytes back first */
     }
     /* The guard's request for these very bytes (or a streamed body's): built already. */
     int built = sreq != NULL || body != NULL;

@@ -57,6 +57,17 @@ static int eh2o_h1_partial(const eh2o_conn *c)
 }
 
 /*
+ * The copies of heads waiting for on_req take more than a head may (max_header_bytes) while
+ * some scanned head has not reached on_req: the guard scans no further for now (eh2o_h1_scan
+ * holds the rest of the read) and takes the held bytes up again once h2o has served those.
+ */
+static int eh2o_h1_ready_full(const eh2o_conn *c)
+{
+    return c->h1.ready_bytes > c->thread->server->cfg->max_header_bytes &&
+           c->h1.seq != c->h1.served;
+}
+
+/*
  * srv_server_stop's grace period waits for requests still arriving (srv__request_arriving):
  * an HTTP/1 connection counts from the first byte of a request line (empty lines before it do
  * not count) until h2o handed the request to on_req (served catches up with seq), the guard
@@ -253,7 +264,9 @@ void eh2o_h1_bound_input(eh2o_conn *c)
     size_t limit = cfg->max_header_bytes + EH2O_H1_UNREAD_SLACK;
     if (!serving)
         limit += cfg->max_body_bytes;
-    if (sock->input->size <= limit)
+    /* Held bytes (after a streamed body, or past the copies' budget) are unread input too;
+     * but when they are about to be put back (eh2o_h1_on_inject) h2o waits for them. */
+    if (sock->input->size + c->h1.held_len <= limit || h2o_timeout_is_linked(&c->h1.inject))
         return;
     h2o_socket_read_stop(sock); /* h2o's reqread_start reads again */
 }
@@ -271,6 +284,9 @@ void eh2o_h1_after(eh2o_conn *c)
     if (sock->_cb.read != NULL && sock->_cb.read != eh2o_h1_on_read &&
         sock->_cb.read != c->h1.reqread) {
         c->h1.off = 1; /* h2c upgrade done: HTTP/2 now */
+        /* No HTTP/1 on_req comes for the upgrade's head (h2o serves it as stream 1) nor for
+         * any head behind it: their copies and requests go now, not at the close. */
+        eh2o_h1_ready_clear(c);
         eh2o_h2_begin(c);
         eh2o_h1_note(c);
         return;
@@ -294,7 +310,8 @@ void eh2o_h1_after(eh2o_conn *c)
         return;
     }
     if (c->h1.held_len != 0 && c->h1.sb == NULL && sock->_cb.read == eh2o_h1_on_read &&
-        sock->_cb.write == NULL && !h2o_timeout_is_linked(&c->h1.inject)) {
+        sock->_cb.write == NULL && !eh2o_h1_ready_full(c) &&
+        !h2o_timeout_is_linked(&c->h1.inject)) {
         c->h1.inject.cb = eh2o_h1_on_inject;
         h2o_timeout_link(c->thread->loop, &c->thread->zero, &c->h1.inject);
     }
@@ -451,6 +468,10 @@ static int eh2o_h1_head_done(eh2o_conn *c, const char *head, size_t len, size_t 
     if (st != 0)
         return st;
     c->h1.phase = EH2O_H1_HEAD;
+    /* A streamed body's head hides Upgrade and Expect on every version (eh2o_h1_stream_head),
+     * and its request comes with its body: nothing to put back in on_req. */
+    int streams = srv__request_streams_body(sreq);
+    size_t mask_at[2];
     int nmask = 0;
     for (size_t i = 0; i < h->nheaders; i++) {
         const struct eh2o_phr_header *x = &h->headers[i];
@@ -467,26 +488,31 @@ static int eh2o_h1_head_done(eh2o_conn *c, const char *head, size_t len, size_t 
             c->h1.left = v;
             if (v != 0 && c->h1.phase == EH2O_H1_HEAD)
                 c->h1.phase = EH2O_H1_BODY;
-        } else if (h->minor == 0 && nmask < 2 &&
+        } else if (!streams && h->minor == 0 && nmask < 2 &&
                    (h2o_lcstris(x->name, x->name_len, H2O_STRLIT("upgrade")) ||
                     h2o_lcstris(x->name, x->name_len, H2O_STRLIT("expect")))) {
             /* RFC 9110 7.8: no Upgrade on HTTP/1.0 (h2o would answer 101); 10.1.1: no 100
              * Continue to HTTP/1.0 (h2o would send one). Hide the header from h2o by changing
-             * one byte in its input; on_req puts it back before the core reads the head. */
+             * one byte in its input; on_req puts it back (from this head's copy, so each of
+             * several pipelined heads keeps its own) before the core reads the head. */
             size_t off = (size_t)(x->name - head);
-            char *raw = c->sock->input->bytes + buf_at;
-            if (buf_at + len <= c->sock->input->size && memcmp(raw, head, len) == 0) {
-                c->h1.mask_at[nmask] = off;
-                c->h1.mask_seq = c->h1.seq;
-                c->h1.mask_ch[nmask] = raw[off];
-                nmask++;
-            }
+            const char *raw = c->sock->input->bytes + buf_at;
+            if (buf_at + len <= c->sock->input->size && memcmp(raw, head, len) == 0)
+                mask_at[nmask++] = off;
         }
     }
-    for (int k = 0; k < nmask; k++) /* after the loop: the memcmp above saw the client's bytes */
-        c->sock->input->bytes[buf_at + c->h1.mask_at[k]] = '~'; /* a tchar h2o knows no token by */
-    c->h1.nmask = nmask;
-    if (srv__request_streams_body(sreq))
+    if (nmask != 0) {
+        eh2o_ready *e = c->h1.scan;
+        if (e == NULL)
+            return 500; /* no copy to put them back from: the app would see "~pgrade" */
+        for (int k = 0; k < nmask; k++) { /* after the loop: the memcmp saw the client's bytes */
+            e->mask_at[k] = mask_at[k];
+            e->mask_ch[k] = head[mask_at[k]];
+            c->sock->input->bytes[buf_at + mask_at[k]] = '~'; /* a tchar h2o knows no token by */
+        }
+        e->nmask = nmask;
+    }
+    if (streams)
         return eh2o_h1_stream_head(c, h, head, len, buf_at, sreq_out);
     c->h1.req = sreq; /* its body is scanned next, or it is complete (eh2o_h1_request_done) */
     *sreq_out = NULL;
@@ -500,7 +526,8 @@ void eh2o_ready_free(eh2o_ready *e)
     free(e);
 }
 
-/* Every head waiting for on_req, and the one being scanned: the connection is closing. */
+/* Every head waiting for on_req, and the one being scanned: the connection is closing, or
+ * speaks HTTP/2 after an h2c upgrade (no HTTP/1 on_req comes for them). */
 void eh2o_h1_ready_clear(eh2o_conn *c)
 {
     while (c->h1.ready != NULL) {
@@ -510,6 +537,7 @@ void eh2o_h1_ready_clear(eh2o_conn *c)
     }
     c->h1.ready_last = NULL;
     c->h1.ready_reqs = 0;
+    c->h1.ready_bytes = 0;
     eh2o_ready_free(c->h1.scan);
     c->h1.scan = NULL;
 }
@@ -562,8 +590,9 @@ static srv_request *eh2o_h1_build(eh2o_conn *c, const eh2o_ready *e)
 }
 
 /*
- * on_req (after h1.served counts it and the hidden bytes are back): the request for this head,
- * when the guard scanned it and h2o's input starts with the very bytes it was built from - the
+ * on_req (after h1.served counts it): the request for this head, when the guard scanned it and
+ * h2o's input starts with the very bytes it was built from (once the head's hidden bytes are
+ * back: its Upgrade/Expect, an HTTP/1.0 head's, eh2o_h1_head_done) - the
  * guard's own request (its clock restarts, as if built now) or one built from the copy. NULL
  * otherwise (on_req builds its own from h2o's input, as without the guard). Heads h2o went
  * past without an on_req (answers of h2o's own) are let go.
@@ -576,12 +605,17 @@ srv_request *eh2o_h1_take_ready(eh2o_conn *c)
             c->h1.ready_last = NULL;
         if (e->req != NULL)
             c->h1.ready_reqs--;
+        c->h1.ready_bytes -= sizeof *e + e->len;
         if (e->seq == c->h1.served)
             break;
         eh2o_ready_free(e);
     }
     if (e == NULL || e->seq != c->h1.served)
         return NULL; /* none, or the next waiting one is behind a request still on its way */
+    h2o_buffer_t *in = c->sock->input;
+    for (int k = 0; k < e->nmask; k++)
+        if (e->mask_at[k] < in->size && in->bytes[e->mask_at[k]] == '~')
+            in->bytes[e->mask_at[k]] = e->mask_ch[k];
     srv_request *r = NULL;
     if (eh2o_h1_same_head(c->sock->input, e)) {
         if ((r = e->req) != NULL) {
@@ -612,6 +646,7 @@ static void eh2o_h1_request_done(eh2o_conn *c)
         else
             c->h1.ready = e;
         c->h1.ready_last = e;
+        c->h1.ready_bytes += sizeof *e + e->len;
     }
     if (c->h1.req != NULL) {
         srv__request_release(c->h1.req);
@@ -645,6 +680,19 @@ static void eh2o_h1_hold_frames(eh2o_conn *c)
     in->size = pl;
 }
 
+/* Bytes the guard does not scan yet: after what c->h1.held has (eh2o_h1_on_read and
+ * eh2o_h1_on_inject put all of it back before they scan). -1 when out of memory. */
+static int eh2o_h1_hold_append(eh2o_conn *c, const char *p, size_t n)
+{
+    char *nb = realloc(c->h1.held, c->h1.held_len + n);
+    if (nb == NULL)
+        return -1;
+    memcpy(nb + c->h1.held_len, p, n);
+    c->h1.held = nb;
+    c->h1.held_len += n;
+    return 0;
+}
+
 /*
  * Scan the *np new bytes at the end of the input. Returns 0, or the status of the first
  * violation with *bad_at = its request's first byte among the new ones (SIZE_MAX when it began
@@ -673,6 +721,18 @@ static int eh2o_h1_scan(eh2o_conn *c, char *p, size_t *np, size_t *bad_at,
         case EH2O_H1_HEAD: {
             if (c->h1.head_len == 0)
                 req_at = i;
+            if (c->h1.head_len == 0 && eh2o_h1_ready_full(c)) {
+                /* One read may bring a whole receive buffer of tiny pipelined heads (a client
+                 * that never reads: 128 KB is ~5,000 of 26 bytes), and a copy of each would
+                 * wait: the rest waits as bytes in held, h2o serves those scanned first, and
+                 * eh2o_h1_after puts the rest back once fewer copies wait (each head is still
+                 * copied once). The input bound counts held bytes: no more is read meanwhile. */
+                if (eh2o_h1_hold_append(c, p + i, n - i) != 0)
+                    EH2O_BAD(500);
+                c->sock->input->size -= n - i;
+                *np = i;
+                return 0;
+            }
             if (c->h1.head_len == 0 && (ch == '\r' || ch == '\n' || c->h1.cr)) {
                 /* CRLFs before the request line, as the core's parser: skipped, any number
                  * within max_header_bytes (431 past it); a bare LF or a CR without its LF
@@ -977,7 +1037,7 @@ static void eh2o_h1_on_inject(h2o_timeout_entry_t *entry)
     eh2o_conn *c = H2O_STRUCT_FROM_MEMBER(eh2o_conn, h1.inject, entry);
     h2o_socket_t *sock = c->sock;
     if (c->h1.held_len == 0 || c->h1.sb != NULL || sock->_cb.read != eh2o_h1_on_read ||
-        sock->_cb.write != NULL)
+        sock->_cb.write != NULL || eh2o_h1_ready_full(c))
         return; /* not waiting (yet): eh2o_h1_after links this again */
     size_t n = eh2o_h1_unhold(c, 0);
     if (n == SIZE_MAX) {

@@ -170,12 +170,16 @@ typedef struct eh2o_thread eh2o_thread;
 
 /* An HTTP/1 head the guard scanned, waiting for h2o to reach it in on_req: its bytes as the
  * client sent them and, for the first EH2O_H1_READY_REQS waiting on a connection, the request
- * the guard built and checked from them (else on_req builds one from the copy). Bounded by
- * the input h2o holds unparsed: each head is copied once, and only while it waits. */
+ * the guard built and checked from them (else on_req builds one from the copy). Each head is
+ * copied once, and only while it waits; past max_header_bytes of copies waiting (h1.ready_bytes)
+ * the guard scans no further and holds the rest of the read (eh2o_h1_scan). */
 typedef struct eh2o_ready {
     struct eh2o_ready *next;
     srv_request *req;
     unsigned seq; /* its h1.seq */
+    int nmask;    /* an HTTP/1.0 head's Upgrade/Expect hidden from h2o: on_req puts them back */
+    size_t mask_at[2]; /* offsets in the head (h2o's input starts with it in on_req) */
+    char mask_ch[2];
     size_t len;
     char head[];
 } eh2o_ready;
@@ -219,10 +223,6 @@ typedef struct eh2o_conn {
         unsigned seq, served;   /* heads scanned, and reached on_req */
         unsigned responded;     /* of those, answers handed to h2o (eh2o_send_response) */
         int rcvbuf_set;         /* its kernel receive buffer is fixed (eh2o_h1_bound_input) */
-        unsigned mask_seq;      /* the HTTP/1.0 head whose Upgrade/Expect is hidden from h2o */
-        int nmask;
-        size_t mask_at[2];      /* offsets in that head */
-        char mask_ch[2];
         srv_request *req;       /* the request whose body is scanned (to answer with) */
         /* The guard built and checked each head's request already: complete heads not yet
          * reached on_req wait for it here in order (eh2o_h1_take_ready), each with a copy of
@@ -232,6 +232,7 @@ typedef struct eh2o_conn {
         eh2o_ready *ready;      /* the waiting heads, oldest first */
         eh2o_ready *ready_last;
         unsigned ready_reqs;    /* how many of them keep their request */
+        size_t ready_bytes;     /* what they take (sizeof (eh2o_ready) + len each) */
         int bad;                /* status for a bad request queued behind good ones */
         srv_request *bad_req;
         char *out;              /* the guard's answer being written */

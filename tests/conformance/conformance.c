@@ -1582,6 +1582,8 @@ int main(int argc, char **argv)
     const struct CMUnitTest input_bound[] = {
         cmocka_unit_test_setup_teardown(test_input_bound_pipeline_never_read, setup_default,
                                         fx_teardown),
+        cmocka_unit_test_setup_teardown(test_input_bound_tiny_heads_behind_slow, setup_default,
+                                        fx_teardown),
     };
     snprintf(name, sizeof name, "conformance %s%s: input held for a client that never reads",
              g_engine_name, run);
@@ -1704,6 +1706,10 @@ int main(int argc, char **argv)
     {
         const struct CMUnitTest handoff[] = {
             cmocka_unit_test_setup_teardown(test_handoff_heads_stay_paired, setup_default,
+                                            fx_teardown),
+            cmocka_unit_test_setup_teardown(test_handoff_masked_heads_pipelined, setup_default,
+                                            fx_teardown),
+            cmocka_unit_test_setup_teardown(test_handoff_many_heads_behind_slow, setup_default,
                                             fx_teardown),
         };
         snprintf(name, sizeof name, "conformance %s%s: each head stays with its request",

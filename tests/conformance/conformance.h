@@ -321,6 +321,7 @@ void test_hr_stop_partial_body_overruns(void **state);
 void test_ka_bad_request_line_after_request(void **state);
 /* conformance_input_bound.c */
 void test_input_bound_pipeline_never_read(void **state);
+void test_input_bound_tiny_heads_behind_slow(void **state);
 
 /* ------------------------------------------------------------------ */
 /* Cases: conformance_stop.c                                          */
@@ -515,5 +516,7 @@ unsigned char pattern_byte(uint64_t i);
 
 /* conformance_handoff.c */
 void test_handoff_heads_stay_paired(void **state);
+void test_handoff_masked_heads_pipelined(void **state);
+void test_handoff_many_heads_behind_slow(void **state);
 
 #endif /* SRV_CONFORMANCE_H */

@@ -91,3 +91,73 @@ void test_input_bound_pipeline_never_read(void **state)
     }
     still_serving(f, what);
 }
+
+/*
+ * Tiny heads behind a slow request: four connections each send
+ * `GET /slow?ms=2500` and then ~39-byte GETs until the server stops taking
+ * them, and never read. While the slow one runs the others wait, and what
+ * the server keeps for each waiting head must stay small: the measured
+ * growth is the input a connection may hold (a receive buffer's worth)
+ * plus what the engine keeps per head. h2o's guard once copied every head
+ * of a read as it scanned it (~55 extra bytes a head, ~5,000 heads a read):
+ * 1.2 MB a connection; bounded, ~0.4 MB. threadpool and mhd read one
+ * request at a time. Then the clients go with their heads unserved, and
+ * the server keeps serving.
+ */
+void test_input_bound_tiny_heads_behind_slow(void **state)
+{
+    fx *f = *state;
+    const char *what = "4 x tiny pipelined GETs behind a slow one, answers never read";
+    enum { BATCH = 4000, CONNS = 4, PER_CONN = 1 << 20, BOUND_KB = CONNS * 768 };
+    static const char tiny[] = "GET /t HTTP/1.1\r\n" HOST "\r\n";
+    static const char slow[] = "GET /slow?ms=2500 HTTP/1.1\r\n" HOST "\r\n";
+    size_t one = sizeof tiny - 1, first = sizeof slow - 1 + one * BATCH;
+    /* The slow head and the first heads in one write, so that one read brings many. */
+    char *buf = malloc(first), *batch = buf + sizeof slow - 1;
+    CHECK(buf != NULL, "out of memory");
+    memcpy(buf, slow, sizeof slow - 1);
+    for (size_t k = 0; k < BATCH; k++)
+        memcpy(batch + k * one, tiny, one);
+    rc_conn *c[CONNS];
+    size_t sent[CONNS] = {0}, all = 0;
+    int open_[CONNS];
+    long base = held_kb(), peak = base;
+    for (int i = 0; i < CONNS; i++) {
+        c[i] = conn_open(f, what);
+        int small = 4096;
+        setsockopt(c[i]->fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+        CHECK(rc_send(c[i], buf, first, 1000) == RC_OK, "[%s] cannot send", what);
+        sent[i] = first;
+        all += first;
+        open_[i] = 1;
+    }
+    for (int active = CONNS; active > 0;) {
+        active = 0;
+        for (int i = 0; i < CONNS; i++) {
+            if (!open_[i])
+                continue;
+            if (sent[i] >= PER_CONN || rc_send(c[i], batch, one * BATCH, 300) != RC_OK) {
+                open_[i] = 0;
+                continue;
+            }
+            sent[i] += one * BATCH;
+            all += one * BATCH;
+            active++;
+            long now = held_kb();
+            if (now > peak)
+                peak = now;
+        }
+    }
+    free(buf);
+    sleep_ms(300); /* the slow requests still run: the rest waits */
+    long now = held_kb();
+    if (now > peak)
+        peak = now;
+    CHECK(base > 0, "[%s] cannot measure the process's %s", what, held_what());
+    CHECK(peak - base < BOUND_KB, "[%s] the server's %s grew by %ld KB (bound %d KB) while "
+          "%d clients pipelined %zu bytes of %zu-byte heads", what, held_what(), peak - base,
+          (int)BOUND_KB, CONNS, all, one);
+    for (int i = 0; i < CONNS; i++)
+        rc_close(c[i]); /* with the heads unserved: the server lets them go */
+    still_serving(f, what);
+}
