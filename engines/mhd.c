@@ -37,6 +37,10 @@
  * MHD_stop_daemon closes every connection (threadpool gives the same). */
 #define EMHD_STOP_WRITE_MS 2000
 
+/* A response written by the engine itself because MHD's pool cannot hold
+ * its head: at most this long on the MHD thread for a slow reader. */
+#define EMHD_RAW_WRITE_MS 1000
+
 /* Where a connection is, for the watchdog and quiesce. */
 enum {
     EMHD_IDLE,  /* no request yet, or between requests */
@@ -663,6 +667,7 @@ static srv_request *emhd_request_new(emhd_server *es, struct MHD_Connection *con
  */
 static void emhd_answer_req(emhd_server *es, struct MHD_Connection *conn, srv_request *req,
                             int fd, int status);
+static void emhd_write_raw(int fd, srv_request *req, int wait_ms);
 
 static void emhd_answer_raw(emhd_server *es, struct MHD_Connection *conn, int fd, int status,
                             const char *target, size_t target_len)
@@ -683,14 +688,8 @@ static void emhd_answer_req(emhd_server *es, struct MHD_Connection *conn, srv_re
     emhd_req er = {.es = es, .conn = conn}; /* not suspended: respond only marks it */
     srv__request_set_engine_data(req, &er);
     srv__request_fail(req, status);
-    if (fd >= 0 && !es->tls) {
-        size_t hlen = 0, blen = 0;
-        const char *head = srv__response_http1_head(req, &hlen);
-        const void *body = srv__response_body(req, &blen);
-        struct iovec iov[2] = {{(void *)head, hlen}, {(void *)body, blen}};
-        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = head != NULL ? 2 : 0};
-        (void)sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-    }
+    if (fd >= 0 && !es->tls)
+        emhd_write_raw(fd, req, 0);
     srv__request_release(req);
 }
 
@@ -1214,8 +1213,6 @@ static size_t emhd_unescape(void *cls, struct MHD_Connection *conn, char *s)
     return strlen(s);
 }
 
-static void emhd_write_raw(int fd, srv_request *req);
-
 static void emhd_notify_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                                   enum MHD_RequestTerminationCode toe)
 {
@@ -1240,7 +1237,7 @@ static void emhd_notify_completed(void *cls, struct MHD_Connection *conn, void *
         er->phase == EMHD_REQ_ANSWERED && er->req != NULL && !er->sbody &&
         !srv__response_streamed(er->req) && er->ec != NULL && er->ec->fd >= 0) {
         er->closes = true;
-        emhd_write_raw(er->ec->fd, er->req);
+        emhd_write_raw(er->ec->fd, er->req, EMHD_RAW_WRITE_MS);
     }
     if (er->phase != EMHD_REQ_ANSWERED) {
         /* MHD answered itself (431, a bad Content-Length or chunk, ...):
@@ -1326,10 +1323,6 @@ static void emhd_notify_completed(void *cls, struct MHD_Connection *conn, void *
 /* A chunked response's body goes through the same room: MHD closes when
  * less than 128 bytes are left for a chunk (try_ready_chunked_body). */
 #define EMHD_CHUNK_ROOM 128
-
-/* A response written by the engine itself because MHD's pool cannot hold
- * its head: at most this long on the MHD thread for a slow reader. */
-#define EMHD_RAW_WRITE_MS 1000
 
 static size_t emhd_pool_align(size_t n)
 {
@@ -1423,8 +1416,9 @@ static size_t emhd_head_need(const srv_request *req, bool bare, bool closes)
 }
 
 /* Write req's whole answer (the core's framing) on a cleartext socket,
- * waiting at most EMHD_RAW_WRITE_MS for a slow reader. Best effort. */
-static void emhd_write_raw(int fd, srv_request *req)
+ * waiting at most wait_ms for a slow reader (0: what the socket takes
+ * now). Best effort. */
+static void emhd_write_raw(int fd, srv_request *req, int wait_ms)
 {
     size_t hlen = 0, blen = 0;
     const char *head = srv__response_http1_head(req, &hlen);
@@ -1433,7 +1427,7 @@ static void emhd_write_raw(int fd, srv_request *req)
         return;
     struct iovec iov[2] = {{(void *)head, hlen}, {(void *)body, blen}};
     struct msghdr mh = {.msg_iov = iov, .msg_iovlen = blen > 0 ? 2 : 1};
-    long long until = emhd_now_ms() + EMHD_RAW_WRITE_MS;
+    long long until = emhd_now_ms() + wait_ms;
     while (mh.msg_iovlen > 0) {
         ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n < 0 && errno == EINTR)
@@ -1538,7 +1532,7 @@ static enum MHD_Result emhd_no_room(emhd_req *er, struct MHD_Connection *conn, b
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         if (ci != NULL) {
             srv__request_set_close(req); /* before its head is framed */
-            emhd_write_raw(ci->connect_fd, req);
+            emhd_write_raw(ci->connect_fd, req, EMHD_RAW_WRITE_MS);
         }
         return MHD_NO;
     }
@@ -1614,14 +1608,8 @@ static enum MHD_Result emhd_cut(emhd_req *er, struct MHD_Connection *conn)
     emhd_arrived(er);
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (ci != NULL && !er->es->tls) {
-        size_t hlen = 0, blen = 0;
-        const char *head = srv__response_http1_head(er->req, &hlen);
-        const void *body = srv__response_body(er->req, &blen);
-        struct iovec iov[2] = {{(void *)head, hlen}, {(void *)body, blen}};
-        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = head != NULL ? 2 : 0};
-        (void)sendmsg(ci->connect_fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-    }
+    if (ci != NULL && !er->es->tls)
+        emhd_write_raw(ci->connect_fd, er->req, 0);
     return MHD_NO;
 }
 
@@ -1898,12 +1886,7 @@ static void emhd_b_raw(emhd_server *es, emhd_req *er, int fd)
 {
     if (es->tls || fd < 0)
         return;
-    size_t hlen = 0, blen = 0;
-    const char *head = srv__response_http1_head(er->req, &hlen);
-    const void *body = srv__response_body(er->req, &blen);
-    struct iovec iov[2] = {{(void *)head, hlen}, {(void *)body, blen}};
-    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = head != NULL ? 2 : 0};
-    (void)sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    emhd_write_raw(fd, er->req, 0);
 }
 
 /* Body bytes after the application stopped or the request was answered:

@@ -7,6 +7,34 @@
  */
 #include "conformance.h"
 
+/* Send `batch` (len bytes) again and again on each of the n connections,
+ * round robin, until each has sent per_conn bytes (sent[] counts what
+ * they had already) or a send blocks 300 ms (the server stopped taking
+ * input); *all adds up what went out, *peak the highest held_kb() seen. */
+static void pipeline_until_full(rc_conn **c, int n, const char *batch, size_t len,
+                                size_t per_conn, size_t *sent, size_t *all, long *peak)
+{
+    int open_[n];
+    for (int i = 0; i < n; i++)
+        open_[i] = 1;
+    for (int active = n; active > 0;) {
+        active = 0;
+        for (int i = 0; i < n; i++) {
+            if (!open_[i])
+                continue;
+            if (sent[i] >= per_conn || rc_send(c[i], batch, len, 300) != RC_OK) {
+                open_[i] = 0;
+                continue;
+            }
+            sent[i] += len;
+            *all += len;
+            active++;
+            long now = held_kb();
+            if (now > *peak)
+                *peak = now;
+        }
+    }
+}
 
 /*
  * Four connections with a small receive buffer each pipeline up to 8 MB of
@@ -42,32 +70,13 @@ void test_input_bound_pipeline_never_read(void **state)
     }
     rc_conn *c[CONNS];
     size_t sent[CONNS] = {0}, all = 0;
-    int open_[CONNS];
     for (int i = 0; i < CONNS; i++) {
         c[i] = conn_open(f, what);
         int small = 4096;
         setsockopt(c[i]->fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
-        open_[i] = 1;
     }
     long base = held_kb(), peak = base;
-    for (int active = CONNS; active > 0;) {
-        active = 0;
-        for (int i = 0; i < CONNS; i++) {
-            if (!open_[i])
-                continue;
-            /* A send that blocks this long: the server stopped taking input. */
-            if (sent[i] >= PER_CONN || rc_send(c[i], batch, one * BATCH, 300) != RC_OK) {
-                open_[i] = 0;
-                continue;
-            }
-            sent[i] += one * BATCH;
-            all += one * BATCH;
-            active++;
-            long now = held_kb();
-            if (now > peak)
-                peak = now;
-        }
-    }
+    pipeline_until_full(c, CONNS, batch, one * BATCH, PER_CONN, sent, &all, &peak);
     free(batch);
     sleep_ms(300); /* let the server take what it will of the last batches */
     long now = held_kb();
@@ -120,7 +129,6 @@ void test_input_bound_tiny_heads_behind_slow(void **state)
         memcpy(batch + k * one, tiny, one);
     rc_conn *c[CONNS];
     size_t sent[CONNS] = {0}, all = 0;
-    int open_[CONNS];
     long base = held_kb(), peak = base;
     for (int i = 0; i < CONNS; i++) {
         c[i] = conn_open(f, what);
@@ -129,25 +137,8 @@ void test_input_bound_tiny_heads_behind_slow(void **state)
         CHECK(rc_send(c[i], buf, first, 1000) == RC_OK, "[%s] cannot send", what);
         sent[i] = first;
         all += first;
-        open_[i] = 1;
     }
-    for (int active = CONNS; active > 0;) {
-        active = 0;
-        for (int i = 0; i < CONNS; i++) {
-            if (!open_[i])
-                continue;
-            if (sent[i] >= PER_CONN || rc_send(c[i], batch, one * BATCH, 300) != RC_OK) {
-                open_[i] = 0;
-                continue;
-            }
-            sent[i] += one * BATCH;
-            all += one * BATCH;
-            active++;
-            long now = held_kb();
-            if (now > peak)
-                peak = now;
-        }
-    }
+    pipeline_until_full(c, CONNS, batch, one * BATCH, PER_CONN, sent, &all, &peak);
     free(buf);
     sleep_ms(300); /* the slow requests still run: the rest waits */
     long now = held_kb();
