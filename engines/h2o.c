@@ -312,6 +312,8 @@ static int eh2o_on_req(h2o_handler_t *self, h2o_req_t *req)
         /* h2o has its view of the head now: give the core the bytes the client sent. */
         h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
         eh2o_conn *c = sock != NULL ? eh2o_sock_conn(sock) : NULL;
+        if (c != NULL && c->h1.write_failed)
+            return 0; /* closing (eh2o_h1_on_written): the close disposes req */
         if (c != NULL)
             c->h1.served++;
         if (c != NULL && (body = eh2o_body_take(c)) == NULL)

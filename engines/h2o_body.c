@@ -110,17 +110,6 @@ int eh2o_body_begin(eh2o_conn *c, srv_request *sreq, int chunked, uint64_t lengt
     return 0;
 }
 
-static int eh2o_append(char **buf, size_t *len, const char *p, size_t n)
-{
-    char *nb = realloc(*buf, *len + n);
-    if (nb == NULL)
-        return -1;
-    memcpy(nb + *len, p, n);
-    *buf = nb;
-    *len += n;
-    return 0;
-}
-
 int eh2o_body_hold(eh2o_body *b, const char *p, size_t n)
 {
     if (b->pend_off != 0) { /* keep only what is still due */
@@ -343,7 +332,7 @@ static void eh2o_body_step(eh2o_body *b)
             char *rest = b->pend + b->pend_off;
             size_t nrest = b->pend_len - b->pend_off;
             eh2o_conn *c = b->conn;
-            if (eh2o_append(&c->h1.held, &c->h1.held_len, rest, nrest) != 0)
+            if (eh2o_h1_hold_append(c, rest, nrest) != 0)
                 srv__request_set_close(b->sreq); /* out of memory: they are lost, so close */
             eh2o_body_pend_drop(b);
             continue;
@@ -409,7 +398,7 @@ void eh2o_body_on_read(eh2o_conn *c, size_t n)
     if (!b->released && n > 0) {
         int rc = 0;
         if (b->eom && b->pend_off == b->pend_len)
-            rc = eh2o_append(&c->h1.held, &c->h1.held_len, d, n);
+            rc = eh2o_h1_hold_append(c, d, n);
         else if (!b->stopped)
             rc = eh2o_body_hold(b, d, n); /* the application is behind: reading stops */
         if (rc != 0) {

@@ -334,13 +334,27 @@ static int eh2o_h1_call(eh2o_conn *c, h2o_socket_cb cb, h2o_socket_t *sock, cons
     return 1;
 }
 
+/*
+ * A write completed, or failed (the client reset, or the send deadline shut the socket).
+ * h2o 2.2.5's on_send_complete ignores a failure and takes the next request of the input,
+ * so a pipelining client cut by the send deadline had every request already buffered (the
+ * guard holds up to a receive buffer of them) run its handler and fail its write in turn
+ * before a read saw the end: seconds of handlers for a dead connection. After a failure
+ * on_req takes nothing more (eh2o_on_req) and the connection closes once h2o is done.
+ */
 static void eh2o_h1_on_written(h2o_socket_t *sock, const char *err)
 {
     eh2o_conn *c = eh2o_sock_conn(sock);
     h2o_socket_cb cb = c->h1.wrote;
     c->h1.wrote = NULL;
     h2o_timeout_unlink(&c->h1.send);
-    if (eh2o_h1_call(c, cb, sock, err))
+    if (err != NULL)
+        c->h1.write_failed = 1;
+    if (!eh2o_h1_call(c, cb, sock, err))
+        return;
+    if (err != NULL)
+        eh2o_h1_close(c);
+    else
         eh2o_h1_after(c);
 }
 
@@ -671,24 +685,52 @@ static void eh2o_h1_hold_frames(eh2o_conn *c)
     if (in->size <= pl || memcmp(in->bytes, preface, pl) != 0 ||
         !srv__server_streams_bodies(c->thread->server->srv) || c->h1.held_len != 0)
         return;
-    char *held = malloc(in->size - pl);
-    if (held == NULL)
+    if (eh2o_h1_hold_append(c, in->bytes + pl, in->size - pl) != 0)
         return; /* h2o parses them: their bodies are buffered, not streamed */
-    memcpy(held, in->bytes + pl, in->size - pl);
-    c->h1.held = held;
-    c->h1.held_len = in->size - pl;
     in->size = pl;
 }
 
-/* Bytes the guard does not scan yet: after what c->h1.held has (eh2o_h1_on_read and
- * eh2o_h1_on_inject put all of it back before they scan). -1 when out of memory. */
-static int eh2o_h1_hold_append(eh2o_conn *c, const char *p, size_t n)
+/*
+ * Bytes the guard does not scan yet, in the order they came: what followed a streamed body
+ * (engines/h2o_body.c), frames held at the switch to HTTP/2, the rest of a read past the
+ * copies' budget (eh2o_h1_scan). They are the held_len bytes at held + held_off, taken from
+ * the front a piece at a time (eh2o_h1_on_inject): a read of a receive buffer's worth of
+ * heads drains in pieces without moving the rest each time (when the whole of it went back
+ * to the input and most of it was held again for every few heads served, a 2 KB request cost
+ * 200 KB copied twice: seconds of CPU per connection under a sanitizer). Appends after the
+ * held bytes; -1 when out of memory.
+ */
+int eh2o_h1_hold_append(eh2o_conn *c, const char *p, size_t n)
 {
-    char *nb = realloc(c->h1.held, c->h1.held_len + n);
+    if (c->h1.held_off != 0 && c->h1.held_off >= c->h1.held_len) { /* reuse the taken room */
+        memmove(c->h1.held, c->h1.held + c->h1.held_off, c->h1.held_len);
+        c->h1.held_off = 0;
+    }
+    char *nb = realloc(c->h1.held, c->h1.held_off + c->h1.held_len + n);
     if (nb == NULL)
         return -1;
-    memcpy(nb + c->h1.held_len, p, n);
+    memcpy(nb + c->h1.held_off + c->h1.held_len, p, n);
     c->h1.held = nb;
+    c->h1.held_len += n;
+    return 0;
+}
+
+/* Bytes that came before the held ones (what the scan did not take of a piece): back in
+ * front of them, in the room the piece left when there is. -1 when out of memory. */
+static int eh2o_h1_hold_prepend(eh2o_conn *c, const char *p, size_t n)
+{
+    if (c->h1.held_off < n) {
+        char *nb = malloc(n + c->h1.held_len);
+        if (nb == NULL)
+            return -1;
+        if (c->h1.held_len != 0)
+            memcpy(nb + n, c->h1.held + c->h1.held_off, c->h1.held_len);
+        free(c->h1.held);
+        c->h1.held = nb;
+        c->h1.held_off = n;
+    }
+    c->h1.held_off -= n;
+    memcpy(c->h1.held + c->h1.held_off, p, n);
     c->h1.held_len += n;
     return 0;
 }
@@ -727,7 +769,7 @@ static int eh2o_h1_scan(eh2o_conn *c, char *p, size_t *np, size_t *bad_at,
                  * wait: the rest waits as bytes in held, h2o serves those scanned first, and
                  * eh2o_h1_after puts the rest back once fewer copies wait (each head is still
                  * copied once). The input bound counts held bytes: no more is read meanwhile. */
-                if (eh2o_h1_hold_append(c, p + i, n - i) != 0)
+                if (eh2o_h1_hold_prepend(c, p + i, n - i) != 0)
                     EH2O_BAD(500);
                 c->sock->input->size -= n - i;
                 *np = i;
@@ -990,21 +1032,38 @@ static void eh2o_h1_input(eh2o_conn *c, size_t n, const char *err)
 }
 
 
-/* Put the held bytes (what followed a streamed body) back in the input, before the n new
- * ones at its end. Returns the new bytes' count then, or SIZE_MAX out of memory. */
-size_t eh2o_h1_unhold(eh2o_conn *c, size_t n)
+/* The first `take` held bytes (all when fewer) into the input before its last n bytes, which
+ * came after them (so n != 0 wants all of them). The new bytes' count, or SIZE_MAX out of
+ * memory. */
+static size_t eh2o_h1_unhold_some(eh2o_conn *c, size_t n, size_t take)
 {
-    size_t held = c->h1.held_len;
-    if (h2o_buffer_reserve(&c->sock->input, held).base == NULL)
+    size_t k = c->h1.held_len < take ? c->h1.held_len : take;
+    if (h2o_buffer_reserve(&c->sock->input, k).base == NULL)
         return SIZE_MAX;
     char *at = c->sock->input->bytes + c->sock->input->size - n;
-    memmove(at + held, at, n);
-    memcpy(at, c->h1.held, held);
-    c->sock->input->size += held;
-    free(c->h1.held);
-    c->h1.held = NULL;
-    c->h1.held_len = 0;
-    return n + held;
+    memmove(at + k, at, n);
+    memcpy(at, c->h1.held + c->h1.held_off, k);
+    c->sock->input->size += k;
+    c->h1.held_off += k;
+    c->h1.held_len -= k;
+    if (c->h1.held_len == 0) {
+        free(c->h1.held);
+        c->h1.held = NULL;
+        c->h1.held_off = 0;
+    }
+    return n + k;
+}
+
+size_t eh2o_h1_unhold(eh2o_conn *c, size_t n)
+{
+    return eh2o_h1_unhold_some(c, n, SIZE_MAX);
+}
+
+/* What one piece of held bytes (eh2o_h1_on_inject) may be: room for the scan to fill the
+ * copies' budget with heads (eh2o_h1_ready_full); a bigger request takes several pieces. */
+static size_t eh2o_h1_piece(const eh2o_conn *c)
+{
+    return 2 * ((size_t)c->thread->server->cfg->max_header_bytes + 4);
 }
 
 void eh2o_h1_on_read(h2o_socket_t *sock, const char *err)
@@ -1020,8 +1079,13 @@ void eh2o_h1_on_read(h2o_socket_t *sock, const char *err)
             eh2o_h1_after(c);
         return;
     }
-    if (c->h1.held_len != 0 && err == NULL) { /* they came first */
-        n = eh2o_h1_unhold(c, n);
+    if (c->h1.held_len != 0 && err == NULL) { /* they came first: the new bytes go after */
+        if (eh2o_h1_hold_append(c, sock->input->bytes + sock->input->size - n, n) != 0) {
+            eh2o_h1_close(c);
+            return;
+        }
+        sock->input->size -= n;
+        n = eh2o_h1_unhold_some(c, 0, eh2o_h1_piece(c));
         if (n == SIZE_MAX) {
             eh2o_h1_close(c);
             return;
@@ -1030,8 +1094,9 @@ void eh2o_h1_on_read(h2o_socket_t *sock, const char *err)
     eh2o_h1_input(c, n, err);
 }
 
-/* h2o waits for the next request after a streamed body's answer: the bytes that followed the
- * body are its input now, scanned as if just read. */
+/* h2o waits for the next request (after a streamed body's answer, or once fewer copies of
+ * heads wait): the next piece of the held bytes is its input now, scanned as if just read;
+ * eh2o_h1_after links this again for the next piece. */
 static void eh2o_h1_on_inject(h2o_timeout_entry_t *entry)
 {
     eh2o_conn *c = H2O_STRUCT_FROM_MEMBER(eh2o_conn, h1.inject, entry);
@@ -1039,7 +1104,7 @@ static void eh2o_h1_on_inject(h2o_timeout_entry_t *entry)
     if (c->h1.held_len == 0 || c->h1.sb != NULL || sock->_cb.read != eh2o_h1_on_read ||
         sock->_cb.write != NULL || eh2o_h1_ready_full(c))
         return; /* not waiting (yet): eh2o_h1_after links this again */
-    size_t n = eh2o_h1_unhold(c, 0);
+    size_t n = eh2o_h1_unhold_some(c, 0, eh2o_h1_piece(c));
     if (n == SIZE_MAX) {
         eh2o_h1_close(c);
         return;

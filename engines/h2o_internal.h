@@ -210,6 +210,7 @@ typedef struct eh2o_conn {
         int *closed;            /* set when the connection closes under eh2o_h1_call */
         int off;                /* HTTP/2 now: hands off */
         int answering;          /* the guard writes its own answer, then closes */
+        int write_failed;       /* a write failed: no more requests, the connection closes */
         int phase;              /* EH2O_H1_* */
         char *head;             /* the head being received (max_header_bytes + 4) */
         size_t head_len, line;
@@ -240,9 +241,10 @@ typedef struct eh2o_conn {
         h2o_timeout_entry_t send; /* a write that has not completed in header_timeout_ms */
         struct eh2o_body *sb;   /* the streamed request body of the last head scanned, until
                                  * its answer (engines/h2o_body.c) */
-        char *held;             /* bytes after a streamed body's end: the next requests, scanned
-                                 * once h2o waits for one (eh2o_h1_inject) */
-        size_t held_len;
+        char *held;             /* bytes not scanned yet (eh2o_h1_hold_append): held_len of them
+                                 * from held + held_off, scanned a piece at a time once h2o
+                                 * waits for a request (eh2o_h1_on_inject) */
+        size_t held_off, held_len;
         h2o_timeout_entry_t inject;
         int linger_fd;          /* with lingers: a dup() of the socket kept past h2o's close, */
         int lingers;            /* half-closed and drained (a body cut short by its answer) */
@@ -385,6 +387,7 @@ int eh2o_h1_stop_arriving(eh2o_conn *c);
 void eh2o_h1_body_done(eh2o_conn *c, int complete); /* the streamed body's answer came */
 /* Put c->h1.held back into the input before its last n bytes: the new count, or SIZE_MAX. */
 size_t eh2o_h1_unhold(eh2o_conn *c, size_t n);
+int eh2o_h1_hold_append(eh2o_conn *c, const char *p, size_t n); /* after the held; -1: ENOMEM */
 
 /* engines/h2o_body.c: streamed request bodies (SRV_ROUTE_STREAM_BODY) */
 #define EH2O_BODY_RCVBUF (1024 * 1024) /* SO_RCVBUF while a body streams; the kernel doubles it */

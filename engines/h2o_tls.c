@@ -130,14 +130,9 @@ static void eh2o_tls_on_handshake(h2o_socket_t *sock, const char *err)
         /* Frames that came with the Finished: h2o would parse them at once, before the walk
          * of streamed bodies is in place (eh2o_h2_begin gives them to it). */
         size_t early = sock->input->size;
-        char *held = early != 0 && srv__server_streams_bodies(t->server->srv) ? malloc(early)
-                                                                             : NULL;
-        if (held != NULL) {
-            memcpy(held, sock->input->bytes, early);
-            c->h1.held = held;
-            c->h1.held_len = early;
+        if (early != 0 && srv__server_streams_bodies(t->server->srv) &&
+            eh2o_h1_hold_append(c, sock->input->bytes, early) == 0)
             sock->input->size = 0;
-        }
         int closed = 0, *outer = c->h1.closed;
         c->h1.closed = &closed;
         h2o_http2_accept(&t->accept_ctx, sock, connected_at);

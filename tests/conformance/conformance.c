@@ -1711,6 +1711,8 @@ int main(int argc, char **argv)
                                             fx_teardown),
             cmocka_unit_test_setup_teardown(test_handoff_many_heads_behind_slow, setup_default,
                                             fx_teardown),
+            cmocka_unit_test_setup_teardown(test_handoff_bodies_among_many_heads, setup_default,
+                                            fx_teardown),
         };
         snprintf(name, sizeof name, "conformance %s%s: each head stays with its request",
                  g_engine_name, run);

@@ -518,5 +518,6 @@ unsigned char pattern_byte(uint64_t i);
 void test_handoff_heads_stay_paired(void **state);
 void test_handoff_masked_heads_pipelined(void **state);
 void test_handoff_many_heads_behind_slow(void **state);
+void test_handoff_bodies_among_many_heads(void **state);
 
 #endif /* SRV_CONFORMANCE_H */
