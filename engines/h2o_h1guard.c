@@ -42,6 +42,7 @@ enum {
 void eh2o_h1_on_read(h2o_socket_t *sock, const char *err);
 static void eh2o_h1_on_written(h2o_socket_t *sock, const char *err);
 static void eh2o_h1_on_inject(h2o_timeout_entry_t *entry);
+static int eh2o_h1_hold_prepend(eh2o_conn *c, const char *p, size_t n);
 
 eh2o_conn *eh2o_sock_conn(h2o_socket_t *sock)
 {
@@ -65,6 +66,16 @@ static int eh2o_h1_ready_full(const eh2o_conn *c)
 {
     return c->h1.ready_bytes > c->thread->server->cfg->max_header_bytes &&
            c->h1.seq != c->h1.served;
+}
+
+/* h2o waits for input and some is held: after a streamed body's answer, once fewer copies
+ * of heads wait, or behind a piece that ended inside a request. */
+static int eh2o_h1_wants_held(const eh2o_conn *c)
+{
+    h2o_socket_t *sock = c->sock;
+    return c->h1.held_len != 0 && c->h1.sb == NULL && c->h1.phase != EH2O_H1_DEAD &&
+           !c->h1.answering && sock->_cb.read == eh2o_h1_on_read && sock->_cb.write == NULL &&
+           !eh2o_h1_ready_full(c);
 }
 
 /*
@@ -309,9 +320,7 @@ void eh2o_h1_after(eh2o_conn *c)
         eh2o_h1_answer(c, sreq, status);
         return;
     }
-    if (c->h1.held_len != 0 && c->h1.sb == NULL && sock->_cb.read == eh2o_h1_on_read &&
-        sock->_cb.write == NULL && !eh2o_h1_ready_full(c) &&
-        !h2o_timeout_is_linked(&c->h1.inject)) {
+    if (eh2o_h1_wants_held(c) && !h2o_timeout_is_linked(&c->h1.inject)) {
         c->h1.inject.cb = eh2o_h1_on_inject;
         h2o_timeout_link(c->thread->loop, &c->thread->zero, &c->h1.inject);
     }
@@ -352,7 +361,10 @@ static void eh2o_h1_on_written(h2o_socket_t *sock, const char *err)
         c->h1.write_failed = 1;
     if (!eh2o_h1_call(c, cb, sock, err))
         return;
-    if (err != NULL)
+    /* h2o may have started a write in its callback (a pipelined h2c upgrade's 101, which
+     * frees its HTTP/2 connection only in that write's callback): it fails through h2o's
+     * own callback, which closes. */
+    if (err != NULL && sock->_cb.write == NULL)
         eh2o_h1_close(c);
     else
         eh2o_h1_after(c);
@@ -683,9 +695,10 @@ static void eh2o_h1_hold_frames(eh2o_conn *c)
     h2o_buffer_t *in = c->sock->input;
     size_t pl = sizeof preface - 1;
     if (in->size <= pl || memcmp(in->bytes, preface, pl) != 0 ||
-        !srv__server_streams_bodies(c->thread->server->srv) || c->h1.held_len != 0)
+        !srv__server_streams_bodies(c->thread->server->srv))
         return;
-    if (eh2o_h1_hold_append(c, in->bytes + pl, in->size - pl) != 0)
+    /* Before any held ones (the preface came in a piece of them). */
+    if (eh2o_h1_hold_prepend(c, in->bytes + pl, in->size - pl) != 0)
         return; /* h2o parses them: their bodies are buffered, not streamed */
     in->size = pl;
 }
@@ -952,6 +965,15 @@ static int eh2o_h1_scan(eh2o_conn *c, char *p, size_t *np, size_t *bad_at,
                 EH2O_BAD(500);
             c->sock->input->size -= n - i;
             *np = i;
+            /* So are the held bytes after this piece: the body takes them in order, and what
+             * follows its end is held again (engines/h2o_body.c), before any later read. */
+            if (c->h1.held_len != 0) {
+                if (eh2o_body_hold(c->h1.sb, c->h1.held + c->h1.held_off, c->h1.held_len) != 0)
+                    EH2O_BAD(500);
+                free(c->h1.held);
+                c->h1.held = NULL;
+                c->h1.held_off = c->h1.held_len = 0;
+            }
             return 0;
         default: /* EH2O_H1_DEAD */
             return 0;
@@ -1059,11 +1081,34 @@ size_t eh2o_h1_unhold(eh2o_conn *c, size_t n)
     return eh2o_h1_unhold_some(c, n, SIZE_MAX);
 }
 
-/* What one piece of held bytes (eh2o_h1_on_inject) may be: room for the scan to fill the
- * copies' budget with heads (eh2o_h1_ready_full); a bigger request takes several pieces. */
-static size_t eh2o_h1_piece(const eh2o_conn *c)
+/*
+ * Feed the held bytes to h2o a piece (room for the scan to fill the copies' budget with
+ * heads) at a time while it waits for input, within this call: no read comes between two
+ * pieces, so the held bytes cannot grow while a request larger than a piece is taken, and a
+ * request whose bytes are all here is never seen half-arrived between loop turns.
+ */
+static void eh2o_h1_feed_held(eh2o_conn *c)
 {
-    return 2 * ((size_t)c->thread->server->cfg->max_header_bytes + 4);
+    size_t piece = 2 * ((size_t)c->thread->server->cfg->max_header_bytes + 4);
+    int closed = 0, *outer = c->h1.closed;
+    c->h1.closed = &closed;
+    while (eh2o_h1_wants_held(c)) {
+        size_t before = c->h1.held_len;
+        size_t n = eh2o_h1_unhold_some(c, 0, piece);
+        if (n == SIZE_MAX) {
+            eh2o_h1_close(c);
+            break;
+        }
+        eh2o_h1_input(c, n, NULL);
+        if (closed || c->h1.held_len >= before)
+            break; /* freed, or the scan took nothing (it held all back) */
+    }
+    if (closed) {
+        if (outer != NULL)
+            *outer = 1;
+        return;
+    }
+    c->h1.closed = outer;
 }
 
 void eh2o_h1_on_read(h2o_socket_t *sock, const char *err)
@@ -1085,31 +1130,18 @@ void eh2o_h1_on_read(h2o_socket_t *sock, const char *err)
             return;
         }
         sock->input->size -= n;
-        n = eh2o_h1_unhold_some(c, 0, eh2o_h1_piece(c));
-        if (n == SIZE_MAX) {
-            eh2o_h1_close(c);
-            return;
-        }
+        eh2o_h1_feed_held(c);
+        return;
     }
     eh2o_h1_input(c, n, err);
 }
 
 /* h2o waits for the next request (after a streamed body's answer, or once fewer copies of
- * heads wait): the next piece of the held bytes is its input now, scanned as if just read;
- * eh2o_h1_after links this again for the next piece. */
+ * heads wait): the held bytes are its input now, scanned as if just read. When it no longer
+ * waits (yet), eh2o_h1_after links this again. */
 static void eh2o_h1_on_inject(h2o_timeout_entry_t *entry)
 {
-    eh2o_conn *c = H2O_STRUCT_FROM_MEMBER(eh2o_conn, h1.inject, entry);
-    h2o_socket_t *sock = c->sock;
-    if (c->h1.held_len == 0 || c->h1.sb != NULL || sock->_cb.read != eh2o_h1_on_read ||
-        sock->_cb.write != NULL || eh2o_h1_ready_full(c))
-        return; /* not waiting (yet): eh2o_h1_after links this again */
-    size_t n = eh2o_h1_unhold_some(c, 0, eh2o_h1_piece(c));
-    if (n == SIZE_MAX) {
-        eh2o_h1_close(c);
-        return;
-    }
-    eh2o_h1_input(c, n, NULL);
+    eh2o_h1_feed_held(H2O_STRUCT_FROM_MEMBER(eh2o_conn, h1.inject, entry));
 }
 
 /* engines/h2o_body.c is done with c's streamed body (its answer came): a complete body lets

@@ -26,6 +26,8 @@
         cmocka_unit_test_setup_teardown(test_upload_http10, up_setup, up_teardown),       \
         cmocka_unit_test_setup_teardown(test_upload_pipelined_after_body, up_setup,       \
                                         up_teardown),                                     \
+        cmocka_unit_test_setup_teardown(test_upload_bodies_among_many_heads, up_setup,    \
+                                        up_teardown),                                     \
         cmocka_unit_test_setup_teardown(test_upload_answer_unread, up_setup, up_teardown), \
         cmocka_unit_test_setup_teardown(test_upload_vanished_client, up_setup, up_teardown), \
         cmocka_unit_test_setup_teardown(test_upload_route_limit, up_setup, up_teardown),  \
@@ -1477,6 +1479,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_raw_slow_chunked_body, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_h2_slow_request, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_raw_pipeline_never_read, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_raw_upgrade_behind_failed_write, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_h2_no_window, setup_default, fx_teardown),
     };
     snprintf(name, sizeof name, "conformance %s%s: resets, deadlines, upgrade and framing",

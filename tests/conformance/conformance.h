@@ -347,6 +347,7 @@ void test_slow_stop_arriving(void **state);
 void test_slow_refusal_after_request(void **state);
 void test_raw_slow_chunked_body(void **state);
 void test_raw_pipeline_never_read(void **state);
+void test_raw_upgrade_behind_failed_write(void **state);
 
 /* ------------------------------------------------------------------ */
 /* Cases: conformance_h2.c                                            */
@@ -459,6 +460,7 @@ void test_upload_refused(void **state);
 int up_setup_long(void **state);
 void test_upload_http10(void **state);
 void test_upload_pipelined_after_body(void **state);
+void test_upload_bodies_among_many_heads(void **state);
 void test_upload_h2_block_trickle(void **state);
 void test_upload_h2_connection_hold(void **state);
 void test_upload_h2_frames(void **state);

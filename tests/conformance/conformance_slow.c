@@ -352,3 +352,33 @@ void test_raw_pipeline_never_read(void **state)
     rc_close(c);
     still_serving(f, what);
 }
+
+/*
+ * A request whose answer cannot be written (the client reset the
+ * connection) with an h2c upgrade pipelined behind it: the server must
+ * neither serve the upgrade nor lose track of what it set up for it
+ * (h2o 2.2.5 goes on to the next request after a failed write and starts
+ * the 101; its HTTP/2 connection is freed only in that write's callback,
+ * and a close without it left a connection that crashed the stop).
+ * Twenty such clients, then the server serves and stops cleanly
+ * (the teardown).
+ */
+void test_raw_upgrade_behind_failed_write(void **state)
+{
+    fx *f = *state;
+    const char *what = "an h2c upgrade pipelined behind an answer the client reset";
+    static const char reqs[] = "GET /slow?ms=200 HTTP/1.1\r\n" HOST "\r\n"
+                               "GET /hello HTTP/1.1\r\n" HOST
+                               "Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
+                               "HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n";
+    for (int k = 0; k < 20; k++) {
+        rc_conn *c = conn_open(f, what);
+        CHECK(rc_send(c, reqs, sizeof reqs - 1, 2000) == RC_OK, "[%s] cannot send", what);
+        sleep_ms(20); /* the server has read both heads */
+        struct linger reset = {1, 0};
+        setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+        rc_close(c); /* RST: the slow answer's write fails */
+    }
+    sleep_ms(600);
+    still_serving(f, what);
+}

@@ -1488,3 +1488,80 @@ void test_upload_pipelined_after_body(void **state)
         rc_close(&c);
     }
 }
+
+/* Read one response on c: 200 with body `want`. */
+static void up_expect(rc_conn *c, const char *what, const char *want)
+{
+    rc_response r;
+    CHECK_INT(what, rc_read_response(c, &r, 0, 10000), RC_OK);
+    int same = r.status == 200 && r.body != NULL && strcmp(r.body, want) == 0;
+    if (!same)
+        print_error("[%s] %d \"%s\", want \"%s\"\n", what, r.status, or_null(r.body), want);
+    rc_response_free(&r);
+    CHECK(same, "[%s] wrong answer", what);
+}
+
+/*
+ * Streamed bodies among many pipelined heads, all in one write: what an
+ * engine keeps ahead of the request it serves (h2o's guard holds a read's
+ * rest as bytes once its copies of waiting heads fill their budget, and
+ * feeds them again a piece at a time) must reach each streamed body in
+ * order, and what follows the body must stay the next requests: 300 heads,
+ * a 60,000-byte body, a chunked one of 30,000, 100 heads, a last body.
+ */
+void test_upload_bodies_among_many_heads(void **state)
+{
+    ufx *f = *state;
+    enum { BEFORE = 300, AFTER = 100, BODY = 60000, CHUNK = 10000 };
+    const char *what = "streamed bodies among many heads";
+    static const char plain[] = "GET /u/plain HTTP/1.1\r\n" HOST "\r\n";
+    char *body = malloc(BODY);
+    size_t cap = (BEFORE + AFTER) * sizeof plain + 2 * BODY + 1024, len = 0;
+    char *all = malloc(cap);
+    CHECK(body != NULL && all != NULL, "out of memory");
+    for (size_t k = 0; k < BODY; k++)
+        body[k] = (char)('a' + (k * 7 + k / 26) % 26);
+    for (int k = 0; k < BEFORE; k++, len += sizeof plain - 1)
+        memcpy(all + len, plain, sizeof plain - 1);
+    len += (size_t)snprintf(all + len, cap - len, "PUT /u/sum HTTP/1.1\r\n" HOST
+                            "Content-Length: %d\r\n\r\n", (int)BODY);
+    memcpy(all + len, body, BODY);
+    len += BODY;
+    len += (size_t)snprintf(all + len, cap - len, "PUT /u/sum HTTP/1.1\r\n" HOST
+                            "Transfer-Encoding: chunked\r\n\r\n");
+    for (int k = 0; k < 3; k++) {
+        len += (size_t)snprintf(all + len, cap - len, "%x\r\n", (unsigned)CHUNK);
+        memcpy(all + len, body + k * CHUNK, CHUNK);
+        len += CHUNK;
+        memcpy(all + len, "\r\n", 2);
+        len += 2;
+    }
+    memcpy(all + len, "0\r\n\r\n", 5);
+    len += 5;
+    for (int k = 0; k < AFTER; k++, len += sizeof plain - 1)
+        memcpy(all + len, plain, sizeof plain - 1);
+    len += (size_t)snprintf(all + len, cap - len, "PUT /u/sum HTTP/1.1\r\n" HOST
+                            "Content-Length: 5\r\n\r\nhello");
+    char whole[64], part[64], last[64];
+    snprintf(whole, sizeof whole, "%d %016llx\n", (int)BODY,
+             (unsigned long long)up_fnv(UP_FNV_INIT, body, BODY));
+    snprintf(part, sizeof part, "%d %016llx\n", 3 * CHUNK,
+             (unsigned long long)up_fnv(UP_FNV_INIT, body, 3 * CHUNK));
+    snprintf(last, sizeof last, "5 %016llx\n", (unsigned long long)up_fnv(UP_FNV_INIT, "hello", 5));
+    free(body);
+    rc_conn c;
+    rc_init(&c);
+    CHECK_INT("connect", rc_connect(&c, f->port, 2000), RC_OK);
+    int rc = rc_send(&c, all, len, 10000);
+    free(all);
+    CHECK(rc == RC_OK, "[%s] cannot send: %s", what, rc_strerror(rc));
+    for (int k = 0; k < BEFORE; k++)
+        up_expect(&c, "streamed bodies among many heads: a head before", "plain");
+    up_expect(&c, "streamed bodies among many heads: the 60,000-byte body", whole);
+    up_expect(&c, "streamed bodies among many heads: the chunked body", part);
+    for (int k = 0; k < AFTER; k++)
+        up_expect(&c, "streamed bodies among many heads: a head after", "plain");
+    up_expect(&c, "streamed bodies among many heads: the last body", last);
+    CHECK(rc_unread(&c) == 0, "[%s] %zu stray bytes", what, rc_unread(&c));
+    rc_close(&c);
+}
