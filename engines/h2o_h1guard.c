@@ -172,6 +172,10 @@ void eh2o_h1_write_answer(eh2o_conn *c, srv_request *sreq)
     const void *body = srv__response_body(sreq, &bl);
     h2o_socket_t *sock = c->sock;
     c->h1.phase = EH2O_H1_DEAD;
+    if (c->h1.preface && head != NULL) { /* not HTTP/1: a GOAWAY it understands */
+        head = srv__h2_preface_refusal(&hl);
+        bl = 0;
+    }
     c->h1.out = head != NULL ? malloc(hl + bl) : NULL;
     if (c->h1.out == NULL || sock->_cb.write != NULL) {
         /* No memory, or h2o is writing (cannot happen while it reads): just close. */
@@ -748,6 +752,21 @@ static int eh2o_h1_hold_prepend(eh2o_conn *c, const char *p, size_t n)
     return 0;
 }
 
+/* The head just scanned streams its body: the held bytes come after what the scan gave the
+ * body (the rest of its piece), so the body takes them too, in order, and what follows its
+ * end is held again (engines/h2o_body.c) before any later read. -1 when out of memory. */
+static int eh2o_h1_held_to_body(eh2o_conn *c)
+{
+    if (c->h1.held_len == 0 || c->h1.sb == NULL)
+        return 0;
+    if (eh2o_body_hold(c->h1.sb, c->h1.held + c->h1.held_off, c->h1.held_len) != 0)
+        return -1;
+    free(c->h1.held);
+    c->h1.held = NULL;
+    c->h1.held_off = c->h1.held_len = 0;
+    return 0;
+}
+
 /*
  * Scan the *np new bytes at the end of the input. Returns 0, or the status of the first
  * violation with *bad_at = its request's first byte among the new ones (SIZE_MAX when it began
@@ -833,6 +852,14 @@ static int eh2o_h1_scan(eh2o_conn *c, char *p, size_t *np, size_t *bad_at,
                     (hb[k - 1] == '\n' || (k >= 2 && hb[k - 1] == '\r' && hb[k - 2] == '\n')))
                     end = k + 1;
             if (cut >= 14 && memcmp(hb + s, "PRI * HTTP/2.0", 14) == 0) {
+                if (c->h1.seq != 0) {
+                    /* Prior knowledge starts a connection (RFC 9113 3.3): after HTTP/1
+                     * requests h2o 2.2.5 would switch mid-connection, past the guard. Refused
+                     * as threadpool refuses a preface, once the requests before it are
+                     * answered (eh2o_h1_write_answer writes the GOAWAY). */
+                    c->h1.preface = 1;
+                    EH2O_BAD(505);
+                }
                 c->h1.phase = EH2O_H1_DEAD; /* prior knowledge: h2o switches to HTTP/2 */
                 c->h1.off = 1;
                 eh2o_h1_hold_frames(c);
@@ -965,15 +992,8 @@ static int eh2o_h1_scan(eh2o_conn *c, char *p, size_t *np, size_t *bad_at,
                 EH2O_BAD(500);
             c->sock->input->size -= n - i;
             *np = i;
-            /* So are the held bytes after this piece: the body takes them in order, and what
-             * follows its end is held again (engines/h2o_body.c), before any later read. */
-            if (c->h1.held_len != 0) {
-                if (eh2o_body_hold(c->h1.sb, c->h1.held + c->h1.held_off, c->h1.held_len) != 0)
-                    EH2O_BAD(500);
-                free(c->h1.held);
-                c->h1.held = NULL;
-                c->h1.held_off = c->h1.held_len = 0;
-            }
+            if (eh2o_h1_held_to_body(c) != 0)
+                EH2O_BAD(500);
             return 0;
         default: /* EH2O_H1_DEAD */
             return 0;
@@ -981,6 +1001,9 @@ static int eh2o_h1_scan(eh2o_conn *c, char *p, size_t *np, size_t *bad_at,
         if (c->h1.phase == EH2O_H1_HEAD && c->h1.head_len == 0)
             req_at = i;
     }
+    /* A streamed body's head that ended with these bytes: nothing of its body in them. */
+    if (c->h1.phase == EH2O_H1_STREAM && eh2o_h1_held_to_body(c) != 0)
+        EH2O_BAD(500);
 #undef EH2O_BAD
     return 0;
 }

@@ -211,6 +211,7 @@ typedef struct eh2o_conn {
         int off;                /* HTTP/2 now: hands off */
         int answering;          /* the guard writes its own answer, then closes */
         int write_failed;       /* a write failed: no more requests, the connection closes */
+        int preface;            /* the bad request is an HTTP/2 preface after HTTP/1 requests */
         int phase;              /* EH2O_H1_* */
         char *head;             /* the head being received (max_header_bytes + 4) */
         size_t head_len, line;

@@ -1494,6 +1494,10 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_slow_timeout_while_blocking, setup_short_request, fx_teardown),
         cmocka_unit_test_setup_teardown(test_slow_upgrade_ignored, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_slow_h2_preface, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_slow_h2_preface_after_request, setup_default,
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_slow_h2_preface_after_unread_answers, setup_default,
+                                        fx_teardown),
         cmocka_unit_test_setup_teardown(test_slow_stop_arriving, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_slow_refusal_after_request, setup_few_connections, fx_teardown),
     };

@@ -343,6 +343,8 @@ void test_slow_chunk_framing(void **state);
 void test_slow_timeout_while_blocking(void **state);
 void test_slow_upgrade_ignored(void **state);
 void test_slow_h2_preface(void **state);
+void test_slow_h2_preface_after_request(void **state);
+void test_slow_h2_preface_after_unread_answers(void **state);
 void test_slow_stop_arriving(void **state);
 void test_slow_refusal_after_request(void **state);
 void test_raw_slow_chunked_body(void **state);

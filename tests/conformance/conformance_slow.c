@@ -194,6 +194,77 @@ void test_slow_h2_preface(void **state)
     still_serving(f, what);
 }
 
+/*
+ * The HTTP/2 preface after an HTTP/1 request on the same connection (one
+ * write): prior knowledge starts a connection (RFC 9113 3.3), so after the
+ * request's answer the client gets the refusal it understands (SETTINGS +
+ * GOAWAY) and the connection closes; no engine switches protocols
+ * mid-connection. mhd: libmicrohttpd reads requests after the first and
+ * answers 505 itself (SRV_CAP_LIB_ERRORS).
+ */
+void test_slow_h2_preface_after_request(void **state)
+{
+    fx *f = *state;
+    const char *what = "HTTP/2 preface pipelined after an HTTP/1 request";
+    rc_conn *c = conn_open(f, what);
+    static const char reqs[] = "GET /hello HTTP/1.1\r\n" HOST "\r\n"
+                               "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+                               "\x00\x00\x00\x04\x00\x00\x00\x00\x00"; /* SETTINGS */
+    rc_send(c, reqs, sizeof reqs - 1, 2000);
+    conn_expect(c, what, 0, 200, "hello", NULL);
+    size_t unread = 0;
+    int rc = rc_wait_close(c, 3000, &unread);
+    CHECK(rc == RC_CLOSED || rc == RC_RESET, "[%s] still open after 3 s", what);
+    const char *b = c->buf + c->off;
+    if (engine_caps() & SRV_CAP_LIB_ERRORS) {
+        int st = unread > 12 && strncmp(b, "HTTP/1.1 ", 9) == 0 ? atoi(b + 9) : 0;
+        CHECK(st == 505, "[%s] expected libmicrohttpd's 505, got %zu bytes: %.*s", what, unread,
+              (int)(unread > 60 ? 60 : unread), b);
+    } else {
+        CHECK(h2_frame_types(b, unread) & (1u << 7), "[%s] expected HTTP/2 frames with a "
+              "GOAWAY, got %zu bytes: %.*s", what, unread, (int)(unread > 60 ? 60 : unread), b);
+    }
+    rc_close(c);
+    still_serving(f, what);
+}
+
+/*
+ * The same preface behind many pipelined requests whose answers the client
+ * never reads: the send deadline still cuts the connection (h2o's guard
+ * once handed the connection to HTTP/2 on seeing the preface, and the
+ * answers before it were written without its deadline: held forever).
+ */
+void test_slow_h2_preface_after_unread_answers(void **state)
+{
+    fx *f = *state;
+    const char *what = "HTTP/2 preface behind pipelined requests, answers never read";
+    enum { N = 200, NAME = 900 };
+    unsigned base = stats(f).connections_open;
+    rc_conn *c = conn_open(f, what);
+    int small = 4096;
+    setsockopt(c->fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    char one[NAME + 64];
+    int ol = snprintf(one, sizeof one, "GET /query?name=%0*d HTTP/1.1\r\n" HOST "\r\n", NAME, 7);
+    static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    size_t len = (size_t)N * (size_t)ol + sizeof preface - 1;
+    char *all = malloc(len);
+    CHECK(all != NULL, "out of memory");
+    for (int k = 0; k < N; k++)
+        memcpy(all + (size_t)k * (size_t)ol, one, (size_t)ol);
+    memcpy(all + (size_t)N * (size_t)ol, preface, sizeof preface - 1);
+    rc_send(c, all, len, 3000);
+    free(all);
+    unsigned open_now = 0;
+    for (int waited = 0; waited <= T_HEADER_MS + 8000; waited += 20) {
+        if ((open_now = stats(f).connections_open) <= base)
+            break;
+        sleep_ms(20);
+    }
+    CHECK(open_now <= base, "[%s] not cut: %u connections open, %u before", what, open_now, base);
+    rc_close(c);
+    still_serving(f, what);
+}
+
 typedef struct slow_finisher {
     rc_conn *c;
     int sent; /* RC_* of the send */
