@@ -966,6 +966,53 @@ unsigned h2_frame_types(const char *b, size_t len)
  * frames with a GOAWAY (SRV_CAP_H2_PREFACE_GOAWAY), else an HTTP/1 505;
  * over TLS an engine with SRV_CAP_LIB_ERRORS leaves it to its library,
  * which answers 505 (mhd: its gate sees only cleartext, docs/ENGINES.md). */
+/*
+ * One write of requests with bodies among many pipelined heads: `first`
+ * (or nothing), `before` copies of `head`, `line` (say "POST /echo") with
+ * a Content-Length body of body_len bytes, `line` again chunked in three
+ * chunks of `chunk` bytes (chunk * 3 <= body_len), `after` copies of
+ * `head`, `last` (or nothing). The bytes (*len of them) and the body's
+ * pattern (*pattern, body_len bytes) are malloc'd: the caller frees them.
+ */
+char *bodies_among_heads(const char *first, const char *head, int before, const char *line,
+                         size_t body_len, size_t chunk, int after, const char *last,
+                         size_t *len, char **pattern)
+{
+    size_t hl = strlen(head), fl = first ? strlen(first) : 0, ll = last ? strlen(last) : 0;
+    size_t cap = fl + (size_t)(before + after) * hl + 2 * body_len + ll + 2 * strlen(line) + 512;
+    char *all = malloc(cap), *body = malloc(body_len);
+    CHECK(all != NULL && body != NULL, "out of memory");
+    for (size_t k = 0; k < body_len; k++)
+        body[k] = (char)('a' + (k * 7 + k / 26) % 26);
+    size_t n = 0;
+    memcpy(all, first ? first : "", fl);
+    n += fl;
+    for (int k = 0; k < before; k++, n += hl)
+        memcpy(all + n, head, hl);
+    n += (size_t)snprintf(all + n, cap - n, "%s HTTP/1.1\r\n" HOST "Content-Length: %zu\r\n\r\n",
+                          line, body_len);
+    memcpy(all + n, body, body_len);
+    n += body_len;
+    n += (size_t)snprintf(all + n, cap - n, "%s HTTP/1.1\r\n" HOST
+                          "Transfer-Encoding: chunked\r\n\r\n", line);
+    for (size_t k = 0; k < 3; k++) {
+        n += (size_t)snprintf(all + n, cap - n, "%zx\r\n", chunk);
+        memcpy(all + n, body + k * chunk, chunk);
+        n += chunk;
+        memcpy(all + n, "\r\n", 2);
+        n += 2;
+    }
+    memcpy(all + n, "0\r\n\r\n", 5);
+    n += 5;
+    for (int k = 0; k < after; k++, n += hl)
+        memcpy(all + n, head, hl);
+    memcpy(all + n, last ? last : "", ll);
+    n += ll;
+    *len = n;
+    *pattern = body;
+    return all;
+}
+
 void h2_preface_answer(const char *what, const char *b, size_t n)
 {
     unsigned caps = engine_caps();

@@ -198,6 +198,10 @@ void conn_expect_closed(rc_conn *c, const char *what, int timeout_ms);
 void still_serving(fx *f, const char *what);
 unsigned h2_frame_types(const char *b, size_t len);
 void h2_preface_answer(const char *what, const char *b, size_t n);
+/* Pipelined heads around a Content-Length and a chunked body (conformance.c). */
+char *bodies_among_heads(const char *first, const char *head, int before, const char *line,
+                         size_t body_len, size_t chunk, int after, const char *last,
+                         size_t *len, char **pattern);
 void bad_input(fx *f, const char *what, const void *req, size_t len,
                int status, enum bad_expect how);
 void bad_input_str(fx *f, const char *what, const char *req,

@@ -138,35 +138,11 @@ void test_handoff_bodies_among_many_heads(void **state)
     enum { BEFORE = 300, AFTER = 100, BODY = 60000, CHUNK = 10000 };
     const char *what = "bodies among many heads";
     rc_conn *c = conn_open(f, what);
-    static const char slow[] = "GET /slow?ms=300 HTTP/1.1\r\n" HOST "\r\n";
-    static const char hello[] = "GET /hello HTTP/1.1\r\n" HOST "\r\n";
-    char *body = malloc(BODY);
-    size_t cap = sizeof slow + (BEFORE + AFTER) * sizeof hello + 2 * BODY + 512, len = 0;
-    char *all = malloc(cap);
-    CHECK(body != NULL && all != NULL, "out of memory");
-    for (size_t k = 0; k < BODY; k++)
-        body[k] = (char)('a' + (k * 7 + k / 26) % 26);
-    memcpy(all, slow, sizeof slow - 1);
-    len = sizeof slow - 1;
-    for (int k = 0; k < BEFORE; k++, len += sizeof hello - 1)
-        memcpy(all + len, hello, sizeof hello - 1);
-    len += (size_t)snprintf(all + len, cap - len, "POST /echo HTTP/1.1\r\n" HOST
-                            "Content-Length: %d\r\n\r\n", (int)BODY);
-    memcpy(all + len, body, BODY);
-    len += BODY;
-    len += (size_t)snprintf(all + len, cap - len, "POST /echo HTTP/1.1\r\n" HOST
-                            "Transfer-Encoding: chunked\r\n\r\n");
-    for (int k = 0; k < 3; k++) {
-        len += (size_t)snprintf(all + len, cap - len, "%x\r\n", (unsigned)CHUNK);
-        memcpy(all + len, body + k * CHUNK, CHUNK);
-        len += CHUNK;
-        memcpy(all + len, "\r\n", 2);
-        len += 2;
-    }
-    memcpy(all + len, "0\r\n\r\n", 5);
-    len += 5;
-    for (int k = 0; k < AFTER; k++, len += sizeof hello - 1)
-        memcpy(all + len, hello, sizeof hello - 1);
+    size_t len = 0;
+    char *body = NULL;
+    char *all = bodies_among_heads("GET /slow?ms=300 HTTP/1.1\r\n" HOST "\r\n",
+                                   "GET /hello HTTP/1.1\r\n" HOST "\r\n", BEFORE, "POST /echo",
+                                   BODY, CHUNK, AFTER, NULL, &len, &body);
     int rc = rc_send(c, all, len, 5000);
     free(all);
     CHECK(rc == RC_OK, "[%s] cannot send: %s", what, rc_strerror(rc));

@@ -1514,34 +1514,12 @@ void test_upload_bodies_among_many_heads(void **state)
     ufx *f = *state;
     enum { BEFORE = 300, AFTER = 100, BODY = 60000, CHUNK = 10000 };
     const char *what = "streamed bodies among many heads";
-    static const char plain[] = "GET /u/plain HTTP/1.1\r\n" HOST "\r\n";
-    char *body = malloc(BODY);
-    size_t cap = (BEFORE + AFTER) * sizeof plain + 2 * BODY + 1024, len = 0;
-    char *all = malloc(cap);
-    CHECK(body != NULL && all != NULL, "out of memory");
-    for (size_t k = 0; k < BODY; k++)
-        body[k] = (char)('a' + (k * 7 + k / 26) % 26);
-    for (int k = 0; k < BEFORE; k++, len += sizeof plain - 1)
-        memcpy(all + len, plain, sizeof plain - 1);
-    len += (size_t)snprintf(all + len, cap - len, "PUT /u/sum HTTP/1.1\r\n" HOST
-                            "Content-Length: %d\r\n\r\n", (int)BODY);
-    memcpy(all + len, body, BODY);
-    len += BODY;
-    len += (size_t)snprintf(all + len, cap - len, "PUT /u/sum HTTP/1.1\r\n" HOST
-                            "Transfer-Encoding: chunked\r\n\r\n");
-    for (int k = 0; k < 3; k++) {
-        len += (size_t)snprintf(all + len, cap - len, "%x\r\n", (unsigned)CHUNK);
-        memcpy(all + len, body + k * CHUNK, CHUNK);
-        len += CHUNK;
-        memcpy(all + len, "\r\n", 2);
-        len += 2;
-    }
-    memcpy(all + len, "0\r\n\r\n", 5);
-    len += 5;
-    for (int k = 0; k < AFTER; k++, len += sizeof plain - 1)
-        memcpy(all + len, plain, sizeof plain - 1);
-    len += (size_t)snprintf(all + len, cap - len, "PUT /u/sum HTTP/1.1\r\n" HOST
-                            "Content-Length: 5\r\n\r\nhello");
+    size_t len = 0;
+    char *body = NULL;
+    char *all = bodies_among_heads(NULL, "GET /u/plain HTTP/1.1\r\n" HOST "\r\n", BEFORE,
+                                   "PUT /u/sum", BODY, CHUNK, AFTER,
+                                   "PUT /u/sum HTTP/1.1\r\n" HOST "Content-Length: 5\r\n\r\nhello",
+                                   &len, &body);
     char whole[64], part[64], last[64];
     snprintf(whole, sizeof whole, "%d %016llx\n", (int)BODY,
              (unsigned long long)up_fnv(UP_FNV_INIT, body, BODY));
