@@ -371,7 +371,8 @@ enum srv_http1_event srv__http1_feed(srv_http1 *p, srv_request *req, const char 
         unsigned char c = (unsigned char)d[i];
         switch (p->state) {
         case H1_REQLINE:
-            p->started = 1;
+            if (c != '\r' && c != '\n') /* empty lines before it are no message */
+                p->started = 1;
             rc = h1_collect(p, d, len, &i, p->max_uri + H1_REQLINE_SLACK);
             if (rc == 0)
                 break;

@@ -218,6 +218,38 @@ static void srv__claim_answer(srv_request *req, bool by_core)
     pthread_mutex_unlock(&srv->inflight.mu);
 }
 
+/* Keep the answer's content type (may be NULL) and body in req: in
+ * req->resp_small when both fit, else malloc'd. False when out of memory
+ * (then nothing is kept). req->mu held, not answered yet. */
+static bool srv__answer_store(srv_request *req, const char *content_type, const void *body,
+                              size_t len)
+{
+    size_t ct_len = content_type != NULL ? strlen(content_type) + 1 : 0;
+    if (ct_len + len <= sizeof req->resp_small) {
+        req->resp_inline = true;
+        if (ct_len > 0)
+            req->content_type = memcpy(req->resp_small, content_type, ct_len);
+        if (len > 0) {
+            req->resp_body = memcpy(req->resp_small + ct_len, body, len);
+            req->resp_len = len;
+        }
+        return true;
+    }
+    char *ct = ct_len > 0 ? strdup(content_type) : NULL;
+    char *copy = len > 0 ? malloc(len) : NULL;
+    if ((ct_len > 0 && ct == NULL) || (len > 0 && copy == NULL)) {
+        free(ct);
+        free(copy);
+        return false;
+    }
+    req->content_type = ct;
+    if (len > 0) {
+        req->resp_body = memcpy(copy, body, len);
+        req->resp_len = len;
+    }
+    return true;
+}
+
 /* The core answers with a short text body. Returns false when the request
  * was already answered. */
 bool srv__inflight_answer(srv_request *req, int status, bool close, const char *extra_name,
@@ -233,12 +265,7 @@ bool srv__inflight_answer(srv_request *req, int status, bool close, const char *
     req->status = status;
     req->close_after = close;
     req->core_answer = true;
-    req->content_type = strdup("text/plain; charset=utf-8");
-    req->resp_body = malloc((size_t)n);
-    if (req->resp_body != NULL) {
-        memcpy(req->resp_body, body, (size_t)n);
-        req->resp_len = (size_t)n;
-    }
+    (void)srv__answer_store(req, "text/plain; charset=utf-8", body, (size_t)n);
     if (extra_name != NULL) {
         req->extra_header = calloc(1, sizeof *req->extra_header);
         if (req->extra_header != NULL) {
@@ -418,16 +445,8 @@ int srv_respond(srv_request *req, int status, const char *content_type, const vo
         len = sizeof msg - 1;
     }
     req->status = status;
-    req->content_type = content_type ? strdup(content_type) : NULL;
-    if (len > 0) {
-        req->resp_body = malloc(len);
-        if (req->resp_body != NULL) {
-            memcpy(req->resp_body, body, len);
-            req->resp_len = len;
-        } else {
-            req->status = 500;
-        }
-    }
+    if (!srv__answer_store(req, content_type, body, len))
+        req->status = 500;
     srv__claim_answer(req, false);
     pthread_mutex_unlock(&req->mu);
     free(gz);

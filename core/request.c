@@ -91,7 +91,7 @@ static void srv__peer_address(srv_request *req, const struct sockaddr *peer, soc
 
 srv_request *srv__request_new(srv_server *srv, const struct sockaddr *peer, socklen_t peer_len)
 {
-    srv_request *req = calloc(1, sizeof *req);
+    srv_request *req = srv__zalloc(sizeof *req);
     if (req == NULL)
         return NULL;
     if (pthread_mutex_init(&req->mu, NULL) != 0) {
@@ -133,8 +133,10 @@ void srv__request_unref(srv_request *req)
     free(req->body);
     srv__kv_free(req->app_headers, req->app_header_count);
     srv__kv_free(req->extra_header, req->extra_header ? 1 : 0);
-    free(req->content_type);
-    free(req->resp_body);
+    if (!req->resp_inline) {
+        free(req->content_type);
+        free(req->resp_body);
+    }
     free(req->head);
     free(req->stream.buf);
     pthread_mutex_destroy(&req->mu);

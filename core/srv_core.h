@@ -324,6 +324,11 @@ void *srv__arena_alloc(srv__arena *a, size_t n);
 char *srv__arena_strndup(srv__arena *a, const char *s, size_t n);
 void srv__arena_free(srv__arena *a);
 
+/* Room in srv_request for a small answer's content type and body: a
+ * typical text or JSON answer, with the request still within glibc's
+ * thread cache (1,032 bytes asked for). */
+#define SRV__RESP_SMALL 128
+
 struct srv_request {
     srv_server *srv;
     atomic_int refs;
@@ -379,6 +384,10 @@ struct srv_request {
     srv__kv *extra_header; /* core-added (Allow), malloc'd, 0 or 1 */
     char *resp_body;
     size_t resp_len;
+    /* A small answer's content type and body, both in place of two mallocs
+     * (srv__answer_store): content_type and resp_body then point in here. */
+    char resp_small[SRV__RESP_SMALL];
+    bool resp_inline; /* they are in resp_small: not freed on their own */
     signed char keep_alive; /* -1 until decided, then fixed (engine thread) */
     char *head; /* srv__response_http1_head, built lazily */
     size_t head_len;

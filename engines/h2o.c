@@ -328,7 +328,7 @@ static int eh2o_on_req(h2o_handler_t *self, h2o_req_t *req)
         socklen_t plen = req->conn->callbacks->get_peername(req->conn, (struct sockaddr *)&peer);
         sreq = srv__request_new(s->srv, plen != 0 ? (struct sockaddr *)&peer : NULL, plen);
     }
-    eh2o_ticket *tk = sreq != NULL ? calloc(1, sizeof *tk) : NULL;
+    eh2o_ticket *tk = sreq != NULL ? srv__zalloc(sizeof *tk) : NULL;
     if (tk == NULL) {
         if (sreq != NULL && body == NULL)
             srv__request_release(sreq); /* a body's stays the guard's: the close frees it */
@@ -526,7 +526,7 @@ static void eh2o_refusal_answer(eh2o_refusal *r)
     socklen_t plen = h2o_socket_getpeername(sock, (struct sockaddr *)&peer);
     srv_request *sreq =
         srv__request_new(t->server->srv, plen != 0 ? (struct sockaddr *)&peer : NULL, plen);
-    eh2o_ticket *tk = sreq != NULL ? calloc(1, sizeof *tk) : NULL;
+    eh2o_ticket *tk = sreq != NULL ? srv__zalloc(sizeof *tk) : NULL;
     if (tk == NULL) {
         if (sreq != NULL)
             srv__request_release(sreq);
@@ -682,7 +682,7 @@ static void eh2o_on_accept(h2o_socket_t *listener, const char *err)
             eh2o_refuse(t, sock);
             continue;
         }
-        eh2o_conn *c = calloc(1, sizeof *c); /* zeroed: h2o_linklist_insert asserts unlinked */
+        eh2o_conn *c = srv__zalloc(sizeof *c); /* zeroed: h2o_linklist_insert asserts unlinked */
         if (c == NULL) {
             srv__conn_leave(s->srv);
             h2o_socket_close(sock);

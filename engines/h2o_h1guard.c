@@ -204,7 +204,7 @@ static void eh2o_h1_answer(eh2o_conn *c, srv_request *sreq, int status)
         socklen_t len = h2o_socket_getpeername(c->sock, (struct sockaddr *)&peer);
         sreq = srv__request_new(t->server->srv, len != 0 ? (struct sockaddr *)&peer : NULL, len);
     }
-    eh2o_ticket *tk = sreq != NULL ? calloc(1, sizeof *tk) : NULL;
+    eh2o_ticket *tk = sreq != NULL ? srv__zalloc(sizeof *tk) : NULL;
     if (tk == NULL) {
         if (sreq != NULL)
             srv__request_release(sreq);

@@ -325,7 +325,7 @@ void eh2o_h2_take_stream(eh2o_conn *c, uint32_t id)
     }
     if (rc == 0)
         rc = srv__request_headers_done(sreq);
-    eh2o_ticket *tk = rc == 0 && srv__request_streams_body(sreq) ? calloc(1, sizeof *tk) : NULL;
+    eh2o_ticket *tk = rc == 0 && srv__request_streams_body(sreq) ? srv__zalloc(sizeof *tk) : NULL;
     if (tk == NULL) {
         srv__request_release(sreq);
         return;
@@ -687,7 +687,7 @@ void eh2o_h2_stop_arriving(eh2o_conn *c)
         socklen_t plen = h2o_socket_getpeername(c->sock, (struct sockaddr *)&peer);
         srv_request *sreq =
             srv__request_new(t->server->srv, plen != 0 ? (struct sockaddr *)&peer : NULL, plen);
-        eh2o_ticket *tk = sreq != NULL ? calloc(1, sizeof *tk) : NULL;
+        eh2o_ticket *tk = sreq != NULL ? srv__zalloc(sizeof *tk) : NULL;
         if (tk == NULL) {
             if (sreq != NULL)
                 srv__request_release(sreq);

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/epoll.h>
@@ -97,11 +98,15 @@ struct emhd_conn {
     emhd_worker *worker;           /* the MHD thread that owns it (NULL: unknown) */
     emhd_conn *u_prev, *u_next;    /* in worker->unsampled */
     bool u_listed;
-    /* Bytes received when its last request was complete (emhd_handed):
-     * quiesce tells a next request begun (part of its request line in MHD's
-     * buffer, which MHD reports only once the line is whole) from an idle
-     * connection. Taken before the answer goes out, so a client's next
-     * request cannot be in it (unless pipelined, then MHD parses it at once). */
+    /* The bytes of the requests MHD has parsed on it: quiesce tells a next
+     * request begun (part of its request line in MHD's buffer, which MHD
+     * reports only once the line is whole) from an idle connection by
+     * comparing TCP's count of bytes received with it. In cleartext a
+     * complete bodiless request adds its head (emhd_req.wire): no syscall
+     * per request. Over TLS (TCP counts records) and after a body it is
+     * TCP's own count when the request was complete (emhd_handed), taken
+     * before the answer goes out, so a client's next request cannot be in
+     * it (unless pipelined, then MHD parses it at once). */
     _Atomic unsigned long long rcvd;
     atomic_bool handshaken; /* TLS: the client's Finished arrived (rcvd set then) */
     /* TLS: suspended while its handshake waits for the client (emhd_tls_pull),
@@ -245,6 +250,10 @@ typedef struct emhd_req {
     atomic_int sstate; /* a streamed response's suspend hand-over (EMHD_S_*) */
     long long body_from; /* ms: head complete (the body deadline's start) */
     size_t body_bytes;   /* body bytes received so far */
+    /* Its head's bytes (from the method, as MHD counts them) when it has no
+     * body; 0 otherwise or not parsed: then emhd_handed samples TCP's
+     * count (emhd_conn.rcvd). */
+    unsigned long long wire;
     /* A streamed body (SRV_ROUTE_STREAM_BODY; docs/ENGINES.md). MHD thread
      * only, but bst, which respond and body_kick change too. */
     bool sbody;       /* the core pulls the body */
@@ -1099,7 +1108,7 @@ static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void 
         pthread_mutex_lock(&es->lock);
         emhd_handoff h = emhd_handoff_take(es, fd);
         pthread_mutex_unlock(&es->lock);
-        emhd_conn *ec = calloc(1, sizeof *ec);
+        emhd_conn *ec = srv__zalloc(sizeof *ec);
         if (ec == NULL && h.arriving)
             srv__request_arriving(es->srv, -1);
         if (ec != NULL) {
@@ -1175,7 +1184,7 @@ static void *emhd_uri_log(void *cls, const char *uri, struct MHD_Connection *con
 {
     emhd_server *es = cls;
     size_t n = uri != NULL ? strlen(uri) : 0;
-    emhd_req *er = calloc(1, sizeof *er + n + 1);
+    emhd_req *er = srv__zalloc(sizeof *er + n + 1);
     if (er == NULL)
         return NULL; /* the access handler then closes the connection */
     er->es = es;
@@ -1265,6 +1274,10 @@ static void emhd_notify_completed(void *cls, struct MHD_Connection *conn, void *
                                  er->phase == EMHD_REQ_ANSWERED &&
                                  ready && er->req != NULL && srv__response_keep_alive(er->req));
         emhd_went_idle(er->ec); /* MHD wrote the whole answer */
+        /* Kept alive: MHD consumed exactly this request's bytes (else a
+         * close). Counted before the phase lets quiesce look. */
+        if (!es->tls && er->wire != 0 && !er->ec->expect_close)
+            atomic_fetch_add(&er->ec->rcvd, er->wire);
         emhd_phase(er->ec, EMHD_IDLE, emhd_now_ms() + es->keepalive_ms);
     }
     if (atomic_load(&er->hand) == EMHD_HAND_SUSPENDED) {
@@ -1579,7 +1592,7 @@ static enum MHD_Result emhd_send(emhd_req *er, struct MHD_Connection *conn, bool
 static void emhd_handed(emhd_req *er)
 {
     er->phase = EMHD_REQ_ANSWERED;
-    if (er->ec != NULL)
+    if (er->ec != NULL && (er->es->tls || er->wire == 0))
         atomic_store(&er->ec->rcvd, emhd_received(er->ec->fd));
 }
 
@@ -1616,6 +1629,8 @@ static enum MHD_Result emhd_cut(emhd_req *er, struct MHD_Connection *conn)
 typedef struct emhd_headers {
     srv_request *req;
     int status;
+    const char *length; /* the Content-Length value (the core checks it) */
+    bool chunked;       /* a Transfer-Encoding came */
 } emhd_headers;
 
 static enum MHD_Result emhd_add_header(void *cls, enum MHD_ValueKind kind, const char *key,
@@ -1623,6 +1638,11 @@ static enum MHD_Result emhd_add_header(void *cls, enum MHD_ValueKind kind, const
 {
     emhd_headers *h = cls;
     (void)kind;
+    if (key_size == sizeof "Content-Length" - 1 && strncasecmp(key, "Content-Length", key_size) == 0)
+        h->length = value;
+    else if (key_size == sizeof "Transfer-Encoding" - 1 &&
+             strncasecmp(key, "Transfer-Encoding", key_size) == 0)
+        h->chunked = true;
     h->status = srv__request_add_header(h->req, key, key_size, value != NULL ? value : "",
                                         value != NULL ? value_size : 0);
     return h->status == 0 ? MHD_YES : MHD_NO;
@@ -1716,6 +1736,7 @@ static bool emhd_head_intact(emhd_req *er, struct MHD_Connection *conn, const ch
     if (ci == NULL || method == NULL || version == NULL || er->uri == NULL)
         return false;
     const char *end = method + ci->header_size;
+    er->wire = ci->header_size;
     const char *m_end = method + strlen(method);
     /* "METHOD\0 *target\0HTTP/x.y" */
     if (!(m_end < er->uri && er->uri + er->target_len + 1 == version && version + 8 <= end))
@@ -1761,12 +1782,18 @@ static enum MHD_Result emhd_begin(emhd_server *es, emhd_req *er, struct MHD_Conn
             minor = version[7] - '0';
         }
         srv__request_set_version(er->req, major, minor);
-        emhd_headers h = {er->req, 0};
+        emhd_headers h = {er->req, 0, NULL, false};
         MHD_get_connection_values_n(conn, MHD_HEADER_KIND, emhd_add_header, &h);
         st = h.status;
+        if (st == 0)
+            st = srv__request_headers_done(er->req);
+        /* With a body, TCP's count at the hand-off instead (emhd_handed):
+         * it also takes the CRLF some clients send after a body, which MHD
+         * skips as an empty line before the next request line. The core
+         * accepted the length: digits only. */
+        if (st == 0 && (h.chunked || (h.length != NULL && strtoull(h.length, NULL, 10) > 0)))
+            er->wire = 0;
     }
-    if (st == 0)
-        st = srv__request_headers_done(er->req);
     /* A head that leaves MHD's pool too little room for the core's own
      * 500 head is refused now, as too large for this engine, rather than
      * closed without a byte once answered (emhd_pool_room). */

@@ -935,7 +935,7 @@ static void etp_accepted(etp_poller *p, int fd, const struct sockaddr_storage *p
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 
-    etp_conn *c = calloc(1, sizeof *c);
+    etp_conn *c = srv__zalloc(sizeof *c);
     if (!c) {
         etp_refuse_now(st, fd, peer, peer_len);
         return;

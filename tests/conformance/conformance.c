@@ -1603,6 +1603,9 @@ int main(int argc, char **argv)
     const struct CMUnitTest line_stop[] = {
         cmocka_unit_test_setup_teardown(test_stop_request_line_completes, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_stop_request_line_overruns, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_stop_request_line_after_bodies, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_stop_idle_after_bodies, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_stop_idle_after_body_crlf, setup_default, fx_teardown),
     };
     snprintf(name, sizeof name, "conformance %s%s: stop while a request line arrives",
              g_engine_name, run);

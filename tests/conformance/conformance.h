@@ -335,6 +335,9 @@ void test_h2_stop_body_completes(void **state);
 void test_h2_stop_body_overruns(void **state);
 void test_stop_request_line_completes(void **state);
 void test_stop_request_line_overruns(void **state);
+void test_stop_request_line_after_bodies(void **state);
+void test_stop_idle_after_bodies(void **state);
+void test_stop_idle_after_body_crlf(void **state);
 
 /* ------------------------------------------------------------------ */
 /* Cases: conformance_slow.c                                          */

@@ -145,6 +145,9 @@ static void run(const char *in, size_t len, result *r)
         if (o->fail != r->fail || o->nmsgs != r->nmsgs)
             fail_msg("pieces of %s give %zu messages / fail %d, whole gives %zu / %d",
                      k ? "7" : "1", o->nmsgs, o->fail, r->nmsgs, r->fail);
+        if (o->idle_at_end != r->idle_at_end)
+            fail_msg("pieces of %s end %s, whole ends %s", k ? "7" : "1",
+                     o->idle_at_end ? "idle" : "in a message", r->idle_at_end ? "idle" : "in a message");
         for (size_t i = 0; i < r->nmsgs; i++) {
             assert_string_equal(o->method[i], r->method[i]);
             assert_string_equal(o->target[i], r->target[i]);
@@ -189,6 +192,16 @@ static void test_simple_and_pipelined(void **state)
     run_str("BREW /pot HTTP/1.1\r\n" H "\r\n", &r);
     assert_int_equal(r.nmsgs, 1);
     assert_string_equal(r.method[0], "BREW");
+
+    /* Empty lines before a request line begin no message (RFC 9112 2.2;
+     * some clients send a CRLF after a body): only them is still idle. */
+    run_str("POST /p HTTP/1.1\r\n" H "Content-Length: 2\r\n\r\nok\r\n\r\n", &r);
+    assert_int_equal(r.fail, 0);
+    assert_int_equal(r.nmsgs, 1);
+    assert_true(r.idle_at_end);
+    run_str("\r\n\r\nG", &r);
+    assert_int_equal(r.nmsgs, 0);
+    assert_false(r.idle_at_end);
 
     /* A half head is not a message yet. */
     run_str("GET / HTTP/1.1\r\nHost: x\r\n", &r);
