@@ -111,6 +111,14 @@ static inline int srv__http1_idle(const srv_http1 *p)
     return !p->started;
 }
 
+/* Non-zero when nothing since the last message has come, not even an
+ * empty line: an engine starts the next head's deadline then (a trickle
+ * of CRLFs does not restart it). */
+static inline int srv__http1_fresh(const srv_http1 *p)
+{
+    return !p->started && p->empty_lines == 0 && p->line_len == 0;
+}
+
 /* After HEAD_READY: give this message's body as SRV_HTTP1_BODY events
  * instead of appending it to the request (a streamed body: the core's
  * limits are then the engine's to apply through srv__body_data). */

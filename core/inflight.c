@@ -225,7 +225,7 @@ static bool srv__answer_store(srv_request *req, const char *content_type, const 
                               size_t len)
 {
     size_t ct_len = content_type != NULL ? strlen(content_type) + 1 : 0;
-    if (ct_len + len <= sizeof req->resp_small) {
+    if (len <= sizeof req->resp_small && ct_len <= sizeof req->resp_small - len) {
         req->resp_inline = true;
         if (ct_len > 0)
             req->content_type = memcpy(req->resp_small, content_type, ct_len);

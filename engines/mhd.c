@@ -108,6 +108,12 @@ struct emhd_conn {
      * before the answer goes out, so a client's next request cannot be in
      * it (unless pipelined, then MHD parses it at once). */
     _Atomic unsigned long long rcvd;
+    /* The next bodiless request samples TCP's count too, and counting
+     * resumes once a sample agrees with it: after a sample (which may hold
+     * a CRLF sent after a body, or pipelined bytes of that next request)
+     * and on a new connection (empty lines before its first request line
+     * are not in MHD's head size). MHD thread only. */
+    bool recount;
     atomic_bool handshaken; /* TLS: the client's Finished arrived (rcvd set then) */
     /* TLS: suspended while its handshake waits for the client (emhd_tls_pull),
      * in es->hs_epfd until its socket turns readable. hs_mu. */
@@ -1115,6 +1121,7 @@ static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void 
             ec->fd = fd;
             ec->conn = conn;
             ec->es = es;
+            ec->recount = true; /* its first request checks the count */
             pthread_mutex_lock(&es->lock);
             ec->next = es->conns;
             if (es->conns != NULL)
@@ -1592,8 +1599,18 @@ static enum MHD_Result emhd_send(emhd_req *er, struct MHD_Connection *conn, bool
 static void emhd_handed(emhd_req *er)
 {
     er->phase = EMHD_REQ_ANSWERED;
-    if (er->ec != NULL && (er->es->tls || er->wire == 0))
-        atomic_store(&er->ec->rcvd, emhd_received(er->ec->fd));
+    emhd_conn *ec = er->ec;
+    if (ec == NULL)
+        return;
+    if (er->es->tls || er->wire == 0) {
+        atomic_store(&ec->rcvd, emhd_received(ec->fd));
+        ec->recount = true;
+    } else if (ec->recount) {
+        unsigned long long got = emhd_received(ec->fd);
+        ec->recount = got == ULLONG_MAX || got != atomic_load(&ec->rcvd) + er->wire;
+        atomic_store(&ec->rcvd, got);
+        er->wire = 0; /* the sample has it: not added at the completion */
+    }
 }
 
 /* Answer with an error status found while reading (the core closes). */

@@ -748,7 +748,7 @@ static int etp_poller_feed(etp_state *st, etp_conn *c, const char *d, size_t n)
     /* Until the input runs out; after HEAD_READY feed again even with
      * nothing left: a request without a body completes then. */
     while (off < n || ev == SRV_HTTP1_HEAD_READY) {
-        if (srv__http1_idle(&c->parser) && c->served > 0) /* the head's own deadline */
+        if (srv__http1_fresh(&c->parser) && c->served > 0) /* the head's own deadline */
             etp_wait_for(c, ETP_WAIT_HEAD);
         if (!c->req) {
             c->req = srv__request_new(st->srv, (const struct sockaddr *)&c->peer, c->peer_len);
@@ -1654,7 +1654,7 @@ static int etp_worker_parse(etp_conn *c, const char *d, size_t n, size_t *usedp)
     int r = 0;
     enum srv_http1_event ev = SRV_HTTP1_HEAD_READY;
     while (off < n || ev == SRV_HTTP1_HEAD_READY) {
-        if (srv__http1_idle(&c->parser))
+        if (srv__http1_fresh(&c->parser))
             etp_wait_for(c, ETP_WAIT_HEAD);
         if (!c->req) {
             c->req = srv__request_new(st->srv, (const struct sockaddr *)&c->peer, c->peer_len);
