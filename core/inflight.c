@@ -11,6 +11,7 @@
 #include "srv_core.h"
 
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -224,6 +225,8 @@ static void srv__claim_answer(srv_request *req, bool by_core)
 static bool srv__answer_store(srv_request *req, const char *content_type, const void *body,
                               size_t len)
 {
+    if (len > PTRDIFF_MAX) /* no object is that large: a caller's (size_t)-1 */
+        return false;
     size_t ct_len = content_type != NULL ? strlen(content_type) + 1 : 0;
     if (len <= sizeof req->resp_small && ct_len <= sizeof req->resp_small - len) {
         req->resp_inline = true;

@@ -1604,6 +1604,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_stop_request_line_completes, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_stop_request_line_overruns, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_stop_request_line_after_bodies, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_stop_request_line_after_pipelined_body, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_crlf_trickle_times_out, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_stop_idle_after_bodies, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_stop_idle_after_body_crlf, setup_default, fx_teardown),
     };

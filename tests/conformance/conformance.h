@@ -336,6 +336,8 @@ void test_h2_stop_body_overruns(void **state);
 void test_stop_request_line_completes(void **state);
 void test_stop_request_line_overruns(void **state);
 void test_stop_request_line_after_bodies(void **state);
+void test_stop_request_line_after_pipelined_body(void **state);
+void test_crlf_trickle_times_out(void **state);
 void test_stop_idle_after_bodies(void **state);
 void test_stop_idle_after_body_crlf(void **state);
 

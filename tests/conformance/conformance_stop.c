@@ -5,8 +5,6 @@
  */
 #include "conformance.h"
 
-#include <stdbool.h>
-
 /* ------------------------------------------------------------------ */
 /* HTTP/2: graceful stop while a stream's body is still arriving       */
 /* ------------------------------------------------------------------ */
@@ -166,10 +164,17 @@ static void answered_with_bodies(rc_conn *c, const char *what)
  * hold them unparsed in its buffer, so the connection still looks idle),
  * then the stop. */
 static rc_conn *stop_with_request_line_arriving(fx *f, const char *what, partial_stop *ps,
-                                                pthread_t *t, bool bodies)
+                                                pthread_t *t, int bodies)
 {
     rc_conn *c = conn_open(f, what);
-    if (bodies) {
+    if (bodies == 2) {
+        /* A body with a bodiless request pipelined behind it, in one write
+         * (the count must not take the GET's bytes twice). */
+        conn_send_str(c, what, "POST /echo HTTP/1.1\r\n" HOST "Content-Length: 5\r\n\r\nhello"
+                               "GET /hello HTTP/1.1\r\n" HOST "\r\n");
+        conn_expect(c, what, 0, 200, "hello", NULL);
+        conn_expect(c, what, 0, 200, "hello", NULL);
+    } else if (bodies) {
         answered_with_bodies(c, what);
     } else {
         conn_send_str(c, what, "GET /hello HTTP/1.1\r\n" HOST "\r\n");
@@ -181,8 +186,35 @@ static rc_conn *stop_with_request_line_arriving(fx *f, const char *what, partial
     return c;
 }
 
+/* Not a stop case, but the same empty lines: after an answer, a CRLF every
+ * 600 ms (each within the 1 s head and keep-alive deadlines of its own,
+ * never a request) must not keep the connection open past a deadline
+ * counted from the first of them. */
+void test_crlf_trickle_times_out(void **state)
+{
+    fx *f = *state;
+    const char *what = "a CRLF every 600 ms after an answer";
+    rc_conn *c = conn_open(f, what);
+    conn_send_str(c, what, "GET /hello HTTP/1.1\r\n" HOST "\r\n");
+    conn_expect(c, what, 0, 200, "hello", NULL);
+    long long t0 = rc_now_ms();
+    int sent = 0;
+    while (rc_now_ms() - t0 < 4000 && rc_send_str(c, "\r\n", 500) == RC_OK) {
+        sent++;
+        size_t unread = 0;
+        int rc = rc_wait_close(c, 600, &unread);
+        if (rc == RC_CLOSED || rc == RC_RESET)
+            break;
+    }
+    long long took = rc_now_ms() - t0;
+    conn_expect_408_or_nothing(c, what);
+    CHECK(took < 3000, "[%s] the connection stayed open %lld ms (%d CRLFs sent): each CRLF "
+          "restarted its deadline", what, took, sent);
+    rc_close(c);
+}
+
 /* The request line and head complete within the grace: served. */
-static void stop_request_line_completes(fx *f, const char *what, bool bodies)
+static void stop_request_line_completes(fx *f, const char *what, int bodies)
 {
     partial_stop ps = {.f = f, .grace_ms = 3000};
     pthread_t t;
@@ -205,13 +237,19 @@ static void stop_request_line_completes(fx *f, const char *what, bool bodies)
 void test_stop_request_line_completes(void **state)
 {
     stop_request_line_completes(
-        *state, "stop while a next request line arrives, completed within the grace", false);
+        *state, "stop while a next request line arrives, completed within the grace", 0);
 }
 
 void test_stop_request_line_after_bodies(void **state)
 {
     stop_request_line_completes(
-        *state, "stop while a next request line arrives after requests with bodies", true);
+        *state, "stop while a next request line arrives after requests with bodies", 1);
+}
+
+void test_stop_request_line_after_pipelined_body(void **state)
+{
+    stop_request_line_completes(
+        *state, "stop while a next request line arrives after a body and a pipelined GET", 2);
 }
 
 /* c is idle (answered, nothing after): the stop closes it at once instead
@@ -263,7 +301,7 @@ void test_stop_request_line_overruns(void **state)
     const char *what = "stop while a next request line arrives, never completed";
     partial_stop ps = {.f = f, .grace_ms = 300};
     pthread_t t;
-    rc_conn *c = stop_with_request_line_arriving(f, what, &ps, &t, false);
+    rc_conn *c = stop_with_request_line_arriving(f, what, &ps, &t, 0);
     partial_stop_expect_overrun(f, c, &ps, t, what);
     rc_close(c);
 }

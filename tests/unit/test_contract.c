@@ -667,6 +667,16 @@ static void test_respond_argument_errors(void **state)
                      bad[i].status, bad[i].body ? "set" : "NULL", bad[i].len, r->respond_rc);
     }
 
+    /* A length no body can have (a failed read's -1 cast to size_t): the
+     * core cannot copy it and answers 500 instead of overrunning. */
+    fake_req *big = fake_req_new(f, "GET", "/e");
+    big->status = 200;
+    big->resp_body = "x";
+    big->resp_len = SIZE_MAX - 1; /* SIZE_MAX: the fake's "strlen" */
+    assert_int_equal(fake_send(big), 0);
+    assert_int_equal(fake_wait(big, FAKE_WAIT_MS), 500);
+    assert_int_equal(fake_wait_handler(big, FAKE_WAIT_MS), 0);
+
     /* A NULL body with len 0 is an empty body; 599 is the last status. */
     fake_req *r = fake_req_new(f, "GET", "/e");
     r->resp_body = NULL;
