@@ -217,8 +217,14 @@ int srv__thread_create(pthread_t *tid, const pthread_attr_t *attr, void *(*fn)(v
 static inline void *srv__zalloc(size_t n)
 {
     void *p = malloc(n);
-    if (p != NULL)
+    if (p != NULL) {
+#if defined(__GNUC__)
+        /* GCC folds malloc + memset back into calloc (checked with objdump):
+         * an empty asm that may read p keeps the two calls apart. */
+        __asm__ volatile("" : : "r"(p) : "memory");
+#endif
         memset(p, 0, n);
+    }
     return p;
 }
 
