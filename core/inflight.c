@@ -420,9 +420,8 @@ int srv_respond(srv_request *req, int status, const char *content_type, const vo
     if (req == NULL)
         return SRV_EINVAL;
     bool bad = status < 200 || status > 599 || (body == NULL && len > 0);
-    if (content_type != NULL)
-        for (const char *p = content_type; *p; p++)
-            bad |= *p == '\r' || *p == '\n';
+    if (content_type != NULL) /* strcspn: a byte loop here was ~250 instructions a request */
+        bad |= content_type[strcspn(content_type, "\r\n")] != '\0';
     srv_server *srv = req->srv;
     /* srv_compression_set: maybe gzip the body (compress.c). */
     void *gz = bad ? NULL : srv__compress_body(req, status, content_type, body, &len);

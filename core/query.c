@@ -111,11 +111,8 @@ int srv__target_parse(srv_request *req, const char *target, size_t len)
         return 400;
     if (len > req->srv->cfg.max_uri_bytes)
         return 414;
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)target[i];
-        if (c <= 0x20 || c == 0x7f)
-            return 400;
-    }
+    if (!srv__http_no_ctl(target, len, false)) /* controls, spaces and DEL */
+        return 400;
     req->target = srv__arena_strndup(&req->arena, target, len);
     if (req->target == NULL)
         return 500; /* out of memory */

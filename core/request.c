@@ -190,12 +190,7 @@ void srv__request_set_version(srv_request *req, int major, int minor)
  * every other control byte (NUL, CR, LF, DEL, \x01...) is a 400. */
 static bool srv__value_ok(const char *value, size_t len)
 {
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)value[i];
-        if ((c < 0x20 && c != '\t') || c == 0x7f)
-            return false;
-    }
-    return true;
+    return srv__http_no_ctl(value, len, true);
 }
 
 /* Framing headers are refused with blanks after the value: "chunked "

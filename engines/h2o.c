@@ -68,9 +68,12 @@ void eh2o_on_guard_dispose(void *p)
 static const char *eh2o_pool_strndup(h2o_mem_pool_t *pool, const char *s, size_t n, int lower)
 {
     char *d = h2o_mem_alloc_pool(pool, n + 1);
-    for (size_t i = 0; i < n; i++)
-        d[i] = lower && s[i] >= 'A' && s[i] <= 'Z' ? (char)(s[i] - 'A' + 'a') : s[i];
+    memcpy(d, s, n);
     d[n] = '\0';
+    if (lower)
+        for (size_t i = 0; i < n; i++)
+            if ((unsigned char)(d[i] - 'A') < 26)
+                d[i] = (char)(d[i] | 0x20);
     return d;
 }
 
@@ -97,15 +100,15 @@ static int eh2o_send_response(eh2o_thread *t, h2o_req_t *req, srv_request *sreq)
         if (name == NULL)
             break;
         size_t nlen = strlen(name), vlen = strlen(value);
-        /* Lower-case names for h2o's token table and HTTP/2; orig_name keeps HTTP/1's case. */
+        /* Lower-case names for h2o's token table and HTTP/2; orig_name keeps HTTP/1's case
+         * (h2o 2.2.5's add_header copies orig_name into the pool itself). */
         const char *lc = eh2o_pool_strndup(&req->pool, name, nlen, 1);
         if (http2) {
             const h2o_token_t *tok = h2o_lookup_token(lc, nlen);
             if (tok != NULL && tok->http2_should_reject)
                 continue; /* connection-specific: a protocol error in HTTP/2 */
         }
-        h2o_add_header_by_str(&req->pool, &req->res.headers, lc, nlen, 1,
-                              eh2o_pool_strndup(&req->pool, name, nlen, 0),
+        h2o_add_header_by_str(&req->pool, &req->res.headers, lc, nlen, 1, name,
                               eh2o_pool_strndup(&req->pool, value, vlen, 0), vlen);
     }
     /* The core decides keep-alive (h2o 2.2.5 would close an HTTP/1.1 connection whose request

@@ -846,11 +846,20 @@ static int eh2o_h1_scan(eh2o_conn *c, char *p, size_t *np, size_t *bad_at,
             size_t s = 0;
             while (s < cut && (hb[s] == '\r' || hb[s] == '\n'))
                 s++;
+            /* From line feed to line feed (memchr), and in a pieced head only past what the
+             * pieces before were scanned for: a head trickled byte by byte costs its length,
+             * not its length squared. */
             size_t end = 0;
-            for (size_t k = s > 0 ? s : 1; k < cut && end == 0; k++)
-                if (hb[k] == '\n' &&
-                    (hb[k - 1] == '\n' || (k >= 2 && hb[k - 1] == '\r' && hb[k - 2] == '\n')))
+            for (size_t k = s > old ? s : old > 0 ? old : 1; k < cut; k++) {
+                const char *lf = memchr(hb + k, '\n', cut - k);
+                if (lf == NULL)
+                    break;
+                k = (size_t)(lf - hb);
+                if (hb[k - 1] == '\n' || (k >= 2 && hb[k - 1] == '\r' && hb[k - 2] == '\n')) {
                     end = k + 1;
+                    break;
+                }
+            }
             if (cut >= 14 && memcmp(hb + s, "PRI * HTTP/2.0", 14) == 0) {
                 if (c->h1.seq != 0) {
                     /* Prior knowledge starts a connection (RFC 9113 3.3): after HTTP/1

@@ -4,6 +4,7 @@
  * helpers that return HTTP statuses only.
  */
 #include "fake_engine.h"
+#include "srv_core.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -104,6 +105,47 @@ static void test_tchar_every_byte(void **state)
     assert_false(srv__http_is_token("a\x80" "b", 3));
 }
 
+/* The byte rule srv__http_no_ctl must give, one byte at a time. */
+static bool no_ctl_want(const unsigned char *s, size_t n, bool blank_ok)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == 0x7f || (s[i] < 0x20 && !(blank_ok && s[i] == '\t')) ||
+            (s[i] == ' ' && !blank_ok))
+            return false;
+    }
+    return true;
+}
+
+/* srv__http_no_ctl checks eight bytes at a time: every byte value at every position of
+ * strings of 1 to 24 bytes (word boundaries and tails), next to 'a', 0x80 and 0xff (the word
+ * test's borrows), for targets and for field values, against the byte rule. */
+static void test_no_ctl_every_byte(void **state)
+{
+    (void)state;
+    static const unsigned char fills[] = {'a', 0x80, 0xff, '~', '!'};
+    unsigned char buf[24];
+    for (size_t f = 0; f < sizeof fills; f++)
+        for (size_t n = 1; n <= sizeof buf; n++)
+            for (size_t at = 0; at < n; at++)
+                for (int c = 0; c < 256; c++) {
+                    memset(buf, fills[f], sizeof buf);
+                    buf[at] = (unsigned char)c;
+                    for (int blank_ok = 0; blank_ok <= 1; blank_ok++)
+                        if (srv__http_no_ctl((const char *)buf, n, blank_ok) !=
+                            no_ctl_want(buf, n, blank_ok))
+                            fail_msg("byte 0x%02x at %zu of %zu (fill 0x%02x, blank_ok %d)", c, at,
+                                     n, fills[f], blank_ok);
+                }
+    assert_true(srv__http_no_ctl("", 0, false));
+#define NO_CTL(s, blank_ok) srv__http_no_ctl(s, sizeof s - 1, blank_ok)
+    assert_true(NO_CTL("/a?b=\x80\xff&c=%20", false));
+    assert_false(NO_CTL("/abcdefgh ijk", false));
+    assert_true(NO_CTL("text/plain;\tq=1 x", true));
+    assert_false(NO_CTL("text/plain;\tq=1 x", false));
+    assert_false(NO_CTL("0123456789abcdef\x7f", true));
+#undef NO_CTL
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -113,6 +155,7 @@ int main(void)
         cmocka_unit_test(test_refusal),
         cmocka_unit_test(test_helpers_return_statuses),
         cmocka_unit_test(test_tchar_every_byte),
+        cmocka_unit_test(test_no_ctl_every_byte),
     };
     return cmocka_run_group_tests_name("engine toolkit", tests, NULL, NULL);
 }
