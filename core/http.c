@@ -41,21 +41,42 @@ static const uint64_t srv__tchar_bits[4] = {
     0,
 };
 
+/* Whether the word may hold a byte below lim or a DEL (exact when it says no). */
+static inline bool srv__ctl_in_word(uint64_t x, unsigned lim)
+{
+    const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+    uint64_t del = x ^ (0x7f * ones);
+    return ((((x - lim * ones) & ~x) | ((del - ones) & ~del)) & highs) != 0;
+}
+
 bool srv__http_no_ctl(const char *s, size_t n, bool blank_ok)
 {
     /* Eight bytes at a time (the target and every header value of every request pass here;
-     * a byte loop was ~12 instructions a byte): the word tests only say whether a byte below
-     * lim or a DEL may be among the eight, then the byte loop decides from there on. */
-    const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+     * a byte loop was ~12 instructions a byte), the last eight overlapping, a short string
+     * padded with 'a': the word test only says whether a byte below lim or a DEL may be
+     * there, and when it may the byte loop decides. */
     const unsigned lim = blank_ok ? 0x20 : 0x21;
     size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t x, del;
-        memcpy(&x, s + i, 8);
-        del = x ^ (0x7f * ones);
-        if ((((x - lim * ones) & ~x) | ((del - ones) & ~del)) & highs)
-            break;
+    if (n >= 8) {
+        uint64_t x;
+        for (; i + 8 <= n; i += 8) {
+            memcpy(&x, s + i, 8);
+            if (srv__ctl_in_word(x, lim))
+                goto bytes;
+        }
+        if (i == n)
+            return true;
+        memcpy(&x, s + n - 8, 8);
+        if (!srv__ctl_in_word(x, lim))
+            return true;
+        i = n - 8;
+    } else {
+        uint64_t x = 0x6161616161616161ull;
+        memcpy(&x, s, n);
+        if (!srv__ctl_in_word(x, lim))
+            return true;
     }
+bytes:
     for (; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c < lim ? !(blank_ok && c == '\t') : c == 0x7f)
