@@ -57,6 +57,8 @@ bool srv__http_no_ctl(const char *s, size_t n, bool blank_ok)
      * there, and when it may the byte loop decides. */
     const unsigned lim = blank_ok ? 0x20 : 0x21;
     size_t i = 0;
+    if (n == 0)
+        return true; /* s may be NULL */
     if (n >= 8) {
         uint64_t x;
         for (; i + 8 <= n; i += 8) {

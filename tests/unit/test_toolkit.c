@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -117,12 +119,33 @@ static bool no_ctl_want(const unsigned char *s, size_t n, bool blank_ok)
 }
 
 /* srv__http_no_ctl checks eight bytes at a time: every byte value at every position of
- * strings of 1 to 24 bytes (word boundaries and tails), next to 'a', 0x80 and 0xff (the word
- * test's borrows), for targets and for field values, against the byte rule. */
+ * strings of 1 to 24 bytes (whole words, overlapping tails, padded short strings), on fills of
+ * letters, obs-text (0x80, 0xff: the word test's ~x mask) and blanks, for targets and for
+ * field values, against the byte rule; then every pair of a blank (tab or space) and a control
+ * byte at different positions (a word the byte loop must read on from). Each string sits in a
+ * buffer of its exact size, so a read past it is ASan's to see. */
+static void no_ctl_case(const unsigned char *src, size_t n)
+{
+    unsigned char *buf = malloc(n);
+    assert_non_null(buf);
+    memcpy(buf, src, n);
+    for (int blank_ok = 0; blank_ok <= 1; blank_ok++)
+        if (srv__http_no_ctl((const char *)buf, n, blank_ok) != no_ctl_want(buf, n, blank_ok)) {
+            char hex[3 * 24 + 1] = "";
+            for (size_t i = 0; i < n; i++)
+                snprintf(hex + 3 * i, 4, "%02x ", buf[i]);
+            free(buf);
+            fail_msg("%zu bytes %s(blank_ok %d): the byte rule says %d", n, hex, blank_ok,
+                     no_ctl_want(src, n, blank_ok));
+        }
+    free(buf);
+}
+
 static void test_no_ctl_every_byte(void **state)
 {
     (void)state;
-    static const unsigned char fills[] = {'a', 0x80, 0xff, '~', '!'};
+    static const unsigned char fills[] = {'a', 0x80, 0xff, '~', '!', ' ', '\t'};
+    static const unsigned char odd[] = {'\t', ' ', 0x00, 0x0d, 0x1f, 0x7f};
     unsigned char buf[24];
     for (size_t f = 0; f < sizeof fills; f++)
         for (size_t n = 1; n <= sizeof buf; n++)
@@ -130,19 +153,26 @@ static void test_no_ctl_every_byte(void **state)
                 for (int c = 0; c < 256; c++) {
                     memset(buf, fills[f], sizeof buf);
                     buf[at] = (unsigned char)c;
-                    for (int blank_ok = 0; blank_ok <= 1; blank_ok++)
-                        if (srv__http_no_ctl((const char *)buf, n, blank_ok) !=
-                            no_ctl_want(buf, n, blank_ok))
-                            fail_msg("byte 0x%02x at %zu of %zu (fill 0x%02x, blank_ok %d)", c, at,
-                                     n, fills[f], blank_ok);
+                    no_ctl_case(buf, n);
                 }
-    assert_true(srv__http_no_ctl("", 0, false));
+    for (size_t n = 2; n <= sizeof buf; n++)
+        for (size_t a = 0; a < n; a++)
+            for (size_t b = 0; b < n; b++)
+                for (size_t x = 0; x < 2; x++)
+                    for (size_t y = 2; y < sizeof odd && a != b; y++) {
+                        memset(buf, 'a', sizeof buf);
+                        buf[a] = odd[x];
+                        buf[b] = odd[y];
+                        no_ctl_case(buf, n);
+                    }
+    assert_true(srv__http_no_ctl(NULL, 0, false));
 #define NO_CTL(s, blank_ok) srv__http_no_ctl(s, sizeof s - 1, blank_ok)
     assert_true(NO_CTL("/a?b=\x80\xff&c=%20", false));
     assert_false(NO_CTL("/abcdefgh ijk", false));
     assert_true(NO_CTL("text/plain;\tq=1 x", true));
     assert_false(NO_CTL("text/plain;\tq=1 x", false));
     assert_false(NO_CTL("0123456789abcdef\x7f", true));
+    assert_false(NO_CTL("\tabcdefghijklmno\x01", true)); /* a tab, then a control two words on */
 #undef NO_CTL
 }
 
