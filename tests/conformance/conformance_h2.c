@@ -62,7 +62,7 @@ void test_h2_rapid_reset(void **state)
     enum { PAIRS = 2000 };
     const char *what = "HTTP/2 rapid reset: 2000 HEADERS + RST_STREAM pairs";
     unsigned entered0 = fx_read(f, &f->entered);
-    size_t len;
+    size_t len = 0;
     unsigned char *flood = h2_flood(PAIRS, "/slow?ms=1000", NULL, &len);
     CHECK(flood != NULL, "out of memory");
     rc_conn *c = conn_open(f, what);
@@ -124,7 +124,7 @@ void test_h2_some_resets(void **state)
         return;
     }
     enum { PAIRS = 20 };
-    size_t len;
+    size_t len = 0;
     unsigned char *buf = h2_flood(PAIRS, "/slow?ms=10", "/hello", &len);
     CHECK(buf != NULL, "out of memory");
     rc_conn *c = conn_open(f, what);
