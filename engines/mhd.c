@@ -1,7 +1,8 @@
-/* The "mhd" engine: GNU libmicrohttpd 0.9.75, epoll. io_threads MHD threads accept, parse
- * and write; handlers run on the core's worker pool while the connection is suspended
- * (respond resumes it); a watchdog thread enforces header/keep-alive deadlines. HTTPS
- * through libmicrohttpd's own GnuTLS (MHD_USE_TLS), with the core's GnuTLS contexts. */
+/* The "mhd" engine: GNU libmicrohttpd 0.9.75, epoll. io_threads loops (a daemon each, run
+ * by a thread of ours with MHD_run) parse and write; the gate accepts; handlers run on the
+ * core's worker pool while the connection is suspended (respond resumes it); a watchdog
+ * thread enforces header/keep-alive deadlines. HTTPS through libmicrohttpd's own GnuTLS
+ * (MHD_USE_TLS), with the core's GnuTLS contexts. */
 #include "srv_engine.h"
 
 #include "mhd_gate.h"
@@ -17,6 +18,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -156,9 +158,42 @@ typedef struct emhd_handoff {
     bool arriving;       /* counted by srv__request_arriving (a stop is on) */
 } emhd_handoff;
 
+/* A connection the gate accepted, queued for its loop's MHD_add_connection. */
+typedef struct emhd_add {
+    struct emhd_add *next;
+    int fd;
+    socklen_t peer_len;
+    struct sockaddr_storage peer;
+} emhd_add;
+
+/*
+ * One I/O thread: a daemon of its own (no MHD thread), driven by
+ * emhd_loop_main with MHD_run. libmicrohttpd 0.9.75's own polling thread
+ * calls epoll_wait again, with the full timeout, whenever one call
+ * returned its 128 events: when those were the last, the events it holds
+ * wait unprocessed until the next event or the timeout (21 s here), a
+ * stall measured under 1000 kept-alive clients (docs/ENGINES.md, "mhd: our
+ * own loops"). MHD_run never blocks; the wait is ours.
+ */
+typedef struct emhd_loop {
+    struct emhd_server *es;
+    struct MHD_Daemon *daemon;
+    pthread_t tid;
+    bool started;
+    int epfd;              /* ours: MHD's epoll descriptor and wake */
+    int wake;              /* eventfd: a resume, a connection to add, the stop */
+    atomic_bool signalled; /* wake written and not yet read: no second write */
+    atomic_bool stop;
+    pthread_mutex_t mu;    /* adds */
+    emhd_add *adds;        /* FIFO: adds_tail is where the next goes */
+    emhd_add **adds_tail;
+} emhd_loop;
+
 typedef struct emhd_server {
     srv_server *srv;
-    struct MHD_Daemon *daemon;
+    emhd_loop *loops;        /* one daemon and thread each */
+    unsigned nloops;
+    unsigned next_loop;      /* the gate's round robin */
     int lfd;                 /* until the gate takes it */
     emhd_gate *gate;         /* our accept (engines/mhd_gate.h) */
     unsigned limit;          /* MHD's connection limit */
@@ -212,6 +247,8 @@ typedef struct emhd_server {
     pthread_mutex_t hs_mu;
     bool hs_stopping;        /* hs_mu: no new suspension */
 } emhd_server;
+
+static void emhd_resume(emhd_server *es, struct MHD_Connection *conn);
 
 /* The hand-over of one request's response. A request is dispatched without
  * suspending its connection: a response given at once (404, a
@@ -925,7 +962,7 @@ static void emhd_hs_resume(emhd_server *es, emhd_conn *ec)
 {
     epoll_ctl(es->hs_epfd, EPOLL_CTL_DEL, ec->fd, NULL);
     ec->hs_waiting = false;
-    MHD_resume_connection(ec->conn);
+    emhd_resume(es, ec->conn);
 }
 
 /* The only thread that resumes those connections while the server runs,
@@ -1048,11 +1085,124 @@ static emhd_handoff emhd_handoff_take(emhd_server *es, int fd)
     return h;
 }
 
+/* ------------------------------------------------------------------ */
+/* The loops (emhd_loop): one daemon each, run by our thread           */
+/* ------------------------------------------------------------------ */
+
+/* Make l run MHD again: one write until the loop has read it. Any thread. */
+static void emhd_loop_wake(emhd_loop *l)
+{
+    if (atomic_exchange(&l->signalled, true))
+        return; /* written and not read yet: the loop runs MHD after reading it */
+    uint64_t one = 1;
+    while (write(l->wake, &one, sizeof one) < 0 && errno == EINTR)
+        ;
+}
+
+/* MHD_resume_connection, and its loop woken. MHD's own signal may be
+ * taken by the very MHD_run that has just looked for resumed connections
+ * (its epoll_wait comes after that look), and the loop would then wait
+ * with the resume unseen. Any thread. */
+static void emhd_resume(emhd_server *es, struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_DAEMON);
+    struct MHD_Daemon *d = ci != NULL ? ci->daemon : NULL;
+    MHD_resume_connection(conn); /* conn may be gone from here on */
+    for (unsigned i = 0; i < es->nloops; i++) {
+        if (es->loops[i].daemon == d) {
+            emhd_loop_wake(&es->loops[i]);
+            return;
+        }
+    }
+}
+
+/* The gate's record of fd goes: the connection never reached MHD, or MHD
+ * refused it (and closed fd). */
+static void emhd_handoff_drop(emhd_server *es, int fd)
+{
+    pthread_mutex_lock(&es->lock);
+    emhd_handoff mine = emhd_handoff_take(es, fd);
+    pthread_mutex_unlock(&es->lock);
+    if (mine.arriving)
+        srv__request_arriving(es->srv, -1);
+    if (mine.found)
+        srv__stats_connection_closed(es->srv);
+}
+
+/* The loop's thread: the connections the gate queued go to its daemon. */
+static void emhd_loop_adds(emhd_loop *l)
+{
+    pthread_mutex_lock(&l->mu);
+    emhd_add *a = l->adds;
+    l->adds = NULL;
+    l->adds_tail = &l->adds;
+    pthread_mutex_unlock(&l->mu);
+    while (a != NULL) {
+        emhd_add *next = a->next;
+        int fd = a->fd;
+        /* MHD closes fd when it cannot take it. */
+        if (MHD_add_connection(l->daemon, fd, (const struct sockaddr *)&a->peer, a->peer_len) !=
+            MHD_YES)
+            emhd_handoff_drop(l->es, fd);
+        free(a);
+        a = next;
+    }
+}
+
+/* Connections queued but never added (the loop stopped first): closed,
+ * their records dropped. The controlling thread, the loop joined. */
+static void emhd_loop_discard_adds(emhd_loop *l)
+{
+    while (l->adds != NULL) {
+        emhd_add *a = l->adds;
+        l->adds = a->next;
+        close(a->fd);
+        emhd_handoff_drop(l->es, a->fd);
+        free(a);
+    }
+    l->adds_tail = &l->adds;
+}
+
+static void *emhd_loop_main(void *arg)
+{
+    emhd_loop *l = arg;
+    /* As MHD's own threads: a write to a closed socket is an error, not
+     * a signal (MHD sends with MSG_NOSIGNAL too). */
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, NULL);
+    for (;;) {
+        emhd_loop_adds(l);
+        if (atomic_load(&l->stop))
+            return NULL;
+        (void)MHD_run(l->daemon); /* processes what is ready, never waits */
+        int ms = -1;
+        MHD_UNSIGNED_LONG_LONG to;
+        if (MHD_get_timeout(l->daemon, &to) == MHD_YES)
+            ms = to < INT_MAX ? (int)to : INT_MAX;
+        struct epoll_event evs[2];
+        int n = epoll_wait(l->epfd, evs, 2, ms);
+        for (int i = 0; i < n; i++) {
+            if (evs[i].data.ptr != l)
+                continue; /* MHD's descriptor: MHD_run takes it */
+            uint64_t v;
+            while (read(l->wake, &v, sizeof v) < 0 && errno == EINTR)
+                ;
+            /* Cleared before the next MHD_run, which sees what woke it. */
+            atomic_store(&l->signalled, false);
+        }
+    }
+}
+
+/* The gate's thread: hand fd to the next loop. */
 static void emhd_gate_hand(void *ctx, int fd, const struct sockaddr *peer, socklen_t peer_len,
                            long long accepted, bool arriving)
 {
     emhd_server *es = ctx;
     emhd_handoff *h = malloc(sizeof *h);
+    emhd_add *a = malloc(sizeof *a);
     pthread_mutex_lock(&es->lock);
     emhd_handoff stale = emhd_handoff_take(es, fd); /* the gate alone adds records */
     if (stale.arriving)
@@ -1070,20 +1220,27 @@ static void emhd_gate_hand(void *ctx, int fd, const struct sockaddr *peer, sockl
         srv__request_arriving(es->srv, 1);
     if (h == NULL) /* NOTIFY_STARTED, finding no record, counts it again */
         srv__stats_connection_closed(es->srv);
-    /* MHD closes fd when it cannot take it. */
-    if (MHD_add_connection(es->daemon, fd, peer, peer_len) != MHD_YES && h != NULL) {
-        pthread_mutex_lock(&es->lock);
-        emhd_handoff mine = emhd_handoff_take(es, fd);
-        pthread_mutex_unlock(&es->lock);
-        if (mine.arriving)
-            srv__request_arriving(es->srv, -1);
-        if (mine.found)
-            srv__stats_connection_closed(es->srv);
+    if (a == NULL || peer_len > sizeof a->peer) {
+        free(a);
+        close(fd);
+        if (h != NULL)
+            emhd_handoff_drop(es, fd);
+        return;
     }
+    a->next = NULL;
+    a->fd = fd;
+    a->peer_len = peer_len;
+    memcpy(&a->peer, peer, peer_len);
+    emhd_loop *l = &es->loops[es->next_loop++ % es->nloops];
+    pthread_mutex_lock(&l->mu);
+    *l->adds_tail = a;
+    l->adds_tail = &a->next;
+    pthread_mutex_unlock(&l->mu);
+    emhd_loop_wake(l);
 }
 
-/* MHD's own limit, less one per thread: MHD splits it among its threads
- * and picks one with room, so the gate stops a little before. */
+/* The limit, less one per loop: the gate stops a little before it (each
+ * loop's daemon would take the whole limit). */
 static bool emhd_gate_room(void *ctx, unsigned waiting)
 {
     emhd_server *es = ctx;
@@ -1873,7 +2030,7 @@ static enum MHD_Result emhd_dispatch(emhd_server *es, emhd_req *er, struct MHD_C
     MHD_suspend_connection(conn);
     int expected = EMHD_HAND_INLINE;
     if (!atomic_compare_exchange_strong(&er->hand, &expected, EMHD_HAND_SUSPENDED)) {
-        MHD_resume_connection(conn);
+        emhd_resume(es, conn);
         atomic_fetch_sub(&es->outstanding, 1);
     }
     return MHD_YES;
@@ -1911,7 +2068,7 @@ static enum MHD_Result emhd_b_wait(emhd_server *es, emhd_req *er, struct MHD_Con
             return MHD_YES; /* a waker resumes */
         }
     }
-    MHD_resume_connection(conn);
+    emhd_resume(es, conn);
     atomic_fetch_sub(&es->outstanding, 1);
     return MHD_YES;
 }
@@ -2059,7 +2216,7 @@ static void emhd_body_kick(void *state, srv_request *req)
         return; /* the MHD thread runs: it looks at the state again */
     if (er->bfirst && !er->bend) /* reading goes on: its pace window opens */
         emhd_b_window(es, er);
-    MHD_resume_connection(er->conn);
+    emhd_resume(es, er->conn);
     atomic_fetch_sub(&es->outstanding, 1);
 }
 
@@ -2071,7 +2228,7 @@ static void emhd_sbody_respond(emhd_server *es, emhd_req *er)
         return; /* the MHD thread runs and sees ANS: er may be gone now */
     /* Suspended: the MHD thread queues the answer once resumed (at the
      * head: in the repeated first call, so no 100 is ever sent). */
-    MHD_resume_connection(conn);
+    emhd_resume(es, conn);
     atomic_fetch_sub(&es->outstanding, 1);
 }
 
@@ -2160,7 +2317,7 @@ static ssize_t emhd_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
     MHD_suspend_connection(er->conn);
     if (atomic_exchange(&er->sstate, EMHD_S_SUSP) == EMHD_S_KICKED) {
         atomic_store(&er->sstate, EMHD_S_RUN);
-        MHD_resume_connection(er->conn);
+        emhd_resume(es, er->conn);
         atomic_fetch_sub(&es->outstanding, 1);
     }
     return 0; /* MHD calls again once resumed */
@@ -2174,7 +2331,7 @@ static void emhd_stream_kick(void *state, srv_request *req)
     emhd_req *er = srv__request_engine_data(req);
     if (atomic_exchange(&er->sstate, EMHD_S_KICKED) == EMHD_S_SUSP) {
         atomic_store(&er->sstate, EMHD_S_RUN);
-        MHD_resume_connection(er->conn);
+        emhd_resume(es, er->conn);
         atomic_fetch_sub(&es->outstanding, 1);
     }
 }
@@ -2203,6 +2360,121 @@ static enum MHD_Result emhd_stream_send(emhd_req *er, struct MHD_Connection *con
 /* ------------------------------------------------------------------ */
 /* Slots                                                               */
 /* ------------------------------------------------------------------ */
+
+/* What every loop's daemon is started with. */
+typedef struct emhd_daemon_opts {
+    unsigned flags;
+    struct MHD_OptionItem *tls_opts;
+    unsigned limit;
+    unsigned idle_s;
+    size_t pool;
+} emhd_daemon_opts;
+
+/* Stop and join the loops, then stop their daemons here: MHD closes every
+ * connection on this thread (after resuming those resumed last). Every
+ * suspended connection must have been resumed. The controlling thread. */
+static void emhd_loops_stop(emhd_server *es)
+{
+    for (unsigned i = 0; i < es->nloops; i++) {
+        emhd_loop *l = &es->loops[i];
+        if (l->started) {
+            atomic_store(&l->stop, true);
+            atomic_store(&l->signalled, false);
+            emhd_loop_wake(l);
+            pthread_join(l->tid, NULL);
+            l->started = false;
+        }
+    }
+    for (unsigned i = 0; i < es->nloops; i++) {
+        emhd_loop *l = &es->loops[i];
+        emhd_loop_discard_adds(l);
+        if (l->daemon != NULL)
+            MHD_stop_daemon(l->daemon);
+        l->daemon = NULL;
+    }
+    for (unsigned i = 0; i < es->nloops; i++) {
+        emhd_loop *l = &es->loops[i];
+        if (l->epfd >= 0)
+            close(l->epfd);
+        if (l->wake >= 0)
+            close(l->wake);
+        pthread_mutex_destroy(&l->mu);
+    }
+    free(es->loops);
+    es->loops = NULL;
+    es->nloops = 0;
+}
+
+/* n daemons and their threads; 0, or an SRV_E* code with nothing left. */
+static int emhd_loops_start(emhd_server *es, unsigned n, const emhd_daemon_opts *o)
+{
+    es->loops = calloc(n, sizeof *es->loops);
+    if (es->loops == NULL) {
+        srv__server_set_error(es->srv, "mhd: out of memory");
+        return SRV_ENOMEM;
+    }
+    es->nloops = n;
+    for (unsigned i = 0; i < n; i++) {
+        emhd_loop *l = &es->loops[i];
+        l->es = es;
+        l->adds_tail = &l->adds;
+        pthread_mutex_init(&l->mu, NULL);
+        l->epfd = epoll_create1(EPOLL_CLOEXEC);
+        l->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    }
+    int rc = 0;
+    for (unsigned i = 0; i < n && rc == 0; i++) {
+        emhd_loop *l = &es->loops[i];
+        if (l->epfd < 0 || l->wake < 0) {
+            srv__server_set_error(es->srv, "mhd: cannot create an epoll set: %s",
+                                  strerror(errno));
+            rc = SRV_EENGINE;
+            break;
+        }
+        l->daemon = MHD_start_daemon(
+            /* TURBO: MHD then closes a socket without shutting it down first,
+             * so emhd_closing can still answer and linger on it (over TLS: no
+             * close_notify, as h2o's quiet close; every answer is framed). */
+            o->flags, 0, NULL, NULL, emhd_access, es,
+            MHD_OPTION_ARRAY, o->tls_opts,
+            MHD_OPTION_EXTERNAL_LOGGER, emhd_log, es,
+            MHD_OPTION_CONNECTION_LIMIT, o->limit,
+            MHD_OPTION_CONNECTION_TIMEOUT, o->idle_s,
+            MHD_OPTION_CONNECTION_MEMORY_LIMIT, o->pool,
+            MHD_OPTION_URI_LOG_CALLBACK, emhd_uri_log, es,
+            MHD_OPTION_UNESCAPE_CALLBACK, emhd_unescape, es,
+            MHD_OPTION_NOTIFY_COMPLETED, emhd_notify_completed, es,
+            MHD_OPTION_NOTIFY_CONNECTION, emhd_notify_connection, es,
+            MHD_OPTION_END);
+        if (l->daemon == NULL) {
+            srv__server_set_error(es->srv, "mhd: cannot start the daemon: %s",
+                                  es->start_msg[0] != '\0' ? es->start_msg : "unknown reason");
+            rc = SRV_EENGINE;
+            break;
+        }
+        const union MHD_DaemonInfo *di = MHD_get_daemon_info(l->daemon, MHD_DAEMON_INFO_EPOLL_FD);
+        struct epoll_event mhd = {.events = EPOLLIN, .data.ptr = NULL};
+        struct epoll_event wake = {.events = EPOLLIN, .data.ptr = l};
+        if (di == NULL || epoll_ctl(l->epfd, EPOLL_CTL_ADD, di->epoll_fd, &mhd) != 0 ||
+            epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->wake, &wake) != 0) {
+            srv__server_set_error(es->srv, "mhd: cannot watch the daemon's epoll set: %s",
+                                  strerror(errno));
+            rc = SRV_EENGINE;
+        }
+    }
+    for (unsigned i = 0; i < n && rc == 0; i++) {
+        emhd_loop *l = &es->loops[i];
+        if (srv__thread_create(&l->tid, NULL, emhd_loop_main, l) != 0) {
+            srv__server_set_error(es->srv, "mhd: cannot create an I/O thread");
+            rc = SRV_ETHREAD;
+            break;
+        }
+        l->started = true;
+    }
+    if (rc != 0)
+        emhd_loops_stop(es); /* no connection was added: nothing is suspended */
+    return rc;
+}
 
 static int emhd_start(srv_server *srv, void **state)
 {
@@ -2248,8 +2520,8 @@ static int emhd_start(srv_server *srv, void **state)
     }
     /* MHD's default limit is FD_SETSIZE-4 even with epoll. Leave headroom
      * above max_connections so the extra clients get a quick 503 instead of
-     * waiting in the backlog (MHD stops accepting at its limit), and so the
-     * per-thread split of MHD's limit never refuses below ours. */
+     * waiting in the backlog (the gate stops accepting at this limit). Each
+     * loop's daemon takes all of it: the gate's count is the one that binds. */
     unsigned long long want = cfg->max_connections + cfg->max_connections / 4ull + 16ull * threads;
     unsigned limit = want < UINT_MAX ? (unsigned)want : UINT_MAX;
     es->limit = limit;
@@ -2308,8 +2580,9 @@ static int emhd_start(srv_server *srv, void **state)
      * and the watchdog's first-head deadline cover the handshake too. */
     /* NO_LISTEN_SOCKET: the gate accepts (engines/mhd_gate.h) and hands
      * connections over with MHD_add_connection. */
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
-                     MHD_USE_ERROR_LOG | MHD_USE_TURBO | MHD_USE_NO_LISTEN_SOCKET;
+    /* No MHD thread: emhd_loop_main runs each daemon (emhd_loop). */
+    unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
+                     MHD_USE_TURBO | MHD_USE_NO_LISTEN_SOCKET;
     struct MHD_OptionItem tls_opts[5] = {{MHD_OPTION_END, 0, NULL}};
     if (srv__tls_enabled(srv)) {
         es->tls_start = srv__tls_gnutls(srv, NULL);
@@ -2340,28 +2613,11 @@ static int emhd_start(srv_server *srv, void **state)
     }
 
     *state = es;
-    es->daemon = MHD_start_daemon(
-        /* TURBO: MHD then closes a socket without shutting it down first,
-         * so emhd_closing can still answer and linger on it (over TLS: no
-         * close_notify, as h2o's quiet close; every answer is framed). */
-        flags, 0, NULL, NULL, emhd_access, es,
-        MHD_OPTION_ARRAY, tls_opts,
-        MHD_OPTION_EXTERNAL_LOGGER, emhd_log, es,
-        MHD_OPTION_THREAD_POOL_SIZE, threads,
-        MHD_OPTION_CONNECTION_LIMIT, limit,
-        MHD_OPTION_CONNECTION_TIMEOUT, idle_s,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool,
-        MHD_OPTION_URI_LOG_CALLBACK, emhd_uri_log, es,
-        MHD_OPTION_UNESCAPE_CALLBACK, emhd_unescape, es,
-        MHD_OPTION_NOTIFY_COMPLETED, emhd_notify_completed, es,
-        MHD_OPTION_NOTIFY_CONNECTION, emhd_notify_connection, es,
-        MHD_OPTION_END);
-    if (es->daemon == NULL) {
-        srv__server_set_error(srv, "mhd: cannot start the daemon: %s",
-                              es->start_msg[0] != '\0' ? es->start_msg : "unknown reason");
-        rc = SRV_EENGINE;
+    /* Each daemon takes the whole limit: the gate keeps the total. */
+    const emhd_daemon_opts opts = {.flags = flags, .tls_opts = tls_opts, .limit = limit,
+                                   .idle_s = idle_s, .pool = pool};
+    if ((rc = emhd_loops_start(es, threads, &opts)) != 0)
         goto fail_watchdog;
-    }
     static const struct emhd_gate_ops gate_ops = {
         .hand = emhd_gate_hand,
         .room = emhd_gate_room,
@@ -2374,8 +2630,7 @@ static int emhd_start(srv_server *srv, void **state)
         srv__server_set_error(srv, "mhd: cannot start the accepting thread");
         /* No connection was accepted: nothing is suspended. */
         atomic_store(&es->stopping, true);
-        MHD_stop_daemon(es->daemon);
-        es->daemon = NULL;
+        emhd_loops_stop(es);
         goto fail_watchdog;
     }
     es->lfd = -1; /* the gate's now */
@@ -2415,7 +2670,7 @@ static void emhd_respond(void *state, srv_request *req)
      * at any moment: touch only locals and es from here on. */
     if (atomic_exchange(&er->hand, EMHD_HAND_READY) != EMHD_HAND_SUSPENDED)
         return; /* the MHD thread has not suspended: it sends itself */
-    MHD_resume_connection(conn);
+    emhd_resume(es, conn);
     atomic_fetch_sub(&es->outstanding, 1);
 }
 
@@ -2517,9 +2772,8 @@ static void emhd_stop(void *state)
         nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
     }
     atomic_store(&es->stopping, true);
-    MHD_stop_daemon(es->daemon);
-    es->daemon = NULL;
-    emhd_gate_free(es->gate); /* MHD's threads are gone: no kick any more */
+    emhd_loops_stop(es);
+    emhd_gate_free(es->gate); /* the loops are gone: no kick any more */
     es->gate = NULL;
     /* Handed over but never started by MHD (it closed them at the stop). */
     while (es->handoffs != NULL) {

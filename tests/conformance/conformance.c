@@ -1638,6 +1638,13 @@ int main(int argc, char **argv)
     snprintf(name, sizeof name, "conformance %s%s: readiness, drain, metrics", g_engine_name, run);
     failed += cmocka_run_group_tests_name(name, readiness, NULL, NULL);
 
+    const struct CMUnitTest burst[] = {
+        cmocka_unit_test(test_burst_while_loop_busy),
+    };
+    snprintf(name, sizeof name, "conformance %s%s: a burst while the I/O thread is busy",
+             g_engine_name, run);
+    failed += cmocka_run_group_tests_name(name, burst, NULL, NULL);
+
     const struct CMUnitTest input_bound[] = {
         cmocka_unit_test_setup_teardown(test_input_bound_pipeline_never_read, setup_default,
                                         fx_teardown),

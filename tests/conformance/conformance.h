@@ -533,4 +533,7 @@ void test_handoff_masked_heads_pipelined(void **state);
 void test_handoff_many_heads_behind_slow(void **state);
 void test_handoff_bodies_among_many_heads(void **state);
 
+/* conformance_burst.c */
+void test_burst_while_loop_busy(void **state);
+
 #endif /* SRV_CONFORMANCE_H */

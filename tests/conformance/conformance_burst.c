@@ -1,0 +1,121 @@
+/*
+ * A burst that arrives while the I/O thread is busy: every request of it
+ * is answered at once, whatever its size. libmicrohttpd 0.9.75's own
+ * polling thread, handed exactly 128 events (its batch) by the last
+ * epoll_wait of a series, waits again with its full timeout (21 s here)
+ * before it processes any of them: under 1000 kept-alive clients a whole
+ * thread stalled (docs/ENGINES.md, "mhd: our own loops"). Here one I/O
+ * thread is held by a non-blocking handler that sleeps (a misuse, on
+ * purpose) while N kept-alive connections each send a request, so the
+ * thread wakes to N ready connections at once; N = 128 and 256 are the
+ * sizes that stalled.
+ */
+#include "conformance.h"
+
+#include <stdlib.h>
+
+/* Non-blocking, and it blocks: holds the thread that runs it. */
+static void h_hold(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    const char *ms = srv_request_query(req, "ms");
+    sleep_ms(ms != NULL ? atoi(ms) : 0);
+    srv_respond(req, 200, "text/plain", "held", 4);
+}
+
+static int burst_get(rc_conn *c, int timeout_ms)
+{
+    if (rc_send_str(c, "GET /hello HTTP/1.1\r\nHost: a\r\n\r\n", 2000) != RC_OK)
+        return -1;
+    rc_response r;
+    int rc = rc_read_response(c, &r, 0, timeout_ms);
+    if (rc != RC_OK)
+        return rc == RC_TIMEOUT ? -2 : -1;
+    int st = r.status;
+    rc_response_free(&r);
+    return st;
+}
+
+void test_burst_while_loop_busy(void **state)
+{
+    (void)state;
+    enum { MAX_N = 256, HOLD_MS = 300, ANSWER_MS = 5000 };
+    srv_config cfg;
+    srv_config_init(&cfg);
+    cfg.host = "127.0.0.1";
+    cfg.port = 0;
+    cfg.io_threads = 1;
+    cfg.worker_threads = 4;
+    srv_server *srv = srv_server_new(g_engine, &cfg);
+    CHECK(srv != NULL, "srv_server_new");
+    CHECK(srv_route(srv, "GET", "/hello", h_hello, NULL) == 0, "srv_route /hello");
+    srv_route_opts o;
+    srv_route_opts_init(&o);
+    o.method = "GET";
+    o.path = "/hold";
+    o.handler = h_hold;
+    o.flags = SRV_ROUTE_NONBLOCKING;
+    CHECK(srv_route_add(srv, &o) == 0, "srv_route_add /hold");
+    int rc = srv_server_start(srv);
+    CHECK(rc == 0, "start: %s (%s)", srv_strerror(rc), srv_server_last_error(srv));
+    int port = srv_server_port(srv);
+
+    static rc_conn conns[MAX_N];
+    static const int sizes[] = {128, 256};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        int n = sizes[s];
+        /* Kept alive and idle in the engine's loop: one request each first. */
+        for (int i = 0; i < n; i++) {
+            rc_init(&conns[i]);
+            CHECK(rc_connect(&conns[i], port, 2000) == RC_OK, "connect %d of %d", i, n);
+            int st = burst_get(&conns[i], ANSWER_MS);
+            CHECK(st == 200, "connection %d of %d: first request %d", i, n, st);
+        }
+        rc_conn holder;
+        rc_init(&holder);
+        CHECK(rc_connect(&holder, port, 2000) == RC_OK, "connect the holder");
+        char req[96];
+        snprintf(req, sizeof req, "GET /hold?ms=%d HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", (int)HOLD_MS);
+        CHECK(rc_send_str(&holder, req, 2000) == RC_OK, "send /hold");
+        sleep_ms(HOLD_MS / 3); /* the thread is in the handler now */
+        for (int i = 0; i < n; i++)
+            CHECK(rc_send_str(&conns[i], "GET /hello HTTP/1.1\r\nHost: a\r\n\r\n", 2000) ==
+                      RC_OK,
+                  "send on connection %d of %d", i, n);
+        long long t0 = rc_now_ms();
+        int late = 0, first_late = -1, bad = 0;
+        for (int i = 0; i < n; i++) {
+            rc_response r;
+            long long left = t0 + ANSWER_MS - rc_now_ms();
+            int rr = rc_read_response(&conns[i], &r, 0, left > 0 ? (int)left : 1);
+            if (rr == RC_TIMEOUT) {
+                if (first_late < 0)
+                    first_late = i;
+                late++;
+                continue;
+            }
+            if (rr != RC_OK || r.status != 200)
+                bad++;
+            if (rr == RC_OK)
+                rc_response_free(&r);
+        }
+        long long took = rc_now_ms() - t0;
+        rc_response hr;
+        int hrc = rc_read_response(&holder, &hr, 0, ANSWER_MS);
+        int hst = hrc == RC_OK ? hr.status : -1;
+        if (hrc == RC_OK)
+            rc_response_free(&hr);
+        rc_close(&holder);
+        for (int i = 0; i < n; i++)
+            rc_close(&conns[i]);
+        CHECK(late == 0, "%d connections sent a request while the I/O thread was busy: %d not "
+              "answered within %d ms (the first: connection %d)", n, late, (int)ANSWER_MS,
+              first_late);
+        CHECK(bad == 0, "%d connections: %d answers not 200", n, bad);
+        CHECK(hst == 200, "/hold: %d", hst);
+        print_message("    %d connections answered in %lld ms after a %d ms hold\n", n, took,
+                      (int)HOLD_MS);
+    }
+    CHECK(srv_server_stop(srv, 2000) == 0, "stop");
+    srv_server_free(srv);
+}
