@@ -36,7 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
-/* stop: how long MHD's threads get to write the last answers before
+/* stop: how long the loops get to write the last answers before
  * MHD_stop_daemon closes every connection (threadpool gives the same). */
 #define EMHD_STOP_WRITE_MS 2000
 
@@ -154,6 +154,10 @@ typedef struct emhd_handoff {
     struct emhd_handoff *next;
     bool found;          /* emhd_handoff_take: a record was there */
     int fd;
+    /* Which hand-over of fd (from 1): the loop drops the record of a
+     * connection MHD refused by it, as the gate may have accepted a new
+     * connection on the same descriptor in the meantime. */
+    unsigned long long seq;
     long long accepted;  /* ms: its first head is due header_timeout later */
     bool arriving;       /* counted by srv__request_arriving (a stop is on) */
 } emhd_handoff;
@@ -162,6 +166,7 @@ typedef struct emhd_handoff {
 typedef struct emhd_add {
     struct emhd_add *next;
     int fd;
+    unsigned long long seq; /* its record's (emhd_handoff.seq); 0: it has none */
     socklen_t peer_len;
     struct sockaddr_storage peer;
 } emhd_add;
@@ -173,13 +178,15 @@ typedef struct emhd_add {
  * returned its 128 events: when those were the last, the events it holds
  * wait unprocessed until the next event or the timeout (21 s here), a
  * stall measured under 1000 kept-alive clients (docs/ENGINES.md, "mhd: our
- * own loops"). MHD_run never blocks; the wait is ours.
+ * own loops"). MHD_run never blocks; the wait is ours. The comments'
+ * "MHD thread" is a connection's loop thread, which runs MHD's callbacks.
  */
 typedef struct emhd_loop {
     struct emhd_server *es;
     struct MHD_Daemon *daemon;
     pthread_t tid;
     bool started;
+    bool daemon_stopped;   /* the loop's thread stopped its daemon (read after the join) */
     int epfd;              /* ours: MHD's epoll descriptor and wake */
     int wake;              /* eventfd: a resume, a connection to add, the stop */
     atomic_bool signalled; /* wake written and not yet read: no second write */
@@ -197,9 +204,10 @@ typedef struct emhd_server {
     int lfd;                 /* until the gate takes it */
     emhd_gate *gate;         /* our accept (engines/mhd_gate.h) */
     unsigned limit;          /* MHD's connection limit */
-    unsigned threads;        /* MHD's threads */
+    unsigned threads;        /* the loops */
     emhd_handoff *handoffs;  /* lock */
     unsigned nhandoffs;      /* lock */
+    unsigned long long handoff_seq; /* lock: the last emhd_handoff.seq */
     /* TLS (MHD_USE_TLS): nothing is written on a connection's socket but
      * through MHD, which encrypts it; the start's generation (its client
      * CA text is MHD's trust list) is held until destroy. */
@@ -232,7 +240,7 @@ typedef struct emhd_server {
      * (ec->gone), and when it last looked (lock). */
     unsigned hung_up;
     long long hung_up_at;
-    /* The MHD threads seen so far: slots filled under lock, then
+    /* The loop threads seen so far: slots filled under lock, then
      * published by nworkers (read without the lock by emhd_log). */
     emhd_worker *workers;
     unsigned max_workers;
@@ -253,7 +261,7 @@ static void emhd_resume(emhd_server *es, struct MHD_Connection *conn);
 /* The hand-over of one request's response. A request is dispatched without
  * suspending its connection: a response given at once (404, a
  * non-blocking handler) is queued in the same MHD call, with no
- * suspend/resume round trip through MHD's inter-thread channel. */
+ * suspend/resume round trip through the loop's wake-up. */
 enum {
     EMHD_HAND_INLINE,   /* dispatched; the MHD thread has not suspended */
     EMHD_HAND_READY,    /* respond was called: the response is readable */
@@ -1064,15 +1072,15 @@ static void emhd_tls_session(emhd_server *es, struct MHD_Connection *conn, emhd_
 /* MHD_add_connection, with a record of what the gate knew              */
 /* ------------------------------------------------------------------ */
 
-/* Take the gate's record of fd (lock held): a record found but for a
- * descriptor MHD never reported is stale (MHD closes a connection it
- * cannot start without a notification) and is dropped. Without a record
- * (none is expected): accepted now. */
-static emhd_handoff emhd_handoff_take(emhd_server *es, int fd)
+/* Take the gate's record of fd (lock held), of hand-over `seq` only when
+ * it is not 0: a record found but for a descriptor MHD never reported is
+ * stale (MHD closes a connection it cannot start without a notification)
+ * and is dropped. Without a record (none is expected): accepted now. */
+static emhd_handoff emhd_handoff_take(emhd_server *es, int fd, unsigned long long seq)
 {
     emhd_handoff h = {.fd = fd, .accepted = emhd_now_ms()};
     for (emhd_handoff **pp = &es->handoffs; *pp != NULL; pp = &(*pp)->next) {
-        if ((*pp)->fd != fd)
+        if ((*pp)->fd != fd || (seq != 0 && (*pp)->seq != seq))
             continue;
         emhd_handoff *found = *pp;
         *pp = found->next;
@@ -1099,10 +1107,10 @@ static void emhd_loop_wake(emhd_loop *l)
         ;
 }
 
-/* MHD_resume_connection, and its loop woken. MHD's own signal may be
- * taken by the very MHD_run that has just looked for resumed connections
- * (its epoll_wait comes after that look), and the loop would then wait
- * with the resume unseen. Any thread. */
+/* MHD_resume_connection, and its loop woken. The only wake-up a resume
+ * gets: without an MHD thread, MHD_start_daemon drops MHD_USE_ITC (its
+ * inter-thread channel), so MHD_resume_connection only sets flags that the
+ * next MHD_run reads. Every resume must come through here. Any thread. */
 static void emhd_resume(emhd_server *es, struct MHD_Connection *conn)
 {
     const union MHD_ConnectionInfo *ci =
@@ -1117,12 +1125,15 @@ static void emhd_resume(emhd_server *es, struct MHD_Connection *conn)
     }
 }
 
-/* The gate's record of fd goes: the connection never reached MHD, or MHD
- * refused it (and closed fd). */
-static void emhd_handoff_drop(emhd_server *es, int fd)
+/* The record of hand-over `seq` of fd goes: the connection never reached
+ * MHD, or MHD refused it (and closed fd). Not found: the gate, accepting
+ * on the same descriptor since, took it as stale and counted it. */
+static void emhd_handoff_drop(emhd_server *es, int fd, unsigned long long seq)
 {
+    if (seq == 0)
+        return; /* no record was made */
     pthread_mutex_lock(&es->lock);
-    emhd_handoff mine = emhd_handoff_take(es, fd);
+    emhd_handoff mine = emhd_handoff_take(es, fd, seq);
     pthread_mutex_unlock(&es->lock);
     if (mine.arriving)
         srv__request_arriving(es->srv, -1);
@@ -1144,7 +1155,7 @@ static void emhd_loop_adds(emhd_loop *l)
         /* MHD closes fd when it cannot take it. */
         if (MHD_add_connection(l->daemon, fd, (const struct sockaddr *)&a->peer, a->peer_len) !=
             MHD_YES)
-            emhd_handoff_drop(l->es, fd);
+            emhd_handoff_drop(l->es, fd, a->seq);
         free(a);
         a = next;
     }
@@ -1158,7 +1169,7 @@ static void emhd_loop_discard_adds(emhd_loop *l)
         emhd_add *a = l->adds;
         l->adds = a->next;
         close(a->fd);
-        emhd_handoff_drop(l->es, a->fd);
+        emhd_handoff_drop(l->es, a->fd, a->seq);
         free(a);
     }
     l->adds_tail = &l->adds;
@@ -1175,8 +1186,14 @@ static void *emhd_loop_main(void *arg)
     pthread_sigmask(SIG_BLOCK, &pipe, NULL);
     for (;;) {
         emhd_loop_adds(l);
-        if (atomic_load(&l->stop))
+        if (atomic_load(&l->stop)) {
+            /* Here, so that MHD's last callbacks (every connection closed,
+             * on_end(SRV_ECLOSED) of a body cut short) run on this thread
+             * as all the others did. */
+            MHD_stop_daemon(l->daemon);
+            l->daemon_stopped = true;
             return NULL;
+        }
         (void)MHD_run(l->daemon); /* processes what is ready, never waits */
         int ms = -1;
         MHD_UNSIGNED_LONG_LONG to;
@@ -1204,13 +1221,15 @@ static void emhd_gate_hand(void *ctx, int fd, const struct sockaddr *peer, sockl
     emhd_handoff *h = malloc(sizeof *h);
     emhd_add *a = malloc(sizeof *a);
     pthread_mutex_lock(&es->lock);
-    emhd_handoff stale = emhd_handoff_take(es, fd); /* the gate alone adds records */
+    emhd_handoff stale = emhd_handoff_take(es, fd, 0); /* the gate alone adds records */
     if (stale.arriving)
         srv__request_arriving(es->srv, -1);
     if (stale.found) /* MHD closed that one without a word: its count goes */
         srv__stats_connection_closed(es->srv);
+    unsigned long long seq = 0;
     if (h != NULL) {
-        *h = (emhd_handoff){.next = es->handoffs, .fd = fd, .accepted = accepted,
+        seq = ++es->handoff_seq;
+        *h = (emhd_handoff){.next = es->handoffs, .fd = fd, .seq = seq, .accepted = accepted,
                             .arriving = arriving};
         es->handoffs = h;
         es->nhandoffs++;
@@ -1223,12 +1242,12 @@ static void emhd_gate_hand(void *ctx, int fd, const struct sockaddr *peer, sockl
     if (a == NULL || peer_len > sizeof a->peer) {
         free(a);
         close(fd);
-        if (h != NULL)
-            emhd_handoff_drop(es, fd);
+        emhd_handoff_drop(es, fd, seq);
         return;
     }
     a->next = NULL;
     a->fd = fd;
+    a->seq = seq;
     a->peer_len = peer_len;
     memcpy(&a->peer, peer, peer_len);
     emhd_loop *l = &es->loops[es->next_loop++ % es->nloops];
@@ -1269,7 +1288,7 @@ static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void 
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         int fd = ci != NULL ? ci->connect_fd : -1;
         pthread_mutex_lock(&es->lock);
-        emhd_handoff h = emhd_handoff_take(es, fd);
+        emhd_handoff h = emhd_handoff_take(es, fd, 0);
         pthread_mutex_unlock(&es->lock);
         emhd_conn *ec = srv__zalloc(sizeof *ec);
         if (ec == NULL && h.arriving)
@@ -2370,25 +2389,29 @@ typedef struct emhd_daemon_opts {
     size_t pool;
 } emhd_daemon_opts;
 
-/* Stop and join the loops, then stop their daemons here: MHD closes every
- * connection on this thread (after resuming those resumed last). Every
- * suspended connection must have been resumed. The controlling thread. */
+/* Stop and join the loops: each stops its daemon (MHD resumes those
+ * resumed last and closes every connection). Every suspended connection
+ * must have been resumed. The controlling thread. */
 static void emhd_loops_stop(emhd_server *es)
 {
     for (unsigned i = 0; i < es->nloops; i++) {
         emhd_loop *l = &es->loops[i];
-        if (l->started) {
+        if (l->started) { /* all at once: they close their connections in parallel */
             atomic_store(&l->stop, true);
             atomic_store(&l->signalled, false);
             emhd_loop_wake(l);
-            pthread_join(l->tid, NULL);
-            l->started = false;
         }
     }
     for (unsigned i = 0; i < es->nloops; i++) {
         emhd_loop *l = &es->loops[i];
+        if (l->started)
+            pthread_join(l->tid, NULL);
+        l->started = false;
+    }
+    for (unsigned i = 0; i < es->nloops; i++) {
+        emhd_loop *l = &es->loops[i];
         emhd_loop_discard_adds(l);
-        if (l->daemon != NULL)
+        if (l->daemon != NULL && !l->daemon_stopped) /* a start that failed */
             MHD_stop_daemon(l->daemon);
         l->daemon = NULL;
     }
@@ -2419,12 +2442,14 @@ static int emhd_loops_start(emhd_server *es, unsigned n, const emhd_daemon_opts 
         l->es = es;
         l->adds_tail = &l->adds;
         pthread_mutex_init(&l->mu, NULL);
-        l->epfd = epoll_create1(EPOLL_CLOEXEC);
-        l->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        l->epfd = l->wake = -1;
     }
     int rc = 0;
     for (unsigned i = 0; i < n && rc == 0; i++) {
         emhd_loop *l = &es->loops[i];
+        l->epfd = epoll_create1(EPOLL_CLOEXEC);
+        if (l->epfd >= 0)
+            l->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         if (l->epfd < 0 || l->wake < 0) {
             srv__server_set_error(es->srv, "mhd: cannot create an epoll set: %s",
                                   strerror(errno));
@@ -2562,9 +2587,9 @@ static int emhd_start(srv_server *srv, void **state)
      * (emhd_closing tells MHD's silent drops from timeouts by them). */
     unsigned idle_s = idle_ms / 1000u + (idle_ms % 1000u != 0) + 1u;
 
-    /* Publish the state before MHD's threads exist: a request they accept
-     * reaches respond(state) through the core before start returns. */
-    /* The watchdog first: once MHD's threads run, requests may already be
+    /* Publish the state before the loops exist: a request the gate hands
+     * them reaches respond(state) through the core before start returns. */
+    /* The watchdog first: once the loops run, requests may already be
      * suspended and dispatched, and a failure after that could not be
      * undone safely (MHD_stop_daemon panics on suspended connections). */
     if (srv__thread_create(&es->watchdog, NULL, emhd_watchdog, es) != 0) {
@@ -2759,7 +2784,7 @@ static void emhd_stop(void *state)
     }
     /* MHD_stop_daemon closes every connection at once, answers not yet
      * written included, and the core's final 503s were only just resumed.
-     * Let MHD's threads write them, and parse requests whose bytes have
+     * Let the loops write them, and parse requests whose bytes have
      * arrived (answered 503 at once), for up to EMHD_STOP_WRITE_MS. Quiet
      * means so for 3 checks in a row: MHD may have read a request and not
      * parsed it yet. */
@@ -2775,7 +2800,8 @@ static void emhd_stop(void *state)
     emhd_loops_stop(es);
     emhd_gate_free(es->gate); /* the loops are gone: no kick any more */
     es->gate = NULL;
-    /* Handed over but never started by MHD (it closed them at the stop). */
+    /* Records MHD never reported (a connection it could not start is
+     * closed without a notification) and the gate did not meet again. */
     while (es->handoffs != NULL) {
         emhd_handoff *h = es->handoffs;
         es->handoffs = h->next;

@@ -358,7 +358,7 @@ int emhd_gate_start(emhd_gate **out, srv_server *srv, int lfd, bool tls,
     }
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cond, NULL);
-    /* Published before the thread runs: MHD's threads read it (kick) once
+    /* Published before the thread runs: the mhd loops read it (kick) once
      * the gate has handed them a connection. */
     *out = g;
     if (rc == 0 && srv__thread_create(&g->thread, NULL, emhd_gate_main, g) != 0)
