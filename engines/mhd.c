@@ -536,18 +536,20 @@ static void emhd_watchdog_join(emhd_server *es)
     pthread_mutex_unlock(&es->lock);
 }
 
-/* Bytes the application side has written to a TCP socket so far: acked
- * plus still queued. ULLONG_MAX when unknown. */
+/* A count that grows with every byte the application side writes to a TCP
+ * socket (and with retransmissions): bytes sent plus bytes not sent yet,
+ * from one TCP_INFO snapshot, which the kernel takes with the socket
+ * locked. (Acked bytes from TCP_INFO plus SIOCOUTQ's queue took two calls:
+ * an ACK between them hid a write just made, and emhd_closing then took
+ * MHD's own 505 for a silent drop.) ULLONG_MAX when unknown. */
 static unsigned long long emhd_sent(int fd)
 {
     struct tcp_info ti;
     socklen_t len = sizeof ti;
-    int queued = 0;
     if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
-        len < offsetof(struct tcp_info, tcpi_bytes_acked) + sizeof ti.tcpi_bytes_acked ||
-        ioctl(fd, SIOCOUTQ, &queued) != 0)
+        len < offsetof(struct tcp_info, tcpi_bytes_sent) + sizeof ti.tcpi_bytes_sent)
         return ULLONG_MAX;
-    return (unsigned long long)ti.tcpi_bytes_acked + (unsigned long long)queued;
+    return (unsigned long long)ti.tcpi_bytes_sent + ti.tcpi_notsent_bytes;
 }
 
 /* The calling thread's emhd_worker, NULL if it is none of MHD's (or MHD
