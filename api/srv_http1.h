@@ -84,6 +84,12 @@ void srv__http1_init(srv_http1 *p, srv_server *srv);
 /* Free what the parser holds (not the request). */
 void srv__http1_free(srv_http1 *p);
 
+/* Between messages (no line half collected): give the line buffer back.
+ * For a connection whose request waits for a late answer, so that
+ * thousands of them hold nothing the next message does not need yet (it
+ * allocates again when its first line comes). */
+void srv__http1_trim(srv_http1 *p);
+
 /*
  * srv__http1_feed: consume bytes of the message being read into `req` (a
  * fresh request from srv__request_new for each message; the engine creates

@@ -376,12 +376,16 @@ void srv__forwarded_resolve(srv_request *req)
     }
     const char *node = hops[i].node;
     int fam;
+    char client[64];
     if (srv__addr_parse(node, strlen(node), &fam, a) == 0) {
         srv__addr_unmap(&fam, a);
-        inet_ntop(fam, a, req->client, sizeof req->client);
+        inet_ntop(fam, a, client, sizeof client);
     } else {
-        snprintf(req->client, sizeof req->client, "%s", node);
+        snprintf(client, sizeof client, "%s", node);
     }
+    const char *kept = srv__arena_strndup(&req->arena, client, strlen(client));
+    if (kept != NULL) /* else the peer's address stays */
+        req->client = kept;
     const char *proto = hops[i].proto;
     if (proto != NULL && (strcasecmp(proto, "https") == 0 || strcasecmp(proto, "http") == 0))
         req->scheme = strcasecmp(proto, "https") == 0 ? "https" : "http";

@@ -61,6 +61,12 @@ void srv__http1_free(srv_http1 *p)
     p->line_len = p->line_cap = 0;
 }
 
+void srv__http1_trim(srv_http1 *p)
+{
+    if (p->line_len == 0)
+        srv__http1_free(p);
+}
+
 void srv__http1_body_begin(srv_http1 *p, int chunked, uint64_t length)
 {
     p->state = H1_HEAD_DONE;

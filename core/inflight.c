@@ -463,18 +463,23 @@ int srv__inflight_answer_stream(srv_request *req, int status, const char *conten
 {
     srv_server *srv = req->srv;
     char *ct = content_type ? strdup(content_type) : NULL;
-    if (content_type != NULL && ct == NULL)
+    struct srv_stream *s = srv__zalloc(sizeof *s);
+    if ((content_type != NULL && ct == NULL) || s == NULL) {
+        free(ct);
+        free(s);
         return SRV_ENOMEM;
+    }
     pthread_mutex_lock(&req->mu);
     if (req->answered) {
         int rc = req->cancelled ? SRV_ECLOSED : SRV_ETIMEDOUT;
         pthread_mutex_unlock(&req->mu);
         free(ct);
+        free(s);
         atomic_fetch_add(&srv->dropped, 1);
         srv__inflight_app_done(req);
         return rc;
     }
-    struct srv_stream *s = &req->stream;
+    req->stream = s;
     bool bodiless = req->is_head || status == 204 || status == 304;
     bool http11 = req->major == 1 && req->minor == 1;
     req->status = status;

@@ -54,13 +54,22 @@ static void srv__format_peer(char out[64], const struct sockaddr *peer, socklen_
     }
 }
 
+/* A text of the request in its arena; "-" when memory ran out. */
+static const char *srv__request_text(srv_request *req, const char *s, size_t n)
+{
+    const char *p = srv__arena_strndup(&req->arena, s, n);
+    return p != NULL ? p : "-";
+}
+
 /* The peer's address alone: binary for trusted_proxies, and as text for
  * srv_request_client_addr until a trusted proxy says otherwise. IPv4 as
- * IPv4 even through a dual-stack socket (::ffff:a.b.c.d). */
-static void srv__peer_address(srv_request *req, const struct sockaddr *peer, socklen_t peer_len)
+ * IPv4 even through a dual-stack socket (::ffff:a.b.c.d). `text` is the
+ * peer as srv__format_peer wrote it. */
+static void srv__peer_address(srv_request *req, const char *text, const struct sockaddr *peer,
+                              socklen_t peer_len)
 {
     static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-    strcpy(req->client, "-");
+    req->client = "-";
     if (peer != NULL && peer->sa_family == AF_INET && peer_len >= sizeof(struct sockaddr_in)) {
         memcpy(req->peer_addr, &((const struct sockaddr_in *)peer)->sin_addr, 4);
         req->peer_family = AF_INET;
@@ -77,15 +86,14 @@ static void srv__peer_address(srv_request *req, const struct sockaddr *peer, soc
     } else {
         return;
     }
-    if (req->peer_family == AF_INET) { /* "a.b.c.d:port" already: cut the port */
-        char *colon = strrchr(req->peer, ':');
-        size_t n = colon ? (size_t)(colon - req->peer) : strlen(req->peer);
-        memcpy(req->client, req->peer, n);
-        req->client[n] = '\0';
-        if (peer->sa_family == AF_INET6) /* mapped: peer printed as IPv6 */
-            inet_ntop(AF_INET, req->peer_addr, req->client, sizeof req->client);
-    } else {
-        inet_ntop(AF_INET6, req->peer_addr, req->client, sizeof req->client);
+    char client[INET6_ADDRSTRLEN];
+    if (req->peer_family == AF_INET && peer->sa_family == AF_INET) {
+        /* "a.b.c.d:port" already: cut the port */
+        const char *colon = strrchr(text, ':');
+        req->client = srv__request_text(req, text, colon ? (size_t)(colon - text) : strlen(text));
+    } else if (inet_ntop(req->peer_family, req->peer_addr, client, sizeof client) != NULL) {
+        /* IPv6, or IPv4 mapped (the peer printed as IPv6) */
+        req->client = srv__request_text(req, client, strlen(client));
     }
 }
 
@@ -106,8 +114,10 @@ srv_request *srv__request_new(srv_server *srv, const struct sockaddr *peer, sock
     req->minor = 1;
     req->keep_alive = -1;
     req->started_ms = srv__now_ms();
-    srv__format_peer(req->peer, peer, peer_len);
-    srv__peer_address(req, peer, peer_len);
+    char text[64];
+    srv__format_peer(text, peer, peer_len);
+    req->peer = srv__request_text(req, text, strlen(text));
+    srv__peer_address(req, text, peer, peer_len);
     return req;
 }
 
@@ -138,7 +148,10 @@ void srv__request_unref(srv_request *req)
         free(req->resp_body);
     }
     free(req->head);
-    free(req->stream.buf);
+    if (req->stream != NULL) {
+        free(req->stream->buf);
+        free(req->stream);
+    }
     pthread_mutex_destroy(&req->mu);
     free(req);
 }

@@ -61,12 +61,12 @@ static bool srv__bodiless_status(int status)
 
 bool srv__response_streamed(const srv_request *req)
 {
-    return req->stream.active;
+    return req->stream != NULL && req->stream->active;
 }
 
 int64_t srv__response_stream_length(const srv_request *req)
 {
-    return req->stream.length;
+    return req->stream != NULL ? req->stream->length : SRV_LENGTH_UNKNOWN;
 }
 
 const void *srv__response_body(const srv_request *req, size_t *len)
@@ -81,8 +81,9 @@ const void *srv__response_body(const srv_request *req, size_t *len)
 
 size_t srv__response_content_length(const srv_request *req)
 {
-    if (req->stream.active && req->stream.length >= 0 && !srv__bodiless_status(req->status))
-        return (size_t)req->stream.length;
+    if (srv__response_streamed(req) && req->stream->length >= 0 &&
+        !srv__bodiless_status(req->status))
+        return (size_t)req->stream->length;
     return srv__bodiless_status(req->status) ? 0 : req->resp_len;
 }
 
@@ -170,8 +171,8 @@ const char *srv__response_http1_head(srv_request *req, size_t *len)
     }
     o += (size_t)snprintf(buf + o, cap - o, "Date: %s\r\n", date);
     /* A stream of unknown length: chunks (HTTP/1.1) or the close (1.0). */
-    if (req->stream.active && req->stream.length < 0) {
-        if (req->stream.chunked)
+    if (srv__response_streamed(req) && req->stream->length < 0) {
+        if (req->stream->chunked)
             o += (size_t)snprintf(buf + o, cap - o, "Transfer-Encoding: chunked\r\n");
     } else if (!srv__bodiless_status(req->status)) {
         o += (size_t)snprintf(buf + o, cap - o, "Content-Length: %zu\r\n",

@@ -288,8 +288,10 @@ typedef struct srv__kv {
 } srv__kv;
 
 /*
- * A streamed response (srv_stream_start), embedded in its request: the
- * public srv_stream handle points here. Every field is guarded by the
+ * A streamed response (srv_stream_start), allocated when the stream starts
+ * and freed with its request (most answers are not streams, and thousands
+ * of waiting requests would each carry it): the public srv_stream handle
+ * points here. Every field is guarded by the
  * request's mu. inflight.c sets it up when the stream claims the answer;
  * stream.c owns it after. buf[rd, wr) are bytes for the engine (framed
  * when `chunked`); [rd, rd + lent) is lent to the engine by
@@ -353,14 +355,16 @@ struct srv_request {
     char *body;
     size_t body_len;
     size_t body_cap;
-    char peer[64];
+    /* Texts in the arena ("-" when unknown): a waiting request carries no
+     * fixed-size buffers for them. */
+    const char *peer; /* "192.0.2.7:41000", "[2001:db8::1]:41000" */
     /* The peer's address, for trusted_proxies (peer_family 0: unknown). */
     unsigned char peer_addr[16];
     int peer_family;
     /* forwarded.c: the client's address (the peer's without its port, or
      * the trusted proxies' word for it), and the scheme and host they
      * forwarded (NULL: the port's own scheme, the Host header). */
-    char client[64];
+    const char *client;
     const char *scheme;
     const char *host;
     int major;
@@ -404,7 +408,7 @@ struct srv_request {
     uint64_t deadline_ms;
     srv_job job;
 
-    struct srv_stream stream; /* a streamed answer (stream.active) */
+    struct srv_stream *stream; /* a streamed answer, or NULL (set under mu) */
 
     /* A streamed request body (body.c; fields under mu). */
     struct srv__body {

@@ -136,8 +136,8 @@ int srv_stream_start(srv_request *req, int status, const char *content_type, int
     if (rc != 0)
         return rc;
     /* The engine may already pull from it: it only touches it under mu. */
-    srv__streams_link(&req->stream);
-    *out = &req->stream;
+    srv__streams_link(req->stream);
+    *out = req->stream;
     return 0;
 }
 
@@ -313,7 +313,7 @@ int srv_sse_keepalive(srv_stream *s)
 
 int srv__stream_pull(srv_request *req, const void **data, size_t *len)
 {
-    srv_stream *s = &req->stream;
+    srv_stream *s = req->stream;
     pthread_mutex_lock(&req->mu);
     int r;
     if (s->closed) {
@@ -342,7 +342,7 @@ int srv__stream_pull(srv_request *req, const void **data, size_t *len)
 
 void srv__stream_sent(srv_request *req, size_t n)
 {
-    srv_stream *s = &req->stream;
+    srv_stream *s = req->stream;
     pthread_mutex_lock(&req->mu);
     if (s->lent_last) {
         s->lent_last = false;
@@ -362,7 +362,7 @@ void srv__stream_sent(srv_request *req, size_t n)
 
 void srv__stream_detach(srv_request *req)
 {
-    srv_stream *s = &req->stream;
+    srv_stream *s = req->stream;
     pthread_mutex_lock(&req->mu);
     s->engine_done = true;
     s->engine_waiting = false;

@@ -1182,10 +1182,10 @@ static void *emhd_loop_main(void *arg)
     emhd_loop *l = arg;
     /* As MHD's own threads: a write to a closed socket is an error, not
      * a signal (MHD sends with MSG_NOSIGNAL too). */
-    sigset_t pipe;
-    sigemptyset(&pipe);
-    sigaddset(&pipe, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe, NULL);
+    sigset_t sigpipe;
+    sigemptyset(&sigpipe);
+    sigaddset(&sigpipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &sigpipe, NULL);
     for (;;) {
         emhd_loop_adds(l);
         if (atomic_load(&l->stop)) {
@@ -2453,7 +2453,8 @@ static int emhd_loops_start(emhd_server *es, unsigned n, const emhd_daemon_opts 
         if (l->epfd >= 0)
             l->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         if (l->epfd < 0 || l->wake < 0) {
-            srv__server_set_error(es->srv, "mhd: cannot create an epoll set: %s",
+            srv__server_set_error(es->srv, "mhd: cannot create %s for I/O thread %u: %s",
+                                  l->epfd < 0 ? "an epoll set" : "an eventfd", i,
                                   strerror(errno));
             rc = SRV_EENGINE;
             break;

@@ -613,6 +613,7 @@ static int etp_inline_run(etp_state *st, etp_conn *c, const char *rest, size_t n
      * answers in order: the next request waits in c->pend meanwhile. */
     if (n > 0 && etp_keep_rest(c, rest, n) != 0)
         c->lost_input = 1;
+    srv__http1_trim(&c->parser);
     c->awaiting = 1;
     return 0;
 }
