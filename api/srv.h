@@ -900,7 +900,9 @@ int srv_request_body_resume(srv_request *req);
  * SRV_ECLOSED when the client already went away (req is released);
  * SRV_EINVAL for a NULL argument, a bad status or content type (nothing is
  * sent: answer with srv_respond); SRV_EENGINE when the engine lacks
- * SRV_CAP_STREAM (nothing is sent: answer with srv_respond).
+ * SRV_CAP_STREAM (nothing is sent: answer with srv_respond); SRV_ENOMEM
+ * when the stream's state or the content type could not be allocated
+ * (nothing is sent: answer with srv_respond).
  */
 int srv_stream_start(srv_request *req, int status, const char *content_type, int64_t length,
                      srv_stream **out);

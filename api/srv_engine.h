@@ -480,7 +480,9 @@ const char *srv__response_http1_head(srv_request *req, size_t *len);
  * the end or a cut, calls srv__stream_detach, and releases the request.
  */
 
-/* True when the response is streamed (respond has been called). */
+/* True when the response is streamed. Only once the answer reached the
+ * engine (respond was called, or the close paths after a cancel): the
+ * stream's state is published with the answer, not before. */
 bool srv__response_streamed(const srv_request *req);
 
 /* A streamed response's Content-Length, or -1 when unknown (HTTP/1.1:

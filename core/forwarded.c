@@ -384,8 +384,8 @@ void srv__forwarded_resolve(srv_request *req)
         snprintf(client, sizeof client, "%s", node);
     }
     const char *kept = srv__arena_strndup(&req->arena, client, strlen(client));
-    if (kept != NULL) /* else the peer's address stays */
-        req->client = kept;
+    /* Out of memory: unknown, never the proxy's own address. */
+    req->client = kept != NULL ? kept : "-";
     const char *proto = hops[i].proto;
     if (proto != NULL && (strcasecmp(proto, "https") == 0 || strcasecmp(proto, "http") == 0))
         req->scheme = strcasecmp(proto, "https") == 0 ? "https" : "http";

@@ -54,22 +54,15 @@ static void srv__format_peer(char out[64], const struct sockaddr *peer, socklen_
     }
 }
 
-/* A text of the request in its arena; "-" when memory ran out. */
-static const char *srv__request_text(srv_request *req, const char *s, size_t n)
-{
-    const char *p = srv__arena_strndup(&req->arena, s, n);
-    return p != NULL ? p : "-";
-}
-
 /* The peer's address alone: binary for trusted_proxies, and as text for
- * srv_request_client_addr until a trusted proxy says otherwise. IPv4 as
- * IPv4 even through a dual-stack socket (::ffff:a.b.c.d). `text` is the
- * peer as srv__format_peer wrote it. */
+ * srv_request_client_addr until a trusted proxy says otherwise (into
+ * `client`, "-" when unknown). IPv4 as IPv4 even through a dual-stack
+ * socket (::ffff:a.b.c.d). `text` is the peer as srv__format_peer wrote it. */
 static void srv__peer_address(srv_request *req, const char *text, const struct sockaddr *peer,
-                              socklen_t peer_len)
+                              socklen_t peer_len, char client[64])
 {
     static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-    req->client = "-";
+    strcpy(client, "-");
     if (peer != NULL && peer->sa_family == AF_INET && peer_len >= sizeof(struct sockaddr_in)) {
         memcpy(req->peer_addr, &((const struct sockaddr_in *)peer)->sin_addr, 4);
         req->peer_family = AF_INET;
@@ -86,14 +79,14 @@ static void srv__peer_address(srv_request *req, const char *text, const struct s
     } else {
         return;
     }
-    char client[INET6_ADDRSTRLEN];
     if (req->peer_family == AF_INET && peer->sa_family == AF_INET) {
         /* "a.b.c.d:port" already: cut the port */
         const char *colon = strrchr(text, ':');
-        req->client = srv__request_text(req, text, colon ? (size_t)(colon - text) : strlen(text));
-    } else if (inet_ntop(req->peer_family, req->peer_addr, client, sizeof client) != NULL) {
-        /* IPv6, or IPv4 mapped (the peer printed as IPv6) */
-        req->client = srv__request_text(req, client, strlen(client));
+        size_t n = colon ? (size_t)(colon - text) : strlen(text);
+        memcpy(client, text, n);
+        client[n] = '\0';
+    } else if (inet_ntop(req->peer_family, req->peer_addr, client, 64) == NULL) {
+        strcpy(client, "-"); /* IPv6, or IPv4 mapped (the peer printed as IPv6) */
     }
 }
 
@@ -114,10 +107,20 @@ srv_request *srv__request_new(srv_server *srv, const struct sockaddr *peer, sock
     req->minor = 1;
     req->keep_alive = -1;
     req->started_ms = srv__now_ms();
-    char text[64];
+    char text[64], client[64];
     srv__format_peer(text, peer, peer_len);
-    req->peer = srv__request_text(req, text, strlen(text));
-    srv__peer_address(req, text, peer, peer_len);
+    srv__peer_address(req, text, peer, peer_len, client);
+    /* Both texts in the arena, in one piece ("-" when memory ran out). */
+    size_t tn = strlen(text) + 1, cn = strlen(client) + 1;
+    char *both = srv__arena_alloc(&req->arena, tn + cn);
+    if (both != NULL) {
+        memcpy(both, text, tn);
+        memcpy(both + tn, client, cn);
+        req->peer = both;
+        req->client = both + tn;
+    } else {
+        req->peer = req->client = "-";
+    }
     return req;
 }
 
