@@ -85,9 +85,11 @@ static void srv__peer_address(srv_request *req, const char *text, const struct s
         size_t n = colon ? (size_t)(colon - text) : strlen(text);
         memcpy(client, text, n);
         client[n] = '\0';
-    } else if (inet_ntop(req->peer_family, req->peer_addr, client, 64) == NULL) {
-        strcpy(client, "-"); /* IPv6, or IPv4 mapped (the peer printed as IPv6) */
+        return;
     }
+    /* IPv6, or IPv4 mapped (the peer printed as IPv6) */
+    if (inet_ntop(req->peer_family, req->peer_addr, client, 64) == NULL)
+        strcpy(client, "-");
 }
 
 srv_request *srv__request_new(srv_server *srv, const struct sockaddr *peer, socklen_t peer_len)

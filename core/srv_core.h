@@ -291,11 +291,11 @@ typedef struct srv__kv {
  * A streamed response (srv_stream_start), allocated when the stream starts
  * and freed with its request (most answers are not streams, and thousands
  * of waiting requests would each carry it): the public srv_stream handle
- * points here. Every field is guarded by the
- * request's mu. inflight.c sets it up when the stream claims the answer;
- * stream.c owns it after. buf[rd, wr) are bytes for the engine (framed
- * when `chunked`); [rd, rd + lent) is lent to the engine by
- * srv__stream_pull and must not move until srv__stream_sent.
+ * points here. Every field is guarded by the request's mu. inflight.c sets
+ * it up when the stream claims the answer; stream.c owns it after.
+ * buf[rd, wr) are bytes for the engine (framed when `chunked`); [rd, rd +
+ * lent) is lent to the engine by srv__stream_pull and must not move until
+ * srv__stream_sent.
  */
 struct srv_stream {
     srv_request *req;

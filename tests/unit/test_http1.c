@@ -60,8 +60,11 @@ static int teardown(void **state)
     return 0;
 }
 
-/* Feed `len` bytes of `in` in pieces of `step` (0: all at once). */
-static void run_step(const char *in, size_t len, size_t step, result *r)
+/* Feed `len` bytes of `in` in pieces of `step` (0: all at once); with
+ * `trim`, srv__http1_trim after every feed, as an engine whose request
+ * waits calls it: a no-op inside a line, the buffer given back between
+ * messages, and the same messages either way. */
+static void run_step(const char *in, size_t len, size_t step, int trim, result *r)
 {
     memset(r, 0, sizeof *r);
     srv_http1 p;
@@ -79,6 +82,12 @@ static void run_step(const char *in, size_t len, size_t step, result *r)
         enum srv_http1_event ev = srv__http1_feed(&p, req, in + off, n, &used);
         assert_true(used <= n);
         off += used;
+        if (trim && ev != SRV_HTTP1_FAIL) {
+            int between = p.line_len == 0;
+            srv__http1_trim(&p);
+            if (between)
+                assert_null(p.line);
+        }
         if (ev == SRV_HTTP1_FAIL) {
             r->fail = srv__http1_status(&p);
             r->h2_preface = p.h2_preface;
@@ -132,21 +141,24 @@ static void run_step(const char *in, size_t len, size_t step, result *r)
     srv__http1_free(&p);
 }
 
-/* Run whole, byte by byte and in 7-byte pieces; all three must agree. */
+/* Run whole, byte by byte, in 7-byte pieces and in 3-byte pieces with a
+ * trim after each; all four must agree. */
 static void run(const char *in, size_t len, result *r)
 {
-    result one, seven;
-    run_step(in, len, 0, r);
-    run_step(in, len, 1, &one);
-    run_step(in, len, 7, &seven);
-    const result *other[] = {&one, &seven};
-    for (size_t k = 0; k < 2; k++) {
+    result one, seven, trimmed;
+    run_step(in, len, 0, 0, r);
+    run_step(in, len, 1, 0, &one);
+    run_step(in, len, 7, 0, &seven);
+    run_step(in, len, 3, 1, &trimmed);
+    const result *other[] = {&one, &seven, &trimmed};
+    static const char *const name[] = {"1", "7", "3 (trimmed)"};
+    for (size_t k = 0; k < 3; k++) {
         const result *o = other[k];
         if (o->fail != r->fail || o->nmsgs != r->nmsgs)
             fail_msg("pieces of %s give %zu messages / fail %d, whole gives %zu / %d",
-                     k ? "7" : "1", o->nmsgs, o->fail, r->nmsgs, r->fail);
+                     name[k], o->nmsgs, o->fail, r->nmsgs, r->fail);
         if (o->idle_at_end != r->idle_at_end)
-            fail_msg("pieces of %s end %s, whole ends %s", k ? "7" : "1",
+            fail_msg("pieces of %s end %s, whole ends %s", name[k],
                      o->idle_at_end ? "idle" : "in a message", r->idle_at_end ? "idle" : "in a message");
         for (size_t i = 0; i < r->nmsgs; i++) {
             assert_string_equal(o->method[i], r->method[i]);
@@ -328,9 +340,9 @@ static void test_chunked_bounds(void **state)
     memset(in + k, 'x', n);
     memcpy(in + k + n, "\r\nAB\r\n0\r\n\r\n", 12);
     result r;
-    run_step(in, (size_t)k + n + 11, 0, &r);
+    run_step(in, (size_t)k + n + 11, 0, 0, &r);
     assert_int_equal(r.fail, 431);
-    run_step(in, (size_t)k + n + 11, 1, &r);
+    run_step(in, (size_t)k + n + 11, 1, 0, &r);
     assert_int_equal(r.fail, 431);
 
     /* 20 KB of trailers. */
@@ -339,9 +351,9 @@ static void test_chunked_bounds(void **state)
     for (int i = 0; i < 1000; i++)
         off += (size_t)snprintf(in + off, 64, "X-T%d: abcdefghij\r\n", i);
     memcpy(in + off, "\r\n", 2);
-    run_step(in, off + 2, 0, &r);
+    run_step(in, off + 2, 0, 0, &r);
     assert_int_equal(r.fail, 431);
-    run_step(in, off + 2, 3, &r);
+    run_step(in, off + 2, 3, 0, &r);
     assert_int_equal(r.fail, 431);
     free(in);
 
