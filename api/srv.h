@@ -67,7 +67,8 @@ extern "C" {
     X(EHEADER, -14, "header name or value not allowed")                      \
     X(ETLS, -15, "TLS certificate, key or setting refused")                 \
     X(EAGAIN, -16, "stream buffer full: write again once srv_stream_on_writable calls back") \
-    X(ECLOSED, -17, "stream closed: the client went away, the send deadline passed or the server stopped")
+    X(ECLOSED, -17, "stream closed: the client went away, the send deadline passed or the server stopped") \
+    X(ENOBODY, -18, "the answer has no body (HEAD, 204 or 304): its head is sent, end the stream")
 
 typedef enum srv_error {
 #define SRV__ERR_ENUM(name, num, msg) SRV_##name = (num),
@@ -894,7 +895,11 @@ int srv_request_body_resume(srv_request *req);
  * `req` belongs to libsrv (as after srv_respond: do not touch it); the
  * caller owns the stream until srv_stream_end, which it must call exactly
  * once, whatever happens to the client. HEAD, 204 and 304 send no body:
- * writes are then accepted and dropped.
+ * the head goes out at once and the request is done when it is written
+ * (the connection serves its next request); every write then returns
+ * SRV_ENOBODY, so a producer learns at its first write that nothing it
+ * makes will be sent, and stops: it ends the stream (srv_stream_end
+ * returns 0) without generating the body.
  * Any thread, like srv_respond. Returns 0; SRV_ETIMEDOUT when the core had
  * already answered (timeout or stop: req is released as by srv_respond);
  * SRV_ECLOSED when the client already went away (req is released);
@@ -911,7 +916,9 @@ int srv_stream_start(srv_request *req, int status, const char *content_type, int
  * srv_stream_write: copy `len` bytes into the stream's buffer for the
  * engine to send. Any thread, not concurrently with another call on the
  * same stream. Returns 0 (all taken); SRV_EAGAIN when the buffer lacks room
- * (nothing taken: ask srv_stream_on_writable); SRV_ECLOSED once the client
+ * (nothing taken: ask srv_stream_on_writable); SRV_ENOBODY when the answer
+ * has no body (HEAD, 204, 304: stop and call srv_stream_end, which returns
+ * 0); SRV_ECLOSED once the client
  * went away, the send deadline (header_timeout_ms without progress, at
  * least 1 s) passed, or the server's stop cut the stream: stop writing and
  * call srv_stream_end; SRV_ETOOBIG when len exceeds stream_buffer_bytes
@@ -924,7 +931,8 @@ int srv_stream_write(srv_stream *stream, const void *data, size_t len);
  * srv_stream_on_writable: call fn(stream, arg) once, on a worker thread,
  * as soon as the write refused last with SRV_EAGAIN would fit (or half the
  * buffer when none was refused; at once if it already does) or the stream
- * is closed (the next write then says SRV_ECLOSED). A later call
+ * is closed (the next write then says SRV_ECLOSED), or at once when the
+ * answer has no body (the next write says SRV_ENOBODY). A later call
  * replaces a callback that has not run yet. The callback may write, end the
  * stream and register itself again. A callback that has not started when
  * srv_stream_end is called is never called.

@@ -489,6 +489,11 @@ bool srv__response_streamed(const srv_request *req);
  * chunked, HTTP/1.0: delimited by the close, HTTP/2: END_STREAM). */
 int64_t srv__response_stream_length(const srv_request *req);
 
+/* True when the streamed response has no body (HEAD, 204, 304): its head is
+ * the whole answer, srv__stream_pull says END at once and no byte of a
+ * body, not even a last chunk, may follow the head. */
+bool srv__response_stream_bodiless(const srv_request *req);
+
 enum {
     SRV__STREAM_CUT = -1, /* cut (stop, a short end): close the connection
                            * without ending the body properly */

@@ -168,15 +168,22 @@ static int h1_collect(srv_http1 *p, const char *d, size_t len, size_t *i, size_t
     return 1;
 }
 
-/* The status for a request line that outgrew its bound: 414 when the
- * target is what makes it long. */
+int srv__http1_long_line_status(const char *line, size_t len, size_t max_uri)
+{
+    const char *sp = memchr(line, ' ', len);
+    if (sp == NULL || (size_t)(sp - line) > SRV__HTTP1_MAX_METHOD)
+        return 400;
+    const char *target = sp + 1;
+    size_t rest = len - (size_t)(target - line);
+    const char *sp2 = memchr(target, ' ', rest);
+    size_t tlen = sp2 != NULL ? (size_t)(sp2 - target) : rest;
+    return sp2 == NULL || tlen > max_uri ? 414 : 400;
+}
+
+/* The status for a request line that outgrew its bound. */
 static int h1_long_reqline(const srv_http1 *p)
 {
-    const char *sp = memchr(p->line, ' ', p->line_len);
-    if (sp && (size_t)(sp - p->line) <= SRV__HTTP1_MAX_METHOD &&
-        p->line_len - (size_t)(sp - p->line) - 1 > p->max_uri)
-        return 414;
-    return 400;
+    return srv__http1_long_line_status(p->line, p->line_len, p->max_uri);
 }
 
 static int h1_request_line(srv_http1 *p, srv_request *req)

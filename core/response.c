@@ -69,6 +69,11 @@ int64_t srv__response_stream_length(const srv_request *req)
     return req->stream != NULL ? req->stream->length : SRV_LENGTH_UNKNOWN;
 }
 
+bool srv__response_stream_bodiless(const srv_request *req)
+{
+    return req->stream != NULL && req->stream->bodiless;
+}
+
 const void *srv__response_body(const srv_request *req, size_t *len)
 {
     if (req->is_head || srv__bodiless_status(req->status) || req->resp_body == NULL) {
@@ -142,9 +147,11 @@ const char *srv__response_http1_head(srv_request *req, size_t *len)
         *len = req->head_len;
         return req->head;
     }
-    /* Echo 1.0 to 1.0 clients; anything else (HTTP/2, or a bogus version
-     * being answered 505) gets HTTP/1.1. */
-    int minor = req->major == 1 && req->minor == 0 ? 0 : 1;
+    /* The status line says HTTP/1.1 to every client, 1.0 ones included:
+     * the highest version this server conforms to (RFC 9110 6.2, as nginx
+     * and libh2o answer); a 1.0 client's answer keeps 1.0's framing (no
+     * chunks, the close unless it asked for keep-alive). */
+    bool http10 = req->major == 1 && req->minor == 0;
     bool ka = srv__response_keep_alive(req);
     char date[SRV__HTTP_DATE_SIZE];
     srv__http_date(date);
@@ -163,7 +170,7 @@ const char *srv__response_http1_head(srv_request *req, size_t *len)
         *len = sizeof fallback - 1;
         return fallback;
     }
-    size_t o = (size_t)snprintf(buf, cap, "HTTP/1.%d %d %s\r\n", minor, req->status,
+    size_t o = (size_t)snprintf(buf, cap, "HTTP/1.1 %d %s\r\n", req->status,
                                 srv__status_reason(req->status));
     for (size_t i = 0; i < n; i++) {
         const char *v, *name = srv__response_header_at(req, i, &v);
@@ -180,7 +187,7 @@ const char *srv__response_http1_head(srv_request *req, size_t *len)
     }
     if (!ka)
         o += (size_t)snprintf(buf + o, cap - o, "Connection: close\r\n");
-    else if (minor == 0)
+    else if (http10)
         o += (size_t)snprintf(buf + o, cap - o, "Connection: keep-alive\r\n");
     o += (size_t)snprintf(buf + o, cap - o, "\r\n");
     req->head = buf;

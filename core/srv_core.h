@@ -301,7 +301,7 @@ struct srv_stream {
     srv_request *req;
     bool active;         /* the answer is this stream */
     bool chunked;        /* the core frames HTTP/1.1 chunks into buf */
-    bool bodiless;       /* HEAD, 204, 304: writes are dropped */
+    bool bodiless;       /* HEAD, 204, 304: the head is all; writes say ENOBODY */
     bool app_ended;      /* srv_stream_end was called */
     bool closed;         /* client gone, send deadline, or stop cut it */
     bool engine_waiting; /* the engine found buf empty: kick it on data */

@@ -102,27 +102,82 @@ static bool srv__digits(const char *s, int n, int *out)
     return true;
 }
 
-/* IMF-fixdate only ("Sun, 06 Nov 1994 08:49:37 GMT", 29 bytes): the
- * obsolete RFC 850 and asctime forms are not what browsers send back. */
-bool srv__static_date_parse(const char *s, int64_t *t)
+static int srv__month_at(const char *s)
 {
-    if (s == NULL || strlen(s) != 29 || s[3] != ',' || s[4] != ' ' || s[7] != ' ' ||
-        s[11] != ' ' || s[16] != ' ' || s[19] != ':' || s[22] != ':' ||
-        strcmp(s + 25, " GMT") != 0)
-        return false;
-    int day, year, hh, mm, ss, mon = -1;
     for (int i = 0; i < 12; i++)
-        if (memcmp(s + 8, srv__months[i], 3) == 0)
-            mon = i;
-    if (mon < 0 || !srv__digits(s + 5, 2, &day) || !srv__digits(s + 12, 4, &year) ||
-        !srv__digits(s + 17, 2, &hh) || !srv__digits(s + 20, 2, &mm) ||
-        !srv__digits(s + 23, 2, &ss) || day < 1 || day > 31 || hh > 23 || mm > 59 || ss > 60 ||
-        year < 1900)
+        if (memcmp(s, srv__months[i], 3) == 0)
+            return i;
+    return -1;
+}
+
+/* Seconds since the epoch of a checked UTC time; false when out of range. */
+static bool srv__date_make(int year, int mon, int day, int hh, int mm, int ss, int64_t *t)
+{
+    if (mon < 0 || day < 1 || day > 31 || hh > 23 || mm > 59 || ss > 60 || year < 1900)
         return false;
     struct tm tm = {.tm_year = year - 1900, .tm_mon = mon, .tm_mday = day,
                     .tm_hour = hh, .tm_min = mm, .tm_sec = ss};
     *t = (int64_t)timegm(&tm);
     return true;
+}
+
+/* "HH:MM:SS" at s. */
+static bool srv__clock_at(const char *s, int *hh, int *mm, int *ss)
+{
+    return s[2] == ':' && s[5] == ':' && srv__digits(s, 2, hh) && srv__digits(s + 3, 2, mm) &&
+           srv__digits(s + 6, 2, ss);
+}
+
+/* RFC 850: "Sunday, 06-Nov-94 08:49:37 GMT". A two-digit year more than 50
+ * years ahead is the last past year with those digits (RFC 9110 5.6.7). */
+static bool srv__date_rfc850(const char *s, int64_t *t)
+{
+    static const char *const days[7] = {"Sunday,",   "Monday,", "Tuesday,", "Wednesday,",
+                                        "Thursday,", "Friday,", "Saturday,"};
+    size_t dl = 0;
+    for (int i = 0; i < 7 && dl == 0; i++)
+        if (strncmp(s, days[i], strlen(days[i])) == 0)
+            dl = strlen(days[i]);
+    const char *p = s + dl;
+    int day, yy, hh, mm, ss;
+    if (dl == 0 || strlen(p) != 23 || p[0] != ' ' || p[3] != '-' || p[7] != '-' ||
+        p[10] != ' ' || strcmp(p + 19, " GMT") != 0 || !srv__digits(p + 1, 2, &day) ||
+        !srv__digits(p + 8, 2, &yy) || !srv__clock_at(p + 11, &hh, &mm, &ss))
+        return false;
+    time_t now = time(NULL);
+    struct tm tm;
+    int this_year = gmtime_r(&now, &tm) != NULL ? tm.tm_year + 1900 : 2000;
+    int year = this_year - this_year % 100 + yy;
+    if (year > this_year + 50)
+        year -= 100;
+    return srv__date_make(year, srv__month_at(p + 4), day, hh, mm, ss, t);
+}
+
+/* asctime: "Sun Nov  6 08:49:37 1994" (the day padded with a space). */
+static bool srv__date_asctime(const char *s, int64_t *t)
+{
+    int day, year, hh, mm, ss;
+    if (strlen(s) != 24 || s[3] != ' ' || s[7] != ' ' || s[10] != ' ' || s[19] != ' ' ||
+        !srv__digits(s + 20, 4, &year) || !srv__clock_at(s + 11, &hh, &mm, &ss))
+        return false;
+    if (s[8] == ' ' ? !srv__digits(s + 9, 1, &day) : !srv__digits(s + 8, 2, &day))
+        return false;
+    return srv__date_make(year, srv__month_at(s + 4), day, hh, mm, ss, t);
+}
+
+/* An HTTP-date in any of the three forms RFC 9110 5.6.7 has recipients
+ * accept: IMF-fixdate ("Sun, 06 Nov 1994 08:49:37 GMT", what browsers send
+ * back), and the obsolete RFC 850 and asctime forms. */
+bool srv__static_date_parse(const char *s, int64_t *t)
+{
+    if (s == NULL)
+        return false;
+    int day, year, hh, mm, ss;
+    if (strlen(s) == 29 && s[3] == ',' && s[4] == ' ' && s[7] == ' ' && s[11] == ' ' &&
+        s[16] == ' ' && strcmp(s + 25, " GMT") == 0 && srv__digits(s + 5, 2, &day) &&
+        srv__digits(s + 12, 4, &year) && srv__clock_at(s + 17, &hh, &mm, &ss))
+        return srv__date_make(year, srv__month_at(s + 8), day, hh, mm, ss, t);
+    return srv__date_rfc850(s, t) || srv__date_asctime(s, t);
 }
 
 static const char *srv__ows(const char *p)

@@ -89,7 +89,7 @@ static void srv__stream_maybe_writable(srv_stream *s)
 {
     if (s->wfn == NULL || s->wpending || s->app_ended)
         return;
-    if (!s->closed) {
+    if (!s->closed && !s->bodiless) { /* bodiless: due at once (ENOBODY) */
         /* Due when the write refused last (or half the limit) fits now:
          * a callback that could only be refused again would spin. */
         size_t need = s->want > 0 ? s->want : s->limit / 2;
@@ -176,11 +176,13 @@ int srv_stream_write(srv_stream *s, const void *data, size_t len)
         rc = SRV_EINVAL;
     else if (s->closed)
         rc = SRV_ECLOSED;
+    else if (s->bodiless)
+        rc = SRV_ENOBODY; /* HEAD, 204, 304: tell the producer to stop */
     else if (len > s->limit)
         rc = SRV_ETOOBIG;
     else if (s->length >= 0 && (uint64_t)s->length - s->written < len)
         rc = SRV_EINVAL;
-    if (rc != 0 || len == 0 || s->bodiless) {
+    if (rc != 0 || len == 0) {
         if (rc == 0)
             s->written += len;
         pthread_mutex_unlock(&req->mu);
@@ -318,6 +320,10 @@ int srv__stream_pull(srv_request *req, const void **data, size_t *len)
     int r;
     if (s->closed) {
         r = SRV__STREAM_CUT;
+    } else if (s->bodiless) {
+        /* HEAD, 204, 304: the head was the whole answer; the request ends
+         * now, whenever the application ends its stream. */
+        r = SRV__STREAM_END;
     } else if (srv__stream_buffered(s) > 0) {
         *data = s->buf + s->rd;
         *len = s->lent = srv__stream_buffered(s);
@@ -389,7 +395,8 @@ void srv__streams_cut_all(srv_server *srv)
     pthread_mutex_lock(&srv->streams.mu);
     for (srv_stream *s = srv->streams.head; s != NULL; s = s->next) {
         pthread_mutex_lock(&s->req->mu);
-        s->closed = true;
+        if (!(s->bodiless && s->engine_done)) /* a sent head-only answer is complete */
+            s->closed = true;
         srv__stream_kick(s);
         srv__stream_maybe_writable(s);
         pthread_mutex_unlock(&s->req->mu);

@@ -877,6 +877,12 @@ static int eh2o_h1_scan(eh2o_conn *c, char *p, size_t *np, size_t *bad_at,
             if (end == 0) {
                 if (cut >= head_max) {
                     c->h1.head_len = 0;
+                    /* A head too big because of its target is 414, as the core's parser
+                     * answers; else 431. */
+                    const char *lf = memchr(hb + s, '\n', cut - s);
+                    size_t line = lf != NULL ? (size_t)(lf - (hb + s)) : cut - s;
+                    if (lf == NULL || line > cfg->max_uri_bytes)
+                        EH2O_BAD(srv__http1_long_line_status(hb + s, line, cfg->max_uri_bytes));
                     EH2O_BAD(431);
                 }
                 if (old == 0) { /* the rest comes in a later read: keep what is here */

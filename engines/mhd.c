@@ -1665,8 +1665,7 @@ static ssize_t emhd_no_body(void *cls, uint64_t pos, char *buf, size_t max)
 
 /* The core's response headers of `req` onto MHD's response (bare: none of
  * the non-framing ones), and the request's version. */
-static void emhd_add_headers(struct MHD_Response *r, srv_request *req, bool bare, bool close,
-                             bool http10)
+static void emhd_add_headers(struct MHD_Response *r, srv_request *req, bool bare, bool close)
 {
     size_t count = bare ? 0 : srv__response_header_count(req);
     for (size_t i = 0; i < count; i++) {
@@ -1677,15 +1676,13 @@ static void emhd_add_headers(struct MHD_Response *r, srv_request *req, bool bare
     }
     if (close)
         (void)MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
-    if (http10) /* answer in the request's version, as the core's framing does */
-        (void)MHD_set_response_options(r, MHD_RF_HTTP_1_0_SERVER, MHD_RO_END);
 }
 
 /* Queue req's (non-streamed) answer on er's connection. req is er->req,
  * or a replacement the caller releases after this (copy: MHD keeps its
  * own copy of the body). */
 static enum MHD_Result emhd_queue(emhd_req *er, struct MHD_Connection *conn, srv_request *req,
-                                  bool http10, bool bare, bool copy)
+                                  bool bare, bool copy)
 {
     size_t len = 0;
     const void *body = srv__response_body(req, &len);
@@ -1699,7 +1696,7 @@ static enum MHD_Result emhd_queue(emhd_req *er, struct MHD_Connection *conn, srv
                                                  : MHD_RESPMEM_PERSISTENT);
     if (r == NULL)
         return MHD_NO;
-    emhd_add_headers(r, req, bare, er->closes || !srv__response_keep_alive(req), http10);
+    emhd_add_headers(r, req, bare, er->closes || !srv__response_keep_alive(req));
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)srv__response_status(req), r);
     MHD_destroy_response(r);
     /* Being written: the watchdog cuts it once the client acknowledges
@@ -1719,8 +1716,7 @@ static enum MHD_Result emhd_queue(emhd_req *er, struct MHD_Connection *conn, srv
  * headers only; an application's answer is replaced by the core's 500.
  * When not even that fits, MHD_NO: a close.
  */
-static enum MHD_Result emhd_no_room(emhd_req *er, struct MHD_Connection *conn, bool http10,
-                                    size_t room)
+static enum MHD_Result emhd_no_room(emhd_req *er, struct MHD_Connection *conn, size_t room)
 {
     emhd_server *es = er->es;
     srv_request *req = er->req;
@@ -1736,7 +1732,7 @@ static enum MHD_Result emhd_no_room(emhd_req *er, struct MHD_Connection *conn, b
     }
     if (er->failed) /* its answer closes (srv__request_fail) */
         return emhd_head_need(req, true, true) <= room
-                   ? emhd_queue(er, conn, req, http10, true, false)
+                   ? emhd_queue(er, conn, req, true, false)
                    : MHD_NO;
     /* A new request of the core's carries the 500 (counted and logged
      * as one): er->req stays claimed by the application's answer. */
@@ -1749,9 +1745,9 @@ static enum MHD_Result emhd_no_room(emhd_req *er, struct MHD_Connection *conn, b
     srv__request_fail(alt, 500);
     enum MHD_Result ret = MHD_NO;
     if (emhd_head_need(alt, false, true) <= room)
-        ret = emhd_queue(er, conn, alt, http10, false, true);
+        ret = emhd_queue(er, conn, alt, false, true);
     else if (emhd_head_need(alt, true, true) <= room)
-        ret = emhd_queue(er, conn, alt, http10, true, true);
+        ret = emhd_queue(er, conn, alt, true, true);
     srv__request_release(alt);
     return ret;
 }
@@ -1759,17 +1755,17 @@ static enum MHD_Result emhd_no_room(emhd_req *er, struct MHD_Connection *conn, b
 /* Queue the response the core finished for er->req. MHD frames it (status
  * line, Date, Content-Length, Connection); the body stays owned by the
  * request, which lives until MHD_OPTION_NOTIFY_COMPLETED. */
-static enum MHD_Result emhd_stream_send(emhd_req *er, struct MHD_Connection *conn, bool http10);
+static enum MHD_Result emhd_stream_send(emhd_req *er, struct MHD_Connection *conn);
 
-static enum MHD_Result emhd_send(emhd_req *er, struct MHD_Connection *conn, bool http10)
+static enum MHD_Result emhd_send(emhd_req *er, struct MHD_Connection *conn)
 {
     srv_request *req = er->req;
     size_t room = emhd_pool_room(er->es, conn);
     if (emhd_head_need(req, false, er->failed) > room)
-        return emhd_no_room(er, conn, http10, room);
+        return emhd_no_room(er, conn, room);
     if (srv__response_streamed(req))
-        return emhd_stream_send(er, conn, http10);
-    return emhd_queue(er, conn, req, http10, false, false);
+        return emhd_stream_send(er, conn);
+    return emhd_queue(er, conn, req, false, false);
 }
 
 /* The request is complete and about to be handed to the core: what its
@@ -1792,8 +1788,7 @@ static void emhd_handed(emhd_req *er)
 }
 
 /* Answer with an error status found while reading (the core closes). */
-static enum MHD_Result emhd_fail(emhd_req *er, struct MHD_Connection *conn, int status,
-                                 bool http10)
+static enum MHD_Result emhd_fail(emhd_req *er, struct MHD_Connection *conn, int status)
 {
     /* its answer is queued next (emhd_send: the SEND deadline) */
     if (!emhd_phase_from(er->ec, EMHD_BODY, EMHD_ACTIVE, 0))
@@ -1802,7 +1797,7 @@ static enum MHD_Result emhd_fail(emhd_req *er, struct MHD_Connection *conn, int 
     er->failed = true;
     srv__request_fail(er->req, status); /* calls respond: not suspended */
     emhd_arrived(er);
-    return emhd_send(er, conn, http10);
+    return emhd_send(er, conn);
 }
 
 /* A body that goes on past the swallow limit: write the core's answer
@@ -1947,10 +1942,10 @@ static bool emhd_head_intact(emhd_req *er, struct MHD_Connection *conn, const ch
  * judge it before any body byte is consumed (MHD 0.9.75 lets
  * Content-Length with chunked, unknown codings and more through). */
 static enum MHD_Result emhd_sbody_begin(emhd_server *es, emhd_req *er,
-                                        struct MHD_Connection *conn, bool http10);
+                                        struct MHD_Connection *conn);
 
 static enum MHD_Result emhd_begin(emhd_server *es, emhd_req *er, struct MHD_Connection *conn,
-                                  const char *method, const char *version, bool http10)
+                                  const char *method, const char *version)
 {
     er->req = emhd_request_new(es, conn);
     if (er->req == NULL)
@@ -1995,9 +1990,9 @@ static enum MHD_Result emhd_begin(emhd_server *es, emhd_req *er, struct MHD_Conn
     if (st == 0 && emhd_pool_room(es, conn) < es->room_serve)
         st = 431;
     if (st != 0)
-        return emhd_fail(er, conn, st, http10);
+        return emhd_fail(er, conn, st);
     if (srv__request_streams_body(er->req))
-        return emhd_sbody_begin(es, er, conn, http10);
+        return emhd_sbody_begin(es, er, conn);
     er->phase = EMHD_REQ_BODY;
     /* Expect: 100-continue is answered by MHD once this call returns
      * without a response. */
@@ -2033,8 +2028,7 @@ static enum MHD_Result emhd_body(emhd_server *es, emhd_req *er, struct MHD_Conne
 }
 
 /* The request is complete: hand it to the core. */
-static enum MHD_Result emhd_dispatch(emhd_server *es, emhd_req *er, struct MHD_Connection *conn,
-                                     bool http10)
+static enum MHD_Result emhd_dispatch(emhd_server *es, emhd_req *er, struct MHD_Connection *conn)
 {
     if (!emhd_phase_from(er->ec, EMHD_BODY, EMHD_ACTIVE, 0)) /* request_timeout_ms from now */
         return MHD_NO;
@@ -2044,7 +2038,7 @@ static enum MHD_Result emhd_dispatch(emhd_server *es, emhd_req *er, struct MHD_C
     /* Answered already (404/405, a non-blocking handler, a fast worker):
      * queue it in this very call. */
     if (atomic_load(&er->hand) == EMHD_HAND_READY)
-        return emhd_send(er, conn, http10);
+        return emhd_send(er, conn);
     /* Otherwise suspend, then say so; a respond that ran in between saw
      * INLINE and left the resume to us. */
     atomic_fetch_add(&es->outstanding, 1);
@@ -2143,7 +2137,7 @@ static enum MHD_Result emhd_b_swallow(emhd_server *es, emhd_req *er, struct MHD_
  * call looks at everything: the answer, then the core's state.
  */
 static enum MHD_Result emhd_sbody(emhd_server *es, emhd_req *er, struct MHD_Connection *conn,
-                                  const char *data, size_t *size, bool http10)
+                                  const char *data, size_t *size)
 {
     /* Suspended in this same pass: MHD 0.9.75 may call again before it
      * leaves the connection (its body loop); suspending twice would
@@ -2169,7 +2163,7 @@ static enum MHD_Result emhd_sbody(emhd_server *es, emhd_req *er, struct MHD_Conn
                 srv__request_set_close(er->req);
             emhd_handed(er);
             emhd_phase(er->ec, EMHD_ACTIVE, 0);
-            return emhd_send(er, conn, http10);
+            return emhd_send(er, conn);
         }
         int k = srv__body_state(er->req);
         if (*size != 0) {
@@ -2211,7 +2205,7 @@ static enum MHD_Result emhd_sbody(emhd_server *es, emhd_req *er, struct MHD_Conn
 
 /* The head of a streamed-body request is accepted: dispatch it now. */
 static enum MHD_Result emhd_sbody_begin(emhd_server *es, emhd_req *er,
-                                        struct MHD_Connection *conn, bool http10)
+                                        struct MHD_Connection *conn)
 {
     srv_request *req = er->req;
     const char *te = srv_request_header(req, "Transfer-Encoding");
@@ -2224,7 +2218,7 @@ static enum MHD_Result emhd_sbody_begin(emhd_server *es, emhd_req *er,
     srv__request_dispatch(req);
     emhd_arrived(er); /* after dispatch counted it in flight */
     size_t none = 0;
-    return emhd_sbody(es, er, conn, NULL, &none, http10);
+    return emhd_sbody(es, er, conn, NULL, &none);
 }
 
 /* body_kick slot: any thread, the request's lock held, never after
@@ -2263,7 +2257,6 @@ static enum MHD_Result emhd_access(void *cls, struct MHD_Connection *conn, const
     (void)url; /* decoded by MHD; the raw target came through emhd_uri_log */
     if (er == NULL)
         return MHD_NO;
-    bool http10 = version != NULL && strcmp(version, MHD_HTTP_VERSION_1_0) == 0;
 
     switch (er->phase) {
     case EMHD_REQ_HEAD:
@@ -2271,22 +2264,22 @@ static enum MHD_Result emhd_access(void *cls, struct MHD_Connection *conn, const
         er->body_from = emhd_now_ms();
         if (!emhd_phase_from(er->ec, EMHD_HEAD, EMHD_BODY, er->body_from + es->header_ms))
             return MHD_NO;
-        return emhd_begin(es, er, conn, method, version, http10); /* -> BODY or ANSWERED */
+        return emhd_begin(es, er, conn, method, version); /* -> BODY or ANSWERED */
     case EMHD_REQ_BODY:
         if (*upload_data_size != 0)
             return emhd_body(es, er, conn, upload_data, upload_data_size); /* may -> SWALLOW */
-        return emhd_dispatch(es, er, conn, http10);                     /* -> ANSWERED */
+        return emhd_dispatch(es, er, conn); /* -> ANSWERED */
     case EMHD_REQ_SBODY:
-        return emhd_sbody(es, er, conn, upload_data, upload_data_size, http10);
+        return emhd_sbody(es, er, conn, upload_data, upload_data_size);
     case EMHD_REQ_SWALLOW:
         if (*upload_data_size != 0)
             return emhd_body(es, er, conn, upload_data, upload_data_size);
-        return emhd_fail(er, conn, er->body_status, http10); /* -> ANSWERED */
+        return emhd_fail(er, conn, er->body_status); /* -> ANSWERED */
     default: /* EMHD_REQ_ANSWERED */
         if (*upload_data_size != 0)
             return emhd_body(es, er, conn, upload_data, upload_data_size);
         /* Resumed after respond (MHD does not call a suspended one). */
-        return atomic_load(&er->hand) == EMHD_HAND_READY ? emhd_send(er, conn, http10) : MHD_YES;
+        return atomic_load(&er->hand) == EMHD_HAND_READY ? emhd_send(er, conn) : MHD_YES;
     }
 }
 
@@ -2359,16 +2352,27 @@ static void emhd_stream_kick(void *state, srv_request *req)
 
 /* emhd_send for a streamed response: a callback response of the known
  * length, or MHD_SIZE_UNKNOWN. */
-static enum MHD_Result emhd_stream_send(emhd_req *er, struct MHD_Connection *conn, bool http10)
+static enum MHD_Result emhd_stream_send(emhd_req *er, struct MHD_Connection *conn)
 {
     srv_request *req = er->req;
     int64_t length = srv__response_stream_length(req);
+    bool bodiless = srv__response_stream_bodiless(req);
     atomic_store(&er->sstate, EMHD_S_RUN);
     struct MHD_Response *r = MHD_create_response_from_callback(
-        length >= 0 ? (uint64_t)length : MHD_SIZE_UNKNOWN, 65536, emhd_stream_read, er, NULL);
+        length >= 0 ? (uint64_t)length : MHD_SIZE_UNKNOWN, 65536,
+        bodiless ? emhd_no_body : emhd_stream_read, bodiless ? NULL : er, NULL);
     if (r == NULL)
         return MHD_NO;
-    emhd_add_headers(r, req, false, !srv__response_keep_alive(req), http10);
+    emhd_add_headers(r, req, false, !srv__response_keep_alive(req));
+    /* HEAD of a stream of unknown length: libmicrohttpd 0.9.75 frames it
+     * chunked and writes the last chunk after the head, which the client
+     * reads as the start of the next answer. Its public strict HTTP/1.0
+     * framing sends neither Transfer-Encoding nor a body, and closes the
+     * connection after the head (docs/ENGINES.md). */
+    if (bodiless && length < 0) {
+        (void)MHD_set_response_options(r, MHD_RF_HTTP_1_0_COMPATIBLE_STRICT, MHD_RO_END);
+        er->closes = true; /* MHD's close, not a dropped request line */
+    }
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)srv__response_status(req), r);
     MHD_destroy_response(r);
     if (ret == MHD_YES && er->ec != NULL) {

@@ -489,6 +489,9 @@ void test_upload_h2_length_mismatch(void **state);
 void test_upload_h2_reset(void **state);
 void test_upload_h2_flow_control(void **state);
 void test_stream_head(void **state);
+void test_stream_head_stops_producer(void **state);
+void test_stream_head_releases(void **state);
+void test_stream_head_curl(void **state);
 
 /* ------------------------------------------------------------------ */
 /* Cases: conformance_routing.c (their own server: routing_setup)     */

@@ -340,22 +340,37 @@ void test_static_conditional(void **state)
     snprintf(etag, sizeof etag, "%s", or_null(res_header(&r, "ETag")));
     snprintf(lm, sizeof lm, "%s", or_null(res_header(&r, "Last-Modified")));
     http_res_free(&r);
+    /* The same date in the obsolete forms RFC 9110 5.6.7 has recipients
+     * accept (RFC 850, asctime), written in the C locale. */
+    char lm850[64] = "", lmasc[64] = "";
+    struct tm tm;
+    memset(&tm, 0, sizeof tm);
+    if (strptime(lm, "%a, %d %b %Y %H:%M:%S GMT", &tm) != NULL) {
+        strftime(lm850, sizeof lm850, "%A, %d-%b-%y %H:%M:%S GMT", &tm);
+        strftime(lmasc, sizeof lmasc, "%a %b %e %H:%M:%S %Y", &tm);
+    }
+    CHECK(lm850[0] != '\0', "Last-Modified is not an IMF-fixdate: %s", lm);
 
     struct {
         const char *inm, *ims; /* printf formats of the headers, %s: etag or date */
         long status;
+        const char *date;      /* the date for ims's %s when not lm */
     } cases[] = {
-        {"If-None-Match: %s", NULL, 304},
-        {"If-None-Match: W/%s", NULL, 304},            /* weak comparison */
-        {"If-None-Match: \"nope\", %s", NULL, 304},    /* a list */
-        {"If-None-Match: *", NULL, 304},
-        {"If-None-Match: \"nope\"", NULL, 200},
-        {NULL, "If-Modified-Since: %s", 304},          /* the date itself */
-        {NULL, "If-Modified-Since: Sun, 06 Nov 1994 08:49:37 GMT", 200},
-        {NULL, "If-Modified-Since: not a date", 200},
+        {"If-None-Match: %s", NULL, 304, NULL},
+        {"If-None-Match: W/%s", NULL, 304, NULL},            /* weak comparison */
+        {"If-None-Match: \"nope\", %s", NULL, 304, NULL},    /* a list */
+        {"If-None-Match: *", NULL, 304, NULL},
+        {"If-None-Match: \"nope\"", NULL, 200, NULL},
+        {NULL, "If-Modified-Since: %s", 304, NULL},          /* the date itself */
+        {NULL, "If-Modified-Since: Sun, 06 Nov 1994 08:49:37 GMT", 200, NULL},
+        {NULL, "If-Modified-Since: not a date", 200, NULL},
+        {NULL, "If-Modified-Since: %s", 304, lm850},   /* RFC 850 */
+        {NULL, "If-Modified-Since: %s", 304, lmasc},   /* asctime */
+        {NULL, "If-Modified-Since: Sunday, 06-Nov-94 08:49:37 GMT", 200, NULL},
+        {NULL, "If-Modified-Since: Sun Nov  6 08:49:37 1994", 200, NULL},
         /* If-None-Match wins over If-Modified-Since, both ways. */
-        {"If-None-Match: \"nope\"", "If-Modified-Since: %s", 200},
-        {"If-None-Match: %s", "If-Modified-Since: Sun, 06 Nov 1994 08:49:37 GMT", 304},
+        {"If-None-Match: \"nope\"", "If-Modified-Since: %s", 200, NULL},
+        {"If-None-Match: %s", "If-Modified-Since: Sun, 06 Nov 1994 08:49:37 GMT", 304, NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *a = NULL, *b = NULL;
@@ -364,7 +379,7 @@ void test_static_conditional(void **state)
             a = h;
         }
         if (cases[i].ims) {
-            snprintf(h2, sizeof h2, cases[i].ims, lm);
+            snprintf(h2, sizeof h2, cases[i].ims, cases[i].date ? cases[i].date : lm);
             if (a)
                 b = h2;
             else

@@ -15,6 +15,7 @@ static struct {
     atomic_int closed;   /* a write or end said SRV_ECLOSED */
     atomic_int end_rc;   /* the last srv_stream_end's result */
     atomic_int writes;   /* writes accepted by /s/forever */
+    atomic_int nobody;   /* writes that said SRV_ENOBODY (HEAD) */
 } g_st;
 
 typedef struct sfx {
@@ -121,6 +122,8 @@ static void st_dl_pump(srv_stream *s, void *arg)
         if (rc != 0) {
             if (rc == SRV_ECLOSED)
                 atomic_fetch_add(&g_st.closed, 1);
+            if (rc == SRV_ENOBODY)
+                atomic_fetch_add(&g_st.nobody, 1);
             break;
         }
         d->sent += n;
@@ -184,6 +187,40 @@ static void h_forever(srv_request *req, void *ctx)
         return;
     }
     st_forever_tick(e);
+}
+
+/* ---- /s/later?ms: one write ms after the start (a silent producer) ---- */
+
+typedef struct st_later {
+    srv_stream *s;
+} st_later;
+
+static void st_later_tick(void *arg)
+{
+    st_later *e = arg;
+    int rc = srv_stream_write(e->s, "late\n", 5);
+    if (rc == SRV_ENOBODY)
+        atomic_fetch_add(&g_st.nobody, 1);
+    if (rc == SRV_ECLOSED)
+        atomic_fetch_add(&g_st.closed, 1);
+    st_end(e->s);
+    free(e);
+}
+
+static void h_later(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    st_later *e = calloc(1, sizeof *e);
+    srv_server *srv = srv_request_server(req);
+    unsigned ms = (unsigned)st_query(req, "ms", 1000);
+    st_starting();
+    if (srv_stream_start(req, 200, "text/plain", SRV_LENGTH_UNKNOWN, &e->s) != 0) {
+        st_not_started();
+        free(e);
+        return;
+    }
+    if (srv_after(srv, ms, st_later_tick, e) != 0)
+        st_later_tick(e);
 }
 
 /* ---- /s/thread?bytes: an application thread writes, waiting for room ---- */
@@ -282,6 +319,7 @@ int st_setup(void **state)
     atomic_store(&g_st.closed, 0);
     atomic_store(&g_st.end_rc, 1);
     atomic_store(&g_st.writes, 0);
+    atomic_store(&g_st.nobody, 0);
     srv_config cfg;
     srv_config_init(&cfg);
     cfg.host = "127.0.0.1";
@@ -303,7 +341,7 @@ int st_setup(void **state)
         srv_handler_fn fn;
     } routes[] = {{"/s/events", h_events},     {"/s/download", h_download},
                   {"/s/forever", h_forever},   {"/s/thread", h_thread},
-                  {"/s/plain", h_plain}};
+                  {"/s/plain", h_plain},       {"/s/later", h_later}};
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
         srv_route_opts o;
         srv_route_opts_init(&o);
@@ -392,6 +430,7 @@ typedef struct st_read {
     long long t0, times[64]; /* arrival of each complete event */
     int events;
     int slow_calls;      /* sleep 20 ms in this many first callbacks */
+    int head;            /* ask with HEAD */
     long held0, held_max;
 } st_read;
 
@@ -447,6 +486,8 @@ static CURLcode st_get(const sfx *f, const char *path, st_read *r, long *status,
         curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
     if (g_tls)
         curl_easy_setopt(h, CURLOPT_CAINFO, g_tls_cert);
+    if (r->head)
+        curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
     struct curl_slist *hdrs = NULL;
     r->t0 = rc_now_ms();
     r->held0 = r->held_max = held_kb();
@@ -775,4 +816,104 @@ void test_stream_head(void **state)
     rc_close(&c);
     st_wait_ended();
     CHECK_INT("end rc", atomic_load(&g_st.end_rc), 0);
+}
+
+/* HEAD of a producer that would run for hours (an unknown-length 100 GB
+ * download): the head comes at once, with neither Content-Length nor
+ * Transfer-Encoding; the producer's first write says SRV_ENOBODY and it
+ * stops; nothing follows the head (the next answer on the connection is
+ * read cleanly); a known length is advertised. */
+void test_stream_head_stops_producer(void **state)
+{
+    sfx *f = *state;
+    rc_conn c;
+    rc_init(&c);
+    CHECK_INT("connect", rc_connect(&c, f->port, 2000), RC_OK);
+    long long t0 = rc_now_ms();
+    rc_send_str(&c, "HEAD /s/download?bytes=100000000000 HTTP/1.1\r\n" HOST "\r\n", 2000);
+    rc_response r;
+    int rc = rc_read_response(&c, &r, 1, 5000);
+    long long took = rc_now_ms() - t0;
+    CHECK(rc == RC_OK, "HEAD of a 100 GB stream: %s", rc_strerror(rc));
+    CHECK_INT("status", r.status, 200);
+    CHECK(took < 2000, "the head took %lld ms", took);
+    CHECK(rc_header_get(&r, "Content-Length") == NULL, "Content-Length: %s",
+          rc_header_get(&r, "Content-Length"));
+    CHECK(rc_header_get(&r, "Transfer-Encoding") == NULL, "Transfer-Encoding: %s",
+          rc_header_get(&r, "Transfer-Encoding"));
+    /* mhd closes after such a head (docs/ENGINES.md: libmicrohttpd's only
+     * public framing without a last chunk); nothing may follow it. */
+    int closes = strcmp(g_engine_name, "mhd") == 0;
+    CHECK_INT("Connection: close", rc_header_has_token(&r, "Connection", "close"), closes);
+    rc_response_free(&r);
+    if (closes) {
+        size_t unread = 0;
+        CHECK_INT("closed after the head", rc_wait_close(&c, 2000, &unread), RC_CLOSED);
+        CHECK_INT("bytes after the head", (int)unread, 0);
+        rc_close(&c);
+        rc_init(&c);
+        CHECK_INT("connect again", rc_connect(&c, f->port, 2000), RC_OK);
+    }
+    rc_send_str(&c, "HEAD /s/download?bytes=100000000000&length=1 HTTP/1.1\r\n" HOST "\r\n",
+                2000);
+    rc = rc_read_response(&c, &r, 1, 5000);
+    CHECK(rc == RC_OK, "HEAD of a 100 GB stream of known length: %s", rc_strerror(rc));
+    CHECK_STR("Content-Length", rc_header_get(&r, "Content-Length"), "100000000000");
+    rc_response_free(&r);
+    rc_send_str(&c, "GET /s/plain HTTP/1.1\r\n" HOST "\r\n", 2000);
+    rc = rc_read_response(&c, &r, 0, 5000);
+    CHECK(rc == RC_OK, "the request after the HEADs: %s", rc_strerror(rc));
+    CHECK_STR("body after", r.body, "plain");
+    rc_response_free(&r);
+    rc_close(&c);
+    st_wait_ended();
+    CHECK_INT("producers told ENOBODY", atomic_load(&g_st.nobody), 2);
+    CHECK_INT("end rc", atomic_load(&g_st.end_rc), 0);
+}
+
+/* HEAD of a long stream whose producer is silent (first write in 3 s):
+ * the request is done once the head is written - with Connection: close
+ * the connection closes at once and nothing is in flight - while the
+ * application still holds its stream; its late write says SRV_ENOBODY. */
+void test_stream_head_releases(void **state)
+{
+    sfx *f = *state;
+    rc_conn c;
+    rc_init(&c);
+    CHECK_INT("connect", rc_connect(&c, f->port, 2000), RC_OK);
+    rc_send_str(&c, "HEAD /s/later?ms=3000 HTTP/1.1\r\n" HOST "Connection: close\r\n\r\n",
+                2000);
+    rc_response r;
+    int rc = rc_read_response(&c, &r, 1, 2000);
+    CHECK(rc == RC_OK, "HEAD of a silent stream: %s", rc_strerror(rc));
+    CHECK_INT("status", r.status, 200);
+    rc_response_free(&r);
+    size_t unread = 0;
+    CHECK_INT("closed after the head", rc_wait_close(&c, 1500, &unread), RC_CLOSED);
+    CHECK_INT("bytes after the head", (int)unread, 0);
+    rc_close(&c);
+    CHECK(wait_no_inflight_srv(f->srv, 1500), "a HEAD answer still in flight");
+    CHECK_INT("the application still holds its stream", atomic_load(&g_st.ended), 0);
+    st_wait_ended();
+    CHECK_INT("its late write said ENOBODY", atomic_load(&g_st.nobody), 1);
+    CHECK_INT("end rc", atomic_load(&g_st.end_rc), 0);
+}
+
+/* The same over libcurl (HTTP/1.1, HTTP/2, TLS): a HEAD of a silent stream
+ * completes at once. */
+void test_stream_head_curl(void **state)
+{
+    sfx *f = *state;
+    st_read r = {.head = 1};
+    long status = 0;
+    long long t0 = rc_now_ms();
+    CURLcode rc = st_get(f, "/s/later?ms=3000", &r, &status, NULL, 0, NULL);
+    long long took = rc_now_ms() - t0;
+    CHECK(rc == CURLE_OK, "HEAD: %s", curl_easy_strerror(rc));
+    CHECK_INT("status", status, 200);
+    CHECK(took < 1500, "HEAD of a silent stream took %lld ms", took);
+    CHECK_INT("body bytes", (int)r.got, 0);
+    CHECK(wait_no_inflight_srv(f->srv, 1500), "a HEAD answer still in flight");
+    st_wait_ended();
+    CHECK_INT("its late write said ENOBODY", atomic_load(&g_st.nobody), 1);
 }

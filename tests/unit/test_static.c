@@ -149,8 +149,26 @@ static void test_etag_and_dates(void **state)
     assert_true(srv__static_date_parse("Tue, 29 Feb 2028 23:59:59 GMT", &t));
     srv__static_date(t, d);
     assert_string_equal(d, "Tue, 29 Feb 2028 23:59:59 GMT");
-    assert_false(srv__static_date_parse("Sunday, 06-Nov-94 08:49:37 GMT", &t)); /* RFC 850 */
-    assert_false(srv__static_date_parse("Sun Nov  6 08:49:37 1994", &t));       /* asctime */
+    /* The obsolete forms RFC 9110 5.6.7 has recipients accept: the same time. */
+    int64_t t850 = 0, tasc = 0, timf = 0;
+    assert_true(srv__static_date_parse("Sun, 06 Nov 1994 08:49:37 GMT", &timf));
+    assert_true(srv__static_date_parse("Sunday, 06-Nov-94 08:49:37 GMT", &t850)); /* RFC 850 */
+    assert_true(srv__static_date_parse("Sun Nov  6 08:49:37 1994", &tasc));       /* asctime */
+    assert_int_equal(t850, timf);
+    assert_int_equal(tasc, timf);
+    assert_true(srv__static_date_parse("Thu Dec 31 23:59:59 2037", &tasc));
+    assert_true(srv__static_date_parse("Thursday, 31-Dec-37 23:59:59 GMT", &t850));
+    assert_int_equal(t850, tasc); /* 37: within 50 years ahead, so 2037 */
+    assert_true(srv__static_date_parse("Friday, 31-Dec-99 23:59:59 GMT", &t850));
+    assert_true(srv__static_date_parse("Fri Dec 31 23:59:59 1999", &tasc));
+    assert_int_equal(t850, tasc); /* 99: more than 50 years ahead, so 1999 */
+    assert_false(srv__static_date_parse("Sunday, 06-Nov-94 08:49:37 UTC", &t));
+    assert_false(srv__static_date_parse("Sundae, 06-Nov-94 08:49:37 GMT", &t));
+    assert_false(srv__static_date_parse("Sunday, 06-Nov-1994 08:49:37 GMT", &t));
+    assert_false(srv__static_date_parse("Sun Nov 6 08:49:37 1994", &t));
+    assert_false(srv__static_date_parse("Sun Nov  6 08:49:37 1994 ", &t));
+    assert_false(srv__static_date_parse("Sun Xyz  6 08:49:37 1994", &t));
+    assert_false(srv__static_date_parse("Sun Nov  6 08-49:37 1994", &t));
     assert_false(srv__static_date_parse("Sun, 06 Nov 1994 08:49:37 UTC", &t));
     assert_false(srv__static_date_parse("Sun, 06 Xyz 1994 08:49:37 GMT", &t));
     assert_false(srv__static_date_parse("Sun, 6a Nov 1994 08:49:37 GMT", &t));

@@ -26,6 +26,7 @@ static struct {
     srv_stream *stream;  /* started by the handler */
     int start_rc;
     int64_t length;      /* the handler's srv_stream_start length */
+    const char *method;  /* se_request's method (GET when NULL) */
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 static int se_start(srv_server *srv, void **state)
@@ -104,7 +105,8 @@ static srv_request *se_request(srv_server *srv, int minor, int64_t length)
     g.length = length;
     srv_request *req = srv__request_new(srv, NULL, 0);
     assert_non_null(req);
-    assert_int_equal(srv__request_set_method(req, "GET", 3), 0);
+    const char *m = g.method != NULL ? g.method : "GET";
+    assert_int_equal(srv__request_set_method(req, m, strlen(m)), 0);
     assert_int_equal(srv__request_set_target(req, "/s", 2), 0);
     srv__request_set_version(req, 1, minor);
     assert_int_equal(srv__request_add_header(req, "Host", 4, "t", 1), 0);
@@ -240,6 +242,54 @@ static void test_limit_and_writable(void **state)
     srv_server_free(srv);
 }
 
+/* The writable callback of test_head (a worker thread). */
+static void head_writable(srv_stream *s, void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&g.mu);
+    g.writable_calls += 10 + (srv_stream_write(s, "x", 1) == SRV_ENOBODY);
+    pthread_cond_broadcast(&g.cv);
+    pthread_mutex_unlock(&g.mu);
+}
+
+/* HEAD of a stream: the head is the whole answer. The engine ends at once
+ * (no last chunk, no wait for the application), every write says ENOBODY,
+ * a writable callback comes at once, a stop after the head leaves it
+ * complete and the end says 0. */
+static void test_head(void **state)
+{
+    (void)state;
+    srv_server *srv = se_server(4096);
+    g.method = "HEAD";
+    srv_request *req = se_request(srv, 1, SRV_LENGTH_UNKNOWN);
+    g.method = NULL;
+    size_t hlen;
+    const char *head = srv__response_http1_head(req, &hlen);
+    assert_non_null(strstr(head, "HTTP/1.1 200"));
+    assert_int_equal(srv__response_keep_alive(req), 1);
+    char out[64];
+    size_t off = 0;
+    assert_int_equal(se_pull(req, out, &off), SRV__STREAM_END);
+    assert_int_equal(off, 0);
+    srv__stream_detach(req);
+    srv__request_release(req);
+    assert_int_equal(srv_stream_write(g.stream, "abc", 3), SRV_ENOBODY);
+    assert_int_equal(srv_sse_keepalive(g.stream), SRV_ENOBODY);
+    g.writable_calls = 0;
+    assert_int_equal(srv_stream_on_writable(g.stream, head_writable, NULL), 0);
+    pthread_mutex_lock(&g.mu);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 5;
+    while (g.writable_calls == 0 && pthread_cond_timedwait(&g.cv, &g.mu, &until) == 0)
+        ;
+    pthread_mutex_unlock(&g.mu);
+    assert_int_equal(g.writable_calls, 11); /* called, and its write said ENOBODY */
+    assert_int_equal(srv_server_stop(srv, 0), 0);
+    assert_int_equal(srv_stream_end(g.stream), 0);
+    srv_server_free(srv);
+}
+
 /* A known length: Content-Length, bare bytes (no chunks), a write past it
  * refused, and an end short of it cuts the body. */
 static void test_known_length(void **state)
@@ -272,7 +322,7 @@ static void test_http10(void **state)
     srv_request *req = se_request(srv, 0, SRV_LENGTH_UNKNOWN);
     size_t hlen;
     const char *head = srv__response_http1_head(req, &hlen);
-    assert_non_null(strstr(head, "HTTP/1.0 200"));
+    assert_non_null(strstr(head, "HTTP/1.1 200")); /* RFC 9110 6.2: the highest version */
     assert_non_null(strstr(head, "Connection: close\r\n"));
     assert_null(strstr(head, "Transfer-Encoding"));
     assert_null(strstr(head, "Content-Length"));
@@ -335,7 +385,7 @@ int main(void)
         cmocka_unit_test(test_chunk_head),      cmocka_unit_test(test_chunked_framing),
         cmocka_unit_test(test_limit_and_writable), cmocka_unit_test(test_known_length),
         cmocka_unit_test(test_http10),          cmocka_unit_test(test_sse_format),
-        cmocka_unit_test(test_stop_cuts),
+        cmocka_unit_test(test_stop_cuts),       cmocka_unit_test(test_head),
     };
     return cmocka_run_group_tests_name("streamed responses (core)", tests, NULL, NULL);
 }
