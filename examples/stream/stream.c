@@ -85,7 +85,8 @@ static void events_tick(void *arg)
     if (rc == 0 && ++e->sent < e->count &&
         srv_after(e->srv, (unsigned)e->interval_ms, events_tick, e) == 0)
         return;
-    /* Done, the client left (SRV_ECLOSED), or the server stops. */
+    /* Done, a HEAD that wants no body (SRV_ENOBODY, at the first event),
+     * the client left (SRV_ECLOSED), or the server stops. */
     srv_stream_end(e->stream);
     free(e);
 }
@@ -147,7 +148,8 @@ static void download_pump(srv_stream *s, void *arg)
             break;
         }
         if (rc != 0)
-            break; /* SRV_ECLOSED: the client left or the deadline passed */
+            break; /* SRV_ENOBODY: a HEAD, nothing to make; SRV_ECLOSED: the
+                      client left or the deadline passed */
         d->sent += n;
     }
     srv_stream_end(s);

@@ -140,7 +140,7 @@ static void test_http10_closes_by_default(void **state)
     fake_req *r = fake_req_new(f, "GET", "/r");
     r->minor = 0;
     send_wait(r, 200);
-    expect_status_line(r, "HTTP/1.0 200 OK");
+    expect_status_line(r, "HTTP/1.1 200 OK"); /* RFC 9110 6.2: the highest version */
     assert_int_equal(r->keep_alive, 0);
     assert_string_equal(one(r, "Connection"), "close");
     assert_string_equal(one(r, "Content-Length"), "2");
@@ -157,7 +157,7 @@ static void test_http10_keep_alive(void **state)
     r->headers[0][1] = "Keep-Alive";
     r->nheaders = 1;
     send_wait(r, 200);
-    expect_status_line(r, "HTTP/1.0 200 OK");
+    expect_status_line(r, "HTTP/1.1 200 OK"); /* RFC 9110 6.2: the highest version */
     assert_int_equal(r->keep_alive, 1);
     /* A 1.0 client needs to be told the connection stays open. */
     const char *conn = one(r, "Connection");
@@ -216,7 +216,7 @@ static void test_errors_close(void **state)
     v->headers[0][1] = "nope";
     v->nheaders = 1;
     send_wait(v, 400);
-    expect_status_line(v, "HTTP/1.0 400 Bad Request");
+    expect_status_line(v, "HTTP/1.1 400 Bad Request");
     assert_int_equal(v->keep_alive, 0);
     assert_string_equal(one(v, "Connection"), "close");
     fake_finish(f);
