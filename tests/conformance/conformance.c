@@ -1529,6 +1529,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_raw_pipeline_never_read, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_raw_upgrade_behind_failed_write, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_h2_no_window, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_h2_expect_continue, setup_default, fx_teardown),
     };
     snprintf(name, sizeof name, "conformance %s%s: resets, deadlines, upgrade and framing",
              g_engine_name, run);

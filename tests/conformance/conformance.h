@@ -377,6 +377,7 @@ void test_h2_some_resets(void **state);
 void test_h2_reset_queued(void **state);
 void test_h2_slow_request(void **state);
 void test_h2_no_window(void **state);
+void test_h2_expect_continue(void **state);
 
 /* ------------------------------------------------------------------ */
 /* Cases: conformance_framing.c                                       */
