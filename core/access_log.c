@@ -163,7 +163,7 @@ void srv__access_log(const srv_request *req)
 {
     const srv_server *srv = req->srv;
     int mode = srv->cfg.access_log;
-    size_t bytes = req->is_head ? 0 : req->resp_len;
+    unsigned long long bytes = srv__response_bytes_sent(req);
     time_t now = time(NULL);
     struct tm tm;
     gmtime_r(&now, &tm);
@@ -185,7 +185,7 @@ void srv__access_log(const srv_request *req)
         n = snprintf(line, sizeof line,
                      "{\"time\":\"%04d-%02d-%02dT%02d:%02d:%02dZ\",\"client\":%s,\"peer\":%s,"
                      "\"scheme\":%s,\"host\":%s,\"method\":%s,\"target\":%s,\"protocol\":\"%s\","
-                     "\"status\":%d,\"bytes\":%zu,\"duration_ms\":%llu,\"referer\":%s,"
+                     "\"status\":%d,\"bytes\":%llu,\"duration_ms\":%llu,\"referer\":%s,"
                      "\"user_agent\":%s}\n",
                      tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
                      tm.tm_sec, client, peer, scheme, host, method, target,
@@ -200,7 +200,7 @@ void srv__access_log(const srv_request *req)
         if (bytes == 0)
             snprintf(size, sizeof size, "-"); /* CLF's %b */
         else
-            snprintf(size, sizeof size, "%zu", bytes);
+            snprintf(size, sizeof size, "%llu", bytes);
         n = snprintf(line, sizeof line,
                      "%s - - [%02d/%s/%04d:%02d:%02d:%02d +0000] \"%s %s %s\" %d %s",
                      req->client, tm.tm_mday, months[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour,

@@ -187,9 +187,11 @@ static void srv__deliver(srv_request *req)
     int cls = req->status / 100;
     if (cls >= 1 && cls <= 5 && !req->cancelled) /* nothing is sent for a cancel */
         atomic_fetch_add(&srv->responses[cls - 1], 1);
-    if (srv->cfg.access_log)
-        srv__access_log(req);
-    srv__metrics_observe(req);
+    if (req->stream == NULL) { /* a stream is logged when it ends (srv__stream_detach) */
+        if (srv->cfg.access_log)
+            srv__access_log(req);
+        srv__metrics_observe(req);
+    }
     srv__engine_respond(srv, req);
     /* req may be gone now: the engine may have written and released it. */
     srv__counter_drop(srv, &srv->inflight.delivering);

@@ -57,6 +57,12 @@ void srv__metrics_observe(const srv_request *req)
     atomic_fetch_add_explicit(&rm->sum_us, us, memory_order_relaxed);
     atomic_fetch_add_explicit(&m->bytes_in, req->head_bytes + req->body_len,
                               memory_order_relaxed);
-    if (!req->is_head)
-        atomic_fetch_add_explicit(&m->bytes_out, req->resp_len, memory_order_relaxed);
+    atomic_fetch_add_explicit(&m->bytes_out, srv__response_bytes_sent(req), memory_order_relaxed);
+}
+
+uint64_t srv__response_bytes_sent(const srv_request *req)
+{
+    if (req->stream != NULL)
+        return req->stream->body_sent;
+    return req->is_head ? 0 : req->resp_len;
 }

@@ -312,6 +312,7 @@ struct srv_stream {
     unsigned char last_sent; /* bytes of the last chunk "0\r\n\r\n" sent */
     int64_t length;      /* SRV_LENGTH_UNKNOWN or the Content-Length */
     uint64_t written;    /* body bytes taken (not counting framing) */
+    uint64_t body_sent;  /* body bytes the engine sent, set by srv__stream_detach */
     size_t limit;        /* cfg stream_buffer_bytes */
     char *buf;
     size_t rd, wr, cap, lent;
@@ -599,6 +600,10 @@ struct srv__metrics {
 int srv__metrics_route(srv_server *srv);
 int srv__metrics_start(srv_server *srv);
 void srv__metrics_observe(const srv_request *req);
+
+/* The body bytes an answer sent: resp_len (0 for HEAD), or for a stream what
+ * the engine took once it let go of it (srv__stream_detach logs streams then). */
+uint64_t srv__response_bytes_sent(const srv_request *req);
 void srv__metrics_free(srv_server *srv);
 
 /* ---- readiness and drain (health.c) ----------------------------------- */

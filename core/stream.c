@@ -384,8 +384,18 @@ void srv__stream_detach(srv_request *req)
                      (s->app_ended || (s->length >= 0 && s->written == (uint64_t)s->length)));
     if (!complete)
         s->closed = true;
+    /* What the client got: all that was written, or (cut) what was written
+     * less what is still buffered - chunk framing counts as unsent body, so
+     * a cut stream is logged with at most what it sent. */
+    size_t unsent = srv__stream_buffered(s);
+    s->body_sent = s->bodiless ? 0 : complete ? s->written
+                                   : s->written > unsent ? s->written - unsent : 0;
     srv__stream_maybe_writable(s);
     pthread_mutex_unlock(&req->mu);
+    /* A stream is logged and measured when it ends, with what it sent. */
+    if (req->srv->cfg.access_log)
+        srv__access_log(req);
+    srv__metrics_observe(req);
 }
 
 /* ---- stop and free ------------------------------------------------------- */

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static struct {
     pthread_mutex_t mu;
@@ -73,10 +74,16 @@ static void h_stream(srv_request *req, void *ctx)
     g.start_rc = srv_stream_start(req, 200, "text/plain", g.length, &g.stream);
 }
 
+static const char *g_log_path; /* se_server's access log (JSON) when set */
+
 static srv_server *se_server(size_t buffer)
 {
     srv_config cfg;
     srv_config_init(&cfg);
+    if (g_log_path != NULL) {
+        cfg.access_log = SRV_ACCESS_LOG_JSON;
+        cfg.access_log_path = g_log_path;
+    }
     cfg.host = "127.0.0.1";
     cfg.port = 0;
     cfg.worker_threads = 2;
@@ -290,6 +297,65 @@ static void test_head(void **state)
     srv_server_free(srv);
 }
 
+static size_t slurp(const char *path, char *buf, size_t cap)
+{
+    FILE *fp = fopen(path, "r");
+    if (fp == NULL)
+        return 0;
+    size_t n = fread(buf, 1, cap - 1, fp);
+    fclose(fp);
+    buf[n] = '\0';
+    return n;
+}
+
+/* The access log and the metrics count what a stream sent, when it ends:
+ * nothing at the start, the body bytes (not the chunk framing) of a
+ * complete stream, and at most what was sent of a cut one. */
+static void test_access_log_counts_sent(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/srv-stream-log-XXXXXX", path[64], log[4096];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/access.log", dir);
+    g_log_path = path;
+    srv_server *srv = se_server(4096);
+    g_log_path = NULL;
+    srv_request *req = se_request(srv, 1, SRV_LENGTH_UNKNOWN);
+    assert_int_equal(slurp(path, log, sizeof log), 0); /* not at the start */
+    assert_int_equal(srv_stream_write(g.stream, "abc", 3), 0);
+    assert_int_equal(srv_stream_write(g.stream, "de", 2), 0);
+    char out[256];
+    size_t off = 0;
+    assert_int_equal(se_pull(req, out, &off), SRV__STREAM_DATA);
+    assert_int_equal(srv_stream_end(g.stream), 0);
+    assert_int_equal(se_pull(req, out, &off), SRV__STREAM_DATA); /* the last chunk */
+    assert_int_equal(se_pull(req, out, &off), SRV__STREAM_END);
+    assert_int_equal(slurp(path, log, sizeof log), 0); /* not before the engine let go */
+    srv__stream_detach(req);
+    srv__request_release(req);
+    assert_true(slurp(path, log, sizeof log) > 0);
+    assert_non_null(strstr(log, "\"status\":200,\"bytes\":5,"));
+
+    /* Cut (a known length: bare bytes): 3 bytes sent, 4 still buffered
+     * when the engine lets go. Chunked, the buffered framing counts as
+     * unsent body too: at most what was sent. */
+    req = se_request(srv, 1, 10);
+    assert_int_equal(srv_stream_write(g.stream, "abc", 3), 0);
+    off = 0;
+    assert_int_equal(se_pull(req, out, &off), SRV__STREAM_DATA);
+    assert_int_equal(srv_stream_write(g.stream, "defg", 4), 0);
+    srv__stream_detach(req);
+    srv__request_release(req);
+    assert_int_equal(srv_stream_end(g.stream), SRV_ECLOSED);
+    slurp(path, log, sizeof log);
+    const char *second = strchr(log, '\n');
+    assert_non_null(second);
+    assert_non_null(strstr(second, "\"status\":200,\"bytes\":3,"));
+    srv_server_free(srv);
+    unlink(path);
+    rmdir(dir);
+}
+
 /* A known length: Content-Length, bare bytes (no chunks), a write past it
  * refused, and an end short of it cuts the body. */
 static void test_known_length(void **state)
@@ -386,6 +452,7 @@ int main(void)
         cmocka_unit_test(test_limit_and_writable), cmocka_unit_test(test_known_length),
         cmocka_unit_test(test_http10),          cmocka_unit_test(test_sse_format),
         cmocka_unit_test(test_stop_cuts),       cmocka_unit_test(test_head),
+        cmocka_unit_test(test_access_log_counts_sent),
     };
     return cmocka_run_group_tests_name("streamed responses (core)", tests, NULL, NULL);
 }
