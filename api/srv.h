@@ -545,6 +545,19 @@ const char *srv_server_last_error(const srv_server *srv);
 int srv_server_stop(srv_server *srv, unsigned grace_ms);
 
 /*
+ * srv_server_on_stop: call fn(srv, arg) once when a graceful stop begins -
+ * in srv_server_stop (and so srv_server_run on SIGTERM), after the drain,
+ * once new connections are refused, before the grace period - so the
+ * application can end what would otherwise hold the stop for the whole
+ * grace: long polls, streams (srv_stream_end), its own threads. fn runs on
+ * the thread that stops the server; it may answer requests and use streams
+ * and srv_after, must not call srv_server_stop or srv_server_free, and the
+ * grace runs after it returns. A NULL fn removes it. Before
+ * srv_server_start only (SRV_ESTATE after); SRV_EINVAL for a NULL srv.
+ */
+int srv_server_on_stop(srv_server *srv, void (*fn)(srv_server *srv, void *arg), void *arg);
+
+/*
  * srv_server_run: start the server if it is not running, wait for SIGINT or
  * SIGTERM, then srv_server_stop(srv, grace_ms). On SIGHUP a server with TLS
  * reloads its certificate (srv_server_reload_tls; a failure is reported on
@@ -951,6 +964,22 @@ int srv_stream_on_writable(srv_stream *stream, void (*fn)(srv_stream *stream, vo
  * so the client sees a short body, not a wrong one).
  */
 int srv_stream_end(srv_stream *stream);
+
+/*
+ * srv_stream_close_on_stop: end this stream cleanly when a graceful stop
+ * begins (srv_server_stop, at the moment srv_server_on_stop's callback
+ * runs): what was written is sent, then the end (the last chunk, HTTP/2
+ * END_STREAM, or HTTP/1.0's close), so the client sees a complete answer
+ * and may reconnect elsewhere, and the stop does not wait the grace for
+ * it. For streams without a natural end: server-sent events, long polls.
+ * The application's next write then returns SRV_ECLOSED, a pending
+ * srv_stream_on_writable callback runs at once, and srv_stream_end (which
+ * it must still call) returns 0. Any thread, not concurrently with another
+ * call on the same stream. Returns 0; SRV_EINVAL for NULL, after
+ * srv_stream_end, or for a stream of known length (ending it early would
+ * cut it).
+ */
+int srv_stream_close_on_stop(srv_stream *stream);
 
 /*
  * Server-sent events (text/event-stream) on top of a stream.

@@ -195,6 +195,12 @@ int srv_server_stop(srv_server *srv, unsigned grace_ms)
         return SRV_ESTATE;
 
     srv__engine_quiesce(srv);
+    /* The application learns that the stop began (the listener is closed),
+     * and streams it marked end cleanly: an idle SSE client does not hold
+     * the stop for its whole grace. */
+    if (srv->on_stop != NULL)
+        srv->on_stop(srv, srv->on_stop_arg);
+    srv__streams_end_at_stop(srv);
 
     /* Grace: wait until every request the engine handed over is answered
      * and written, or the time is up. */
@@ -206,6 +212,17 @@ int srv_server_stop(srv_server *srv, unsigned grace_ms)
     srv__streams_cut_all(srv);
     srv__engine_stop(srv);
     atomic_store(&srv->state, SRV__STOPPED);
+    return 0;
+}
+
+int srv_server_on_stop(srv_server *srv, void (*fn)(srv_server *srv, void *arg), void *arg)
+{
+    if (srv == NULL)
+        return SRV_EINVAL;
+    if (atomic_load(&srv->state) != SRV__NEW)
+        return SRV_ESTATE;
+    srv->on_stop = fn;
+    srv->on_stop_arg = arg;
     return 0;
 }
 

@@ -256,6 +256,8 @@ struct srv_server {
     bool builtin_routed;          /* ready_path and metrics_path routed (server.c) */
     char *metrics_path;           /* metrics.c: cfg.metrics_path, copied */
     srv__streams streams; /* stream.c's */
+    void (*on_stop)(srv_server *srv, void *arg); /* srv_server_on_stop (server.c) */
+    void *on_stop_arg;
 };
 
 /* The server's state, read by every layer (written by server.c only). */
@@ -309,6 +311,8 @@ struct srv_stream {
     bool wpending;       /* the writable job is queued */
     bool listed;         /* on srv->streams */
     bool lent_last;      /* the last chunk is lent, not buf */
+    bool close_on_stop;  /* srv_stream_close_on_stop: a stop ends it cleanly */
+    bool stop_ended;     /* ... and one did: the end follows what is buffered */
     unsigned char last_sent; /* bytes of the last chunk "0\r\n\r\n" sent */
     int64_t length;      /* SRV_LENGTH_UNKNOWN or the Content-Length */
     uint64_t written;    /* body bytes taken (not counting framing) */
@@ -482,6 +486,9 @@ int srv__inflight_answer_stream(srv_request *req, int status, const char *conten
 
 int srv__streams_init(srv_server *srv);
 void srv__streams_destroy(srv_server *srv);
+/* A stop began (the listener is closed): streams marked close_on_stop end
+ * cleanly after what is buffered; their application is told. */
+void srv__streams_end_at_stop(srv_server *srv);
 /* Stop's final phase: every stream still open is cut (the engine closes
  * its connection; the application's next write says SRV_ECLOSED). */
 void srv__streams_cut_all(srv_server *srv);

@@ -89,7 +89,7 @@ static void srv__stream_maybe_writable(srv_stream *s)
 {
     if (s->wfn == NULL || s->wpending || s->app_ended)
         return;
-    if (!s->closed && !s->bodiless) { /* bodiless: due at once (ENOBODY) */
+    if (!s->closed && !s->bodiless && !s->stop_ended) { /* else due at once */
         /* Due when the write refused last (or half the limit) fits now:
          * a callback that could only be refused again would spin. */
         size_t need = s->want > 0 ? s->want : s->limit / 2;
@@ -174,7 +174,7 @@ int srv_stream_write(srv_stream *s, const void *data, size_t len)
     int rc = 0;
     if (s->app_ended)
         rc = SRV_EINVAL;
-    else if (s->closed)
+    else if (s->closed || s->stop_ended)
         rc = SRV_ECLOSED;
     else if (s->bodiless)
         rc = SRV_ENOBODY; /* HEAD, 204, 304: tell the producer to stop */
@@ -246,6 +246,19 @@ int srv_stream_end(srv_stream *s)
     pthread_mutex_unlock(&req->mu);
     if (srv__streams_unlink(s))
         srv__request_unref(req); /* the application's reference */
+    return rc;
+}
+
+int srv_stream_close_on_stop(srv_stream *s)
+{
+    if (s == NULL)
+        return SRV_EINVAL;
+    pthread_mutex_lock(&s->req->mu);
+    /* A known length cannot end early without looking cut. */
+    int rc = s->app_ended || s->length >= 0 ? SRV_EINVAL : 0;
+    if (rc == 0)
+        s->close_on_stop = true;
+    pthread_mutex_unlock(&s->req->mu);
     return rc;
 }
 
@@ -328,14 +341,14 @@ int srv__stream_pull(srv_request *req, const void **data, size_t *len)
         *data = s->buf + s->rd;
         *len = s->lent = srv__stream_buffered(s);
         r = SRV__STREAM_DATA;
-    } else if (s->app_ended && s->chunked && s->last_sent < 5) {
+    } else if ((s->app_ended || s->stop_ended) && s->chunked && s->last_sent < 5) {
         /* The last chunk, after every byte buffered. */
         static const char last[] = "0\r\n\r\n";
         *data = last + s->last_sent;
         *len = 5u - s->last_sent;
         s->lent_last = true;
         r = SRV__STREAM_DATA;
-    } else if (s->app_ended) {
+    } else if (s->app_ended || s->stop_ended) {
         bool short_body = s->length >= 0 && !s->bodiless && s->written < (uint64_t)s->length;
         r = short_body ? SRV__STREAM_CUT : SRV__STREAM_END;
     } else {
@@ -381,7 +394,8 @@ void srv__stream_detach(srv_request *req)
      * write or end. */
     bool complete = s->bodiless || /* HEAD, 204, 304: the head was all */
                     (srv__stream_buffered(s) == 0 && !s->lent_last &&
-                     (s->app_ended || (s->length >= 0 && s->written == (uint64_t)s->length)));
+                     (s->app_ended || s->stop_ended ||
+                      (s->length >= 0 && s->written == (uint64_t)s->length)));
     if (!complete)
         s->closed = true;
     /* What the client got: all that was written, or (cut) what was written
@@ -400,12 +414,27 @@ void srv__stream_detach(srv_request *req)
 
 /* ---- stop and free ------------------------------------------------------- */
 
+void srv__streams_end_at_stop(srv_server *srv)
+{
+    pthread_mutex_lock(&srv->streams.mu);
+    for (srv_stream *s = srv->streams.head; s != NULL; s = s->next) {
+        pthread_mutex_lock(&s->req->mu);
+        if (s->close_on_stop && !s->app_ended && !s->closed && !s->stop_ended) {
+            s->stop_ended = true;
+            srv__stream_kick(s);
+            srv__stream_maybe_writable(s);
+        }
+        pthread_mutex_unlock(&s->req->mu);
+    }
+    pthread_mutex_unlock(&srv->streams.mu);
+}
+
 void srv__streams_cut_all(srv_server *srv)
 {
     pthread_mutex_lock(&srv->streams.mu);
     for (srv_stream *s = srv->streams.head; s != NULL; s = s->next) {
         pthread_mutex_lock(&s->req->mu);
-        if (!(s->bodiless && s->engine_done)) /* a sent head-only answer is complete */
+        if (!s->engine_done) /* a detached one was judged complete or cut already */
             s->closed = true;
         srv__stream_kick(s);
         srv__stream_maybe_writable(s);

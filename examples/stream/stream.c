@@ -118,6 +118,10 @@ static void handle_events(srv_request *req, void *ctx)
         free(e);
         return;
     }
+    /* A stop (SIGTERM) ends the event stream cleanly at once, so clients
+     * reconnect elsewhere and the stop does not wait for the next event:
+     * the next tick's send then says SRV_ECLOSED and ends it. */
+    (void)srv_stream_close_on_stop(e->stream);
     if (count == 0 || srv_after(e->srv, 0, events_tick, e) != 0) {
         srv_stream_end(e->stream);
         free(e);

@@ -1402,6 +1402,7 @@ static int conformance_tls_main(void)
             cmocka_unit_test_setup_teardown(test_stream_known_length, st_setup, st_teardown),
             cmocka_unit_test_setup_teardown(test_stream_other_thread, st_setup, st_teardown),
             cmocka_unit_test_setup_teardown(test_stream_head_curl, st_setup, st_teardown),
+            cmocka_unit_test_setup_teardown(test_stream_stop_ends_idle, st_setup, st_teardown),
         };
         snprintf(name, sizeof name, "conformance %s (TLS): streamed responses", g_engine_name);
         failed += cmocka_run_group_tests_name(name, streams, group_h1, NULL);
@@ -1690,6 +1691,7 @@ int main(int argc, char **argv)
             cmocka_unit_test_setup_teardown(test_stream_known_length, st_setup, st_teardown),
             cmocka_unit_test_setup_teardown(test_stream_other_thread, st_setup, st_teardown),
             cmocka_unit_test_setup_teardown(test_stream_head_curl, st_setup, st_teardown),
+            cmocka_unit_test_setup_teardown(test_stream_stop_ends_idle, st_setup, st_teardown),
             cmocka_unit_test_setup_teardown(test_stream_http10, st_setup, st_teardown),
             cmocka_unit_test_setup_teardown(test_stream_chunked_keepalive, st_setup, st_teardown),
             cmocka_unit_test_setup_teardown(test_stream_head, st_setup, st_teardown),
@@ -1708,6 +1710,7 @@ int main(int argc, char **argv)
                 cmocka_unit_test_setup_teardown(test_stream_known_length, st_setup, st_teardown),
                 cmocka_unit_test_setup_teardown(test_stream_other_thread, st_setup, st_teardown),
                 cmocka_unit_test_setup_teardown(test_stream_head_curl, st_setup, st_teardown),
+                cmocka_unit_test_setup_teardown(test_stream_stop_ends_idle, st_setup, st_teardown),
             };
             snprintf(name, sizeof name, "conformance %s%s: streamed responses over HTTP/2",
                      g_engine_name, run);

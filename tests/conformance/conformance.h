@@ -493,6 +493,7 @@ void test_stream_head(void **state);
 void test_stream_head_stops_producer(void **state);
 void test_stream_head_releases(void **state);
 void test_stream_head_curl(void **state);
+void test_stream_stop_ends_idle(void **state);
 
 /* ------------------------------------------------------------------ */
 /* Cases: conformance_routing.c (their own server: routing_setup)     */

@@ -16,7 +16,11 @@ static struct {
     atomic_int end_rc;   /* the last srv_stream_end's result */
     atomic_int writes;   /* writes accepted by /s/forever */
     atomic_int nobody;   /* writes that said SRV_ENOBODY (HEAD) */
-} g_st;
+    atomic_int on_stop;  /* srv_server_on_stop callbacks */
+    pthread_mutex_t idle_mu; /* the /s/idle streams the stop callback ends */
+    srv_stream *idle[8];
+    int nidle;
+} g_st = {.idle_mu = PTHREAD_MUTEX_INITIALIZER};
 
 typedef struct sfx {
     const mode *m;
@@ -213,12 +217,15 @@ static void h_later(srv_request *req, void *ctx)
     st_later *e = calloc(1, sizeof *e);
     srv_server *srv = srv_request_server(req);
     unsigned ms = (unsigned)st_query(req, "ms", 1000);
+    int close_on_stop = (int)st_query(req, "close", 0);
     st_starting();
     if (srv_stream_start(req, 200, "text/plain", SRV_LENGTH_UNKNOWN, &e->s) != 0) {
         st_not_started();
         free(e);
         return;
     }
+    if (close_on_stop && srv_stream_close_on_stop(e->s) != 0)
+        atomic_fetch_add(&g_st.closed, 100); /* shows as a wrong count */
     if (srv_after(srv, ms, st_later_tick, e) != 0)
         st_later_tick(e);
 }
@@ -300,6 +307,39 @@ static void h_thread(srv_request *req, void *ctx)
     pthread_mutex_unlock(&f->mu);
 }
 
+/* ---- /s/idle: one event, then nothing until the stop callback ends it ---- */
+
+static void h_idle(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    srv_stream *s;
+    st_starting();
+    if (srv_sse_start(req, &s) != 0) {
+        st_not_started();
+        return;
+    }
+    (void)srv_sse_send(s, NULL, NULL, "hello");
+    pthread_mutex_lock(&g_st.idle_mu);
+    if (g_st.nidle < 8)
+        g_st.idle[g_st.nidle++] = s;
+    else
+        st_end(s);
+    pthread_mutex_unlock(&g_st.idle_mu);
+}
+
+/* srv_server_on_stop: end every idle stream (this thread alone holds them). */
+static void st_on_stop(srv_server *srv, void *arg)
+{
+    (void)srv;
+    (void)arg;
+    atomic_fetch_add(&g_st.on_stop, 1);
+    pthread_mutex_lock(&g_st.idle_mu);
+    for (int i = 0; i < g_st.nidle; i++)
+        st_end(g_st.idle[i]);
+    g_st.nidle = 0;
+    pthread_mutex_unlock(&g_st.idle_mu);
+}
+
 static void h_plain(srv_request *req, void *ctx)
 {
     (void)ctx;
@@ -320,6 +360,7 @@ int st_setup(void **state)
     atomic_store(&g_st.end_rc, 1);
     atomic_store(&g_st.writes, 0);
     atomic_store(&g_st.nobody, 0);
+    atomic_store(&g_st.on_stop, 0);
     srv_config cfg;
     srv_config_init(&cfg);
     cfg.host = "127.0.0.1";
@@ -341,7 +382,8 @@ int st_setup(void **state)
         srv_handler_fn fn;
     } routes[] = {{"/s/events", h_events},     {"/s/download", h_download},
                   {"/s/forever", h_forever},   {"/s/thread", h_thread},
-                  {"/s/plain", h_plain},       {"/s/later", h_later}};
+                  {"/s/plain", h_plain},       {"/s/later", h_later},
+                  {"/s/idle", h_idle}};
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
         srv_route_opts o;
         srv_route_opts_init(&o);
@@ -353,6 +395,8 @@ int st_setup(void **state)
         if (srv_route_add(f->srv, &o) != 0)
             return -1;
     }
+    if (srv_server_on_stop(f->srv, st_on_stop, NULL) != 0)
+        return -1;
     int rc = srv_server_start(f->srv);
     if (rc != 0) {
         print_error("stream setup: start: %s (%s)\n", srv_strerror(rc),
@@ -916,4 +960,70 @@ void test_stream_head_curl(void **state)
     CHECK(wait_no_inflight_srv(f->srv, 1500), "a HEAD answer still in flight");
     st_wait_ended();
     CHECK_INT("its late write said ENOBODY", atomic_load(&g_st.nobody), 1);
+}
+
+/* A libcurl GET in a thread (the stop cases stop the server meanwhile). */
+typedef struct st_bg {
+    const sfx *f;
+    const char *path;
+    st_read r;
+    long status;
+    CURLcode rc;
+    long long done_ms;
+} st_bg;
+
+static void *st_bg_run(void *arg)
+{
+    st_bg *b = arg;
+    b->r.keep = 1;
+    b->rc = st_get(b->f, b->path, &b->r, &b->status, NULL, 0, NULL);
+    b->done_ms = rc_now_ms();
+    return NULL;
+}
+
+/* Wait until `started` streams have started (the request reached its
+ * handler) and `bytes` body bytes reached the client. */
+static void st_wait_going(const st_bg *b, int started, uint64_t bytes)
+{
+    for (int i = 0; i < 1000 && (atomic_load(&g_st.started) < started || b->r.got < bytes); i++)
+        sleep_ms(10);
+}
+
+/* A graceful stop with idle streams open ends in milliseconds, not the
+ * grace: an SSE stream the application ends from srv_server_on_stop, and a
+ * silent one marked srv_stream_close_on_stop (its late write then says
+ * SRV_ECLOSED, its end 0). Each client sees a complete answer (the last
+ * chunk or END_STREAM), not a cut one. */
+void test_stream_stop_ends_idle(void **state)
+{
+    sfx *f = *state;
+    st_bg a = {.f = f, .path = "/s/idle"}, b = {.f = f, .path = "/s/later?ms=2500&close=1"};
+    pthread_t ta, tb;
+    pthread_create(&ta, NULL, st_bg_run, &a);
+    st_wait_going(&a, 1, 1);
+    pthread_create(&tb, NULL, st_bg_run, &b);
+    st_wait_going(&b, 2, 0);
+    sleep_ms(100); /* b's head on its way */
+    long long t0 = rc_now_ms();
+    int rc = srv_server_stop(f->srv, 5000);
+    long long took = rc_now_ms() - t0;
+    f->stopped = 1;
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    CHECK_INT("srv_server_stop", rc, 0);
+    CHECK(took < 1500, "the stop took %lld ms with two idle streams (grace 5000)", took);
+    CHECK_INT("on_stop calls", atomic_load(&g_st.on_stop), 1);
+    CHECK(a.rc == CURLE_OK, "the SSE stream: %s (a cut, not an end?)", curl_easy_strerror(a.rc));
+    CHECK_INT("SSE status", a.status, 200);
+    CHECK(a.r.text.p != NULL && strstr(a.r.text.p, "data: hello\n\n") != NULL,
+          "the event before the stop did not come: %s", a.r.text.p ? a.r.text.p : "");
+    CHECK(b.rc == CURLE_OK, "the silent stream: %s (a cut, not an end?)",
+          curl_easy_strerror(b.rc));
+    CHECK_INT("silent stream status", b.status, 200);
+    CHECK_INT("silent stream body", (int)b.r.got, 0);
+    st_wait_ended();
+    CHECK_INT("its late write said ECLOSED", atomic_load(&g_st.closed), 1);
+    CHECK_INT("end rc", atomic_load(&g_st.end_rc), 0);
+    free(a.r.text.p);
+    free(b.r.text.p);
 }
