@@ -129,12 +129,18 @@ def held_handshake(port, cafile, pid, hold):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
-    p.add_argument("--engines", default="threadpool,mhd,h2o")
+    p.add_argument("--engines", help="comma-separated (default: the build's, srv_engines.txt)")
     p.add_argument("--hold", type=float, default=1.0, help="seconds (default 1)")
     p.add_argument("--tls-key", default="ec-p256", choices=sorted(KEYS))
     p.add_argument("--reps", type=int, default=3, help="holds per engine, median shown")
     a = p.parse_args()
     greetings = os.path.join(a.build_dir, "examples", "greetings", "greetings")
+    if not a.engines:
+        try:
+            with open(os.path.join(a.build_dir, "srv_engines.txt")) as f:
+                a.engines = ",".join(f.read().split())
+        except OSError:
+            sys.exit(f"needs {a.build_dir}/srv_engines.txt (meson setup {a.build_dir}) or --engines")
     if not os.access(greetings, os.X_OK) or not shutil.which("openssl"):
         sys.exit(f"needs {greetings} (ninja -C {a.build_dir}) and the openssl CLI")
     print(f"| engine | server CPU while a client holds its Finished {a.hold:g} s | "

@@ -3,7 +3,8 @@
 # each for FUZZ_SECONDS (default 60), one after the other:
 #   make fuzz                       every target, 60 s each
 #   make fuzz FUZZ_SECONDS=600      longer
-#   FUZZ_TARGETS="head engine-h2o" scripts/fuzz.sh
+#   FUZZ_TARGETS="head engine-mhd" scripts/fuzz.sh   (engine-* for each engine built)
+#   FUZZ_CC=clang-19 scripts/fuzz.sh   (default: clang, else the newest clang-NN)
 # Seeds come from tests/fuzz/corpus/<target>/ (engine-* targets share
 # corpus/engine/); what a run discovers is kept in build-fuzz/fuzz-corpus/
 # and reused by the next run. A crash leaves its input in
@@ -15,8 +16,32 @@ root=$(pwd)
 seconds=${FUZZ_SECONDS:-60}
 dir=${FUZZ_BUILD:-build-fuzz}
 
+# The clang to build with: $FUZZ_CC if given, else `clang`, else the newest
+# clang-NN on PATH (Debian 12's clang-14, 13's clang-19, as
+# scripts/install-deps.sh installs them) - the first that links a libFuzzer
+# target (its libclang-rt-NN-dev is there).
+find_clang() {
+    if [ -n "${FUZZ_CC:-}" ]; then echo "$FUZZ_CC"; return; fi
+    cands="clang $(IFS=:; for d in $PATH; do ls "$d" 2>/dev/null; done \
+        | grep -E '^clang-[0-9]+$' | sort -t- -k2,2nr -u)"
+    probe=$(mktemp -d "${TMPDIR:-/tmp}/libsrv-fuzzcc.XXXXXX")
+    echo 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { (void)d; (void)n; return 0; }' \
+        >"$probe/t.c"
+    for c in $cands; do
+        if command -v "$c" >/dev/null 2>&1 \
+            && "$c" -fsanitize=fuzzer "$probe/t.c" -o "$probe/t" >/dev/null 2>&1; then
+            rm -rf "$probe"; echo "$c"; return
+        fi
+    done
+    rm -rf "$probe"
+    echo "fuzz: no clang with libFuzzer found (tried: $cands); run scripts/install-deps.sh" >&2
+    exit 1
+}
+
 if [ ! -f "$dir/build.ninja" ]; then
-    CC=clang meson setup "$dir" -Dfuzz=true -Dbuildtype=debugoptimized >"$dir.setup.log" 2>&1 \
+    fuzz_cc=$(find_clang)
+    echo "fuzz: configuring $dir with CC=$fuzz_cc"
+    CC=$fuzz_cc meson setup "$dir" -Dfuzz=true -Dbuildtype=debugoptimized >"$dir.setup.log" 2>&1 \
         || { cat "$dir.setup.log"; exit 1; }
 fi
 ninja -C "$dir"

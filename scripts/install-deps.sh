@@ -1,8 +1,16 @@
 #!/bin/sh
-# Install what building, testing and benchmarking libsrv needs on Debian 12.
-# (clang and libclang-rt-14-dev: libFuzzer for tests/fuzz, whose smoke run is
-# part of the test suite; openssl: the TLS conformance run makes its
-# certificates with the CLI; libgnutls28-dev: mhd's TLS, to come.)
+# Install what building, testing and benchmarking libsrv needs, by the names
+# the running Debian release has (/etc/os-release):
+#   Debian 12 (bookworm): clang-14 + libclang-rt-14-dev, libh2o-evloop-dev
+#                         (the h2o engine), OpenJDK 17 for the peers
+#   Debian 13 (trixie):   clang-19 + libclang-rt-19-dev, no libh2o (h2o left
+#                         Debian with 13: meson's engine=auto skips h2o),
+#                         OpenJDK 21 for the peers
+#   another release:      Debian 13's names are tried (and it says so)
+# A package the release has no candidate for is skipped with a message,
+# never asked of apt. (clang and libclang-rt: libFuzzer for tests/fuzz,
+# whose smoke run is part of the test suite; openssl: the TLS conformance
+# run makes its certificates with the CLI; libgnutls28-dev: mhd's TLS.)
 # Idempotent: does nothing (and needs no network) when everything is there.
 #   scripts/install-deps.sh           build, test and `make bench` (wrk included)
 #   scripts/install-deps.sh --peers   also the reference servers that
@@ -13,22 +21,46 @@
 #                                     or make test.
 set -eu
 
-PACKAGES="build-essential meson ninja-build pkg-config curl
-libevent-dev libmicrohttpd-dev libh2o-evloop-dev libssl-dev openssl libgnutls28-dev zlib1g-dev
-libcmocka-dev libcurl4-openssl-dev
-hey nghttp2-client gnuplot-nox valgrind wrk procps python3-prometheus-client
-clang libclang-rt-14-dev"
-
-# libjakarta-annotation-api-java: Tomcat fails at context start without it.
-PEER_PACKAGES="openjdk-17-jdk-headless libtomcat10-embed-java libjakarta-annotation-api-java
-libjetty9-java libservlet-api-java nginx libnginx-mod-http-echo"
-
 case "${1:-}" in
-    "") ;;
-    --peers) PACKAGES="$PACKAGES $PEER_PACKAGES" ;;
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    ""|--peers) ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "install-deps: unknown option '$1': give nothing or --peers" >&2; exit 2 ;;
 esac
+
+# The release: ID, VERSION_ID and VERSION_CODENAME of os-release.
+osr=/etc/os-release
+[ -r "$osr" ] || osr=/usr/lib/os-release
+osval() { [ -r "$osr" ] && sed -n "s/^$1=\"\{0,1\}\([^\"]*\)\"\{0,1\}\$/\1/p" "$osr" | head -1; }
+os_id=$(osval ID); os_version=$(osval VERSION_ID); os_codename=$(osval VERSION_CODENAME)
+case "$os_id:$os_version:$os_codename" in
+    debian:12:*|*:*:bookworm) release=12 ;;
+    debian:13:*|*:*:trixie) release=13 ;;
+    *) release=unknown ;;
+esac
+
+# Debian 12 and 13 differ in: clang's version (the libFuzzer runtime is
+# per version), libh2o (12 only), the JDK (17 on 12; 21 on 13, which has no
+# 17). Jetty: bench/compare compiles against jetty9's jars, which 13 still
+# has beside jetty12.
+case $release in
+    12) clang_v=14; jdk=openjdk-17-jdk-headless; h2o=libh2o-evloop-dev ;;
+    13) clang_v=19; jdk=openjdk-21-jdk-headless; h2o="" ;;
+    *)  echo "install-deps: ${os_id:-unknown} ${os_version:-?} (${os_codename:-?}, $osr)" \
+             "is not Debian 12 or 13: trying Debian 13's package names" >&2
+        clang_v=19; jdk=openjdk-21-jdk-headless; h2o="" ;;
+esac
+
+PACKAGES="build-essential meson ninja-build pkg-config curl
+libevent-dev libmicrohttpd-dev $h2o libssl-dev openssl libgnutls28-dev zlib1g-dev
+libcmocka-dev libcurl4-openssl-dev
+hey nghttp2-client gnuplot-nox valgrind wrk procps python3-prometheus-client
+clang-$clang_v libclang-rt-$clang_v-dev"
+
+# libjakarta-annotation-api-java: Tomcat fails at context start without it.
+PEER_PACKAGES="$jdk libtomcat10-embed-java libjakarta-annotation-api-java
+libjetty9-java libservlet-api-java nginx libnginx-mod-http-echo"
+
+[ "${1:-}" = --peers ] && PACKAGES="$PACKAGES $PEER_PACKAGES"
 
 missing=""
 for p in $PACKAGES; do
@@ -37,7 +69,6 @@ for p in $PACKAGES; do
 done
 [ -z "$missing" ] && exit 0
 
-echo "install-deps: installing:$missing"
 SUDO=""
 if [ "$(id -u)" != 0 ]; then
     command -v sudo >/dev/null 2>&1 || {
@@ -46,5 +77,18 @@ if [ "$(id -u)" != 0 ]; then
 fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
+# Only what this release can install: a package without a candidate would
+# make apt refuse the whole list.
+install=""
+for p in $missing; do
+    cand=$(apt-cache policy "$p" 2>/dev/null | sed -n 's/^ *Candidate: *//p')
+    if [ -n "$cand" ] && [ "$cand" != "(none)" ]; then
+        install="$install $p"
+    else
+        echo "install-deps: skipping $p: not packaged for this release" >&2
+    fi
+done
+[ -n "$install" ] || exit 0
+echo "install-deps: installing:$install"
 # shellcheck disable=SC2086
-$SUDO apt-get install -y -qq --no-install-recommends $missing
+$SUDO apt-get install -y -qq --no-install-recommends $install

@@ -1,10 +1,12 @@
 #!/bin/sh
 # The whole test suite, as `make test` and CI run it:
-#   1. the default build (all engines) and its full meson test suite;
+#   1. the default build (engine=auto: every engine whose library is found,
+#      all three on Debian 12, threadpool and mhd on 13) and its full meson
+#      test suite;
 #   2. the same suite under AddressSanitizer + UndefinedBehaviorSanitizer;
 #   3. the conformance suite under ThreadSanitizer;
-#   4. each single-engine configuration builds and links only its engine
-#      (and mhd libcrypto but no libssl);
+#   4. each single-engine configuration of the engines built in step 1
+#      builds and links only its engine (and mhd libcrypto but no libssl);
 #   5. libsrv installs and an out-of-tree program builds against it with
 #      pkg-config and answers a request;
 #   6. a short smoke of every libFuzzer target (clang, build-fuzz), so they
@@ -40,7 +42,7 @@ setup() { # dir, meson options...
     ninja -C "$dir"
 }
 
-# The sanitizer runtimes of this toolchain (gcc 12, clang 14) put their
+# The sanitizer runtimes of these toolchains (gcc 12/14, clang 14/19) put their
 # shadow memory where a kernel with more than 28 bits of mmap randomization
 # (vm.mmap_rnd_bits, higher on some newer kernels than on this machine) may
 # already have mapped something, and then abort at start ("unexpected memory
@@ -53,9 +55,10 @@ if [ "$rnd" -gt 28 ] && setarch "$(uname -m)" -R true 2>/dev/null; then
     echo "vm.mmap_rnd_bits is $rnd: the sanitized runs go under '$norand'"
 fi
 
-step "default build (every engine) and full suite"
+step "default build (engine=auto) and full suite"
 setup build
-# The engines this tree implements, as meson.build lists them (its one list).
+# The engines the default build has (meson.build's implemented_engines whose
+# library was found; its summary names the package for each one skipped).
 engines=$(cat build/srv_engines.txt)
 echo "engines: $engines"
 run_meson_test meson test -C build --print-errorlogs
