@@ -10,12 +10,34 @@
 #   5. libsrv installs and an out-of-tree program builds against it with
 #      pkg-config and answers a request;
 #   6. a short smoke of every libFuzzer target (clang, build-fuzz), so they
-#      keep compiling and running: FUZZ_SMOKE_SECONDS each (default 15).
+#      keep compiling and running: FUZZ_SMOKE_SECONDS each (default 15);
+#   7. on a Debian 12 host, the unit and conformance suites of every engine
+#      Debian 13 has, inside a Debian 13 system (scripts/test-debian13.sh,
+#      cached in /var/cache/libsrv-trixie; SRV_TEST_DEBIAN13=0 leaves it out).
+# Each stage's wall time is printed at the end.
 set -eu
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-step() { printf '\n==== %s\n' "$*"; }
+# Stage timing: step() closes the stage before it; stage_report prints them all.
+stage=""
+stage_t=0
+t0=$(date +%s)
+stage_times=""
+step() {
+    now=$(date +%s)
+    if [ -n "$stage" ]; then
+        stage_times="$stage_times$(printf '%5d s  %s' $((now - stage_t)) "$stage")
+"
+    fi
+    stage=$*
+    stage_t=$now
+    [ -z "$*" ] || printf '\n==== %s\n' "$*"
+}
+stage_report() {
+    step ""
+    printf '\nstage times (wall):\n%s%5d s  total\n' "$stage_times" $(($(date +%s) - t0))
+}
 passed=0
 failed=0
 # meson test, tallying its Ok/Fail counts for the closing summary line.
@@ -31,6 +53,7 @@ run_meson_test() {
     if [ -z "$ok" ] || [ "${bad:-0}" != 0 ] || [ "${tmo:-0}" != 0 ]; then status=1; fi
     rm -f "$log"
     if [ "$status" != 0 ]; then
+        stage_report
         printf '\n%d passed, %d failed\n' "$passed" "$((failed > 0 ? failed : 1))"
         exit 1
     fi
@@ -114,6 +137,16 @@ sh tests/install/run.sh "$root"
 
 step "fuzz smoke (libFuzzer, ${FUZZ_SMOKE_SECONDS:-15}s per target)"
 FUZZ_SECONDS=${FUZZ_SMOKE_SECONDS:-15} $norand sh scripts/fuzz.sh \
-    || { printf '\nFAIL: a fuzz target crashed (see above)\n%d passed, 1 failed\n' "$passed"; exit 1; }
+    || { stage_report; printf '\nFAIL: a fuzz target crashed (see above)\n%d passed, 1 failed\n' "$passed"; exit 1; }
 
+if grep -q '^13' /etc/debian_version 2>/dev/null; then
+    echo "(this machine is Debian 13: the stages above ran on it)"
+elif [ "${SRV_TEST_DEBIAN13:-1}" = 0 ]; then
+    echo "(the Debian 13 stage is left out: SRV_TEST_DEBIAN13=0)"
+else
+    step "Debian 13 system: unit and conformance suites (scripts/test-debian13.sh)"
+    run_meson_test sh scripts/test-debian13.sh
+fi
+
+stage_report
 printf '\nall test stages passed\n%d passed, %d failed\n' "$passed" "$failed"
