@@ -386,7 +386,8 @@ void srv_config_init_sized(srv_config *cfg, size_t size);
  * srv_config_init and before applying command-line flags (flags win).
  * Values: whole decimal numbers in the range srv_server_start accepts;
  * byte sizes (max_*_bytes) may end in K, M or G (KiB, MiB, GiB); flags
- * (access_log) 1/0, true/false, yes/no, on/off; tls_min_version 1.2 or
+ * (reuse_port) 1/0, true/false, yes/no, on/off; access_log off, common,
+ * combined or json (or 0-3; on/off as common/off); tls_min_version 1.2 or
  * 1.3; host a numeric address; strings as they are, an empty one clearing
  * an optional string (server_name "": no Server header).
  * A variable under the prefix that is no field (a typo such as
