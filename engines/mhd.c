@@ -69,6 +69,12 @@ enum {
 #define EMHD_LINGER_MS 2000
 #define EMHD_LINGER_MAX 1024
 
+/* TLS: the most a client may send before its handshake is done. A real
+ * one is a few KB, a client certificate chain tens of KB (GnuTLS's own
+ * limit for one handshake message is 128 KB, OpenSSL's certificate list
+ * 100 KB); the other engines' OpenSSL cuts an endless one by ~2.7 MB. */
+#define EMHD_TLS_HANDSHAKE_MAX (256u << 10)
+
 typedef struct emhd_linger {
     int fd;
     long long until;
@@ -120,6 +126,7 @@ struct emhd_conn {
     /* TLS: suspended while its handshake waits for the client (emhd_tls_pull),
      * in es->hs_epfd until its socket turns readable. hs_mu. */
     bool hs_waiting;
+    size_t hs_bytes;          /* TLS: bytes read before the handshake was done (pull) */
     gnutls_session_t session; /* TLS: MHD's session (set at NOTIFY_STARTED) */
     atomic_bool pre_arriving; /* quiesce counted that request as arriving */
     atomic_int phase;        /* EMHD_IDLE, EMHD_HEAD, ... */
@@ -854,6 +861,11 @@ static void emhd_closing(emhd_server *es, struct MHD_Connection *conn, emhd_conn
         emhd_answer_raw(es, conn, ec->fd, 400, NULL, 0);
     if (peer_gone || stopping)
         return; /* nothing to wait for, or MHD_stop_daemon closes it all */
+    /* A TLS handshake that failed has no answer a reset could destroy
+     * (0.9.75 sends no alert), and draining would go on taking what a
+     * client past EMHD_TLS_HANDSHAKE_MAX sends. */
+    if (es->tls && !atomic_load(&ec->handshaken))
+        return;
     int fd = fcntl(ec->fd, F_DUPFD_CLOEXEC, 0);
     if (fd < 0)
         return; /* out of descriptors: MHD's plain close */
@@ -949,6 +961,16 @@ static ssize_t emhd_tls_pull(gnutls_transport_ptr_t ptr, void *buf, size_t len)
     emhd_conn *ec = ptr;
     ssize_t n = recv(ec->fd, buf, len, 0);
     int err = n < 0 ? errno : 0;
+    if (n > 0 && !atomic_load(&ec->handshaken)) {
+        /* GnuTLS reassembles whatever length a ClientHello announces (a
+         * 16 MiB one grew the server by 8 MiB a connection): past
+         * EMHD_TLS_HANDSHAKE_MAX the handshake fails, as OpenSSL's does. */
+        ec->hs_bytes += (size_t)n;
+        if (ec->hs_bytes > EMHD_TLS_HANDSHAKE_MAX) {
+            gnutls_transport_set_errno(ec->session, ECONNRESET);
+            return -1;
+        }
+    }
     if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK) && !atomic_load(&ec->handshaken)) {
         emhd_server *es = ec->es;
         pthread_mutex_lock(&es->hs_mu);
