@@ -136,6 +136,7 @@ struct emhd_conn {
     _Atomic unsigned long long acked;
     atomic_bool stalled;     /* ended while writing: reset, no linger */
     atomic_bool body_cut;    /* the watchdog cut a streamed body for its pace */
+    long long fin_at;        /* lock: first tick that saw its client end mid-body; 0: none */
 };
 
 /*
@@ -479,6 +480,35 @@ static void emhd_quiesce_idle(emhd_server *es, emhd_conn *ec, long long now)
     shutdown(ec->fd, SHUT_RDWR);
 }
 
+/*
+ * A body still arriving whose client has ended its side (lock held):
+ * libmicrohttpd 0.9.75 often misses a FIN that comes in the middle of a
+ * body, and the request would wait for its pace deadline. A FIN with the
+ * socket drained, seen on two ticks (EMHD_FIN_MS) while MHD is reading
+ * (not paused: the phase), can no longer complete the body: true, and the
+ * connection is to be cut as a vanished client's.
+ */
+#define EMHD_FIN_MS 100
+
+static bool emhd_fin_mid_body(emhd_conn *ec, int phase, long long now)
+{
+    if ((phase != EMHD_SBODY && phase != EMHD_BODY) || ec->fd < 0) {
+        ec->fin_at = 0;
+        return false;
+    }
+    struct pollfd pf = {.fd = ec->fd, .events = POLLRDHUP};
+    int unread = 1;
+    bool fin = poll(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0 &&
+               ioctl(ec->fd, FIONREAD, &unread) == 0 && unread == 0;
+    if (!fin) {
+        ec->fin_at = 0;
+        return false;
+    }
+    if (ec->fin_at == 0)
+        ec->fin_at = now;
+    return now - ec->fin_at >= EMHD_FIN_MS;
+}
+
 static void *emhd_watchdog(void *arg)
 {
     emhd_server *es = arg;
@@ -497,6 +527,12 @@ static void *emhd_watchdog(void *arg)
              * its deadline is measured from (the deadline restarts then). */
             if (phase == EMHD_SEND && atomic_load(&ec->acked) == EMHD_ACKED_UNSAMPLED) {
                 (void)emhd_send_progressed(ec, now, es->header_ms);
+                continue;
+            }
+            if (emhd_fin_mid_body(ec, phase, now)) {
+                ec->fin_at = 0;
+                atomic_store(&ec->deadline, 0);
+                shutdown(ec->fd, SHUT_RDWR); /* body_cut stays false: it left */
                 continue;
             }
             if (d == 0 || now < d || phase == EMHD_ACTIVE)
