@@ -2531,6 +2531,12 @@ static int emhd_loops_start(emhd_server *es, unsigned n, const emhd_daemon_opts 
             MHD_OPTION_UNESCAPE_CALLBACK, emhd_unescape, es,
             MHD_OPTION_NOTIFY_COMPLETED, emhd_notify_completed, es,
             MHD_OPTION_NOTIFY_CONNECTION, emhd_notify_connection, es,
+#if MHD_VERSION >= 0x01000000
+            /* Bare LF ends no line (chunk framing included): MHD's 400, as
+             * the core's everywhere. 0.9.75 has no such option (the gate
+             * looks at a first request's framing instead). */
+            MHD_OPTION_CLIENT_DISCIPLINE_LVL, 1,
+#endif
             MHD_OPTION_END);
         if (l->daemon == NULL) {
             srv__server_set_error(es->srv, "mhd: cannot start the daemon: %s",

@@ -128,12 +128,17 @@ static bool emhd_gate_look(emhd_gate *g, emhd_wait *w)
     for (;;) {
         ev = srv__http1_feed(&p, req, g->buf + off, (size_t)n - off, &used);
         off += used;
+        if (ev == SRV_HTTP1_BODY)
+            continue;
         if (ev != SRV_HTTP1_HEAD_READY)
             break;
         head = true;
-        /* A streamed body is the application's to limit: no look at it. */
+        /* A streamed body is the application's to limit, but its framing
+         * is the core's: what came with the head is looked at in pieces
+         * (libmicrohttpd de-chunks leniently, e.g. a bare LF ending a
+         * chunk line, which the core answers 400). */
         if (srv__request_streams_body(req))
-            break;
+            srv__http1_stream_body(&p);
     }
     int h2_preface = p.h2_preface;
     int status = srv__http1_status(&p);

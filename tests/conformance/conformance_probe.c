@@ -282,7 +282,8 @@ void test_probe_tls_huge_handshake(void **state)
  * `Transfer-Encoding: chunked` with `5\nhello\n0\n\n` (bare LF line ends):
  * 400 on every engine (docs/ENGINES.md: strict chunk framing), to the
  * streamed-body PUT /upload and to the ordinary PUT /echo, head and body
- * in one send as a connection's first request.
+ * in one send as a connection's first request. Over TLS, an engine with
+ * SRV_CAP_LIB_CHUNKED may serve it instead (docs/ENGINES.md).
  */
 void test_probe_chunked_bare_lf(void **state)
 {
@@ -306,9 +307,17 @@ void test_probe_chunked_bare_lf(void **state)
             int rc = rc_read_response(&c, &r, 0, 3000);
             CHECK(rc == RC_OK, "[%s] no answer: %s", what, rc_strerror(rc));
             int st = r.status;
+            int hello = r.body_len == 5 && memcmp(r.body, "hello", 5) == 0;
             rc_response_free(&r);
-            CHECK_INT(what, st, 400);
             rc_close(&c);
+            /* Over TLS an engine whose library de-chunks (SRV_CAP_LIB_CHUNKED:
+             * mhd, libmicrohttpd 0.9.75) cannot be looked ahead of: it may
+             * read a bare LF as a line's end, serving the same body. */
+            if (g_tls && (engine_caps() & SRV_CAP_LIB_CHUNKED) && st == 200) {
+                CHECK(p == 0 || hello, "[%s] 200 with another body", what);
+                continue;
+            }
+            CHECK_INT(what, st, 400);
         }
     }
 }
