@@ -137,6 +137,10 @@ struct emhd_conn {
     atomic_bool stalled;     /* ended while writing: reset, no linger */
     atomic_bool body_cut;    /* the watchdog cut a streamed body for its pace */
     long long fin_at;        /* lock: first tick that saw its client end mid-body; 0: none */
+    /* MHD ran out of pool for the query's parameters and left the request
+     * unanswered (emhd_log); lib_sent: emhd_sent then, set before. */
+    atomic_bool lib_stuck;
+    unsigned long long lib_sent;
 };
 
 /*
@@ -509,11 +513,34 @@ static bool emhd_fin_mid_body(emhd_conn *ec, int phase, long long now)
     return now - ec->fin_at >= EMHD_FIN_MS;
 }
 
+static unsigned long long emhd_sent(int fd);
+static void emhd_answer_req(emhd_server *es, struct MHD_Connection *conn, srv_request *req,
+                            int fd, int status);
+
+/* Answer 431 on a stuck connection's socket (a duplicate, ours) and shut
+ * it down, so MHD closes it. Watchdog thread, lock not held. */
+static void emhd_stuck_answer(emhd_server *es, int fd)
+{
+    struct sockaddr_storage peer;
+    socklen_t len = sizeof peer;
+    if (getpeername(fd, (struct sockaddr *)&peer, &len) != 0)
+        len = 0;
+    srv_request *req = srv__request_new(es->srv, len > 0 ? (struct sockaddr *)&peer : NULL, len);
+    if (req != NULL)
+        emhd_answer_req(es, NULL, req, fd, 431);
+    shutdown(fd, SHUT_RDWR);
+    close(fd);
+}
+
+#define EMHD_STUCK_MAX 16
+
 static void *emhd_watchdog(void *arg)
 {
     emhd_server *es = arg;
     pthread_mutex_lock(&es->lock);
     while (!es->wd_stop) {
+        int stuck[EMHD_STUCK_MAX];
+        unsigned nstuck = 0;
         long long now = emhd_now_ms();
         emhd_linger_drain(es, now);
         for (emhd_conn *ec = es->conns; ec != NULL; ec = ec->next) {
@@ -539,6 +566,23 @@ static void *emhd_watchdog(void *arg)
                 continue;
             if (phase == EMHD_SEND && emhd_send_progressed(ec, now, es->header_ms))
                 continue;
+            if (ec->fd >= 0 && atomic_exchange(&ec->lib_stuck, false)) {
+                /* MHD wrote its own answer meanwhile (a later libmicrohttpd
+                 * does): its close ends the connection. */
+                if (emhd_sent(ec->fd) != ec->lib_sent) {
+                    atomic_store(&ec->deadline, now + es->header_ms);
+                    continue;
+                }
+                /* In cleartext the core's 431, written after the lock is
+                 * let go; over TLS only MHD can write: a close. */
+                int fd = es->tls || nstuck == EMHD_STUCK_MAX
+                             ? -1 : fcntl(ec->fd, F_DUPFD_CLOEXEC, 0);
+                if (fd >= 0) {
+                    atomic_store(&ec->deadline, 0);
+                    stuck[nstuck++] = fd;
+                    continue;
+                }
+            }
             atomic_store(&ec->deadline, 0);
             if (ec->fd < 0)
                 continue;
@@ -554,6 +598,12 @@ static void *emhd_watchdog(void *arg)
                 atomic_store(&ec->body_cut, !gone);
             }
             shutdown(ec->fd, SHUT_RDWR);
+        }
+        if (nstuck > 0) {
+            pthread_mutex_unlock(&es->lock);
+            for (unsigned i = 0; i < nstuck; i++)
+                emhd_stuck_answer(es, stuck[i]);
+            pthread_mutex_lock(&es->lock);
         }
         struct timespec ts;
         bool quick = es->lingering > 0 || atomic_load(&es->quiescing);
@@ -701,6 +751,16 @@ static bool emhd_log_is_trouble(const char *fmt)
  * every request MHD split has seen the URI callback, so MHD reports it. */
 static _Thread_local bool emhd_head_failed;
 
+/* The request whose head MHD is parsing on this thread: set by the URI
+ * callback, which MHD calls right before it splits the query, cleared at
+ * the head's first access call, when the request goes and after each
+ * MHD_run, so a pool failure logged in between is this request's. */
+static _Thread_local emhd_req *emhd_splitting;
+
+/* How long MHD may take to answer a request whose query parameters its
+ * pool could not hold before the engine answers 431 itself. */
+#define EMHD_LIB_STUCK_MS 100
+
 static void emhd_log(void *cls, const char *fmt, va_list ap)
 {
     static atomic_llong last_ms;
@@ -715,6 +775,21 @@ static void emhd_log(void *cls, const char *fmt, va_list ap)
     }
     if (text != NULL && strstr(text, "failed to create response header") != NULL)
         emhd_head_failed = true;
+    /* The query's parameters (or the headers) filled MHD's pool: each takes
+     * a header record from it. For the query 0.9.75 queues its 431 and then
+     * loses it (it goes on reading a head it has discarded), and the
+     * connection would wait for its header deadline. The watchdog answers
+     * it soon unless MHD wrote meanwhile (its 431 for the headers). */
+    if (emhd_splitting != NULL && text != NULL &&
+        strstr(text, "Not enough memory in pool to allocate header record") != NULL) {
+        emhd_conn *ec = emhd_splitting->ec;
+        emhd_splitting = NULL;
+        if (ec != NULL && ec->fd >= 0 && !atomic_load(&ec->lib_stuck)) {
+            ec->lib_sent = emhd_sent(ec->fd);
+            atomic_store(&ec->lib_stuck, true);
+            atomic_store(&ec->deadline, emhd_now_ms() + EMHD_LIB_STUCK_MS);
+        }
+    }
     emhd_sample_idle(es);
     bool print = es->log_all;
     if (!print && atomic_load(&es->running) && emhd_log_is_trouble(fmt)) {
@@ -838,6 +913,8 @@ static void emhd_sbody_closed(emhd_req *er, struct MHD_Connection *conn, bool li
  * Never for a suspended one (MHD does not close those). */
 static void emhd_abandon(emhd_server *es, emhd_req *er)
 {
+    if (emhd_splitting == er)
+        emhd_splitting = NULL;
     if (er->ec != NULL)
         er->ec->req = NULL;
     emhd_arrived(er);
@@ -1255,6 +1332,7 @@ static void *emhd_loop_main(void *arg)
             return NULL;
         }
         (void)MHD_run(l->daemon); /* processes what is ready, never waits */
+        emhd_splitting = NULL;    /* a request MHD closed may be freed now */
         int ms = -1;
         MHD_UNSIGNED_LONG_LONG to;
         if (MHD_get_timeout(l->daemon, &to) == MHD_YES)
@@ -1454,6 +1532,7 @@ static void *emhd_uri_log(void *cls, const char *uri, struct MHD_Connection *con
         emhd_phase(er->ec, EMHD_HEAD, d);
         emhd_unsampled_remove(er->ec); /* no longer idle */
     }
+    emhd_splitting = er;
     return er;
 }
 
@@ -1472,6 +1551,8 @@ static void emhd_notify_completed(void *cls, struct MHD_Connection *conn, void *
     emhd_req *er = *con_cls;
     bool head_failed = emhd_head_failed;
     emhd_head_failed = false;
+    if (emhd_splitting == er)
+        emhd_splitting = NULL;
     if (er == NULL)
         return;
     *con_cls = NULL;
@@ -2319,6 +2400,7 @@ static enum MHD_Result emhd_access(void *cls, struct MHD_Connection *conn, const
     emhd_server *es = cls;
     emhd_req *er = *con_cls;
     (void)url; /* decoded by MHD; the raw target came through emhd_uri_log */
+    emhd_splitting = NULL; /* a head is complete: MHD split its query */
     if (er == NULL)
         return MHD_NO;
     bool http10 = version != NULL && strcmp(version, MHD_HTTP_VERSION_1_0) == 0;
