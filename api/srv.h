@@ -168,7 +168,8 @@ enum {
     /* Over TLS, the bad input it answers by hand in cleartext because its
      * library drops it silently (a request line without a space; a body
      * past the 413's swallow limit; a request still arriving at the end of
-     * a stop) is closed without an answer: the TLS session is the
+     * a stop; a query whose parameters fill its library's pool) is closed
+     * without an answer: the TLS session is the
      * library's to write (mhd: libmicrohttpd's GnuTLS). */
     SRV_CAP_TLS_CLOSES_RAW = 1u << 9,
     /* Streams request bodies to routes registered SRV_ROUTE_STREAM_BODY

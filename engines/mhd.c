@@ -137,6 +137,10 @@ struct emhd_conn {
     atomic_bool stalled;     /* ended while writing: reset, no linger */
     atomic_bool body_cut;    /* the watchdog cut a streamed body for its pace */
     long long fin_at;        /* lock: first tick that saw its client end mid-body; 0: none */
+    /* MHD thread: the gate found the first request's streamed body framed
+     * badly (that status) after `good` de-chunked bytes; 0: no. */
+    int bad;
+    uint64_t good;
     /* MHD ran out of pool for the query's parameters and left the request
      * unanswered (emhd_log); lib_sent: emhd_sent then, set before. */
     atomic_bool lib_stuck;
@@ -172,6 +176,8 @@ typedef struct emhd_handoff {
     unsigned long long seq;
     long long accepted;  /* ms: its first head is due header_timeout later */
     bool arriving;       /* counted by srv__request_arriving (a stop is on) */
+    int bad;             /* the gate's `bad` and `good` (emhd_gate_ops.hand) */
+    uint64_t good;
 } emhd_handoff;
 
 /* A connection the gate accepted, queued for its loop's MHD_add_connection. */
@@ -327,6 +333,8 @@ typedef struct emhd_req {
     bool bdetached;   /* srv__body_detach was called */
     bool need100;     /* the client asked for "100 Continue" */
     bool hasbody;     /* the head announced a body (a length > 0, or chunks) */
+    int bad;          /* the core's status for its framing once `good` more bytes came */
+    uint64_t good;
     uint64_t bwin;    /* body bytes since the pace window opened */
     atomic_int bst;   /* EMHD_B_* bits: who resumes a body wait */
     const char *uri;  /* MHD's copy of the target, in its read buffer */
@@ -751,10 +759,13 @@ static bool emhd_log_is_trouble(const char *fmt)
  * every request MHD split has seen the URI callback, so MHD reports it. */
 static _Thread_local bool emhd_head_failed;
 
-/* The request whose head MHD is parsing on this thread: set by the URI
- * callback, which MHD calls right before it splits the query, cleared at
- * the head's first access call, when the request goes and after each
- * MHD_run, so a pool failure logged in between is this request's. */
+/* The request whose query MHD is splitting on this thread: set by the URI
+ * callback, which MHD calls right before it splits the query, cleared by
+ * the unescape call for the path, which MHD makes right after it (the
+ * calls for each parameter come before), so a pool failure logged in
+ * between is this request's; also cleared when the request goes and after
+ * each MHD_run (a libmicrohttpd that gives up on the split makes no
+ * unescape call). */
 static _Thread_local emhd_req *emhd_splitting;
 
 /* How long MHD may take to answer a request whose query parameters its
@@ -775,11 +786,11 @@ static void emhd_log(void *cls, const char *fmt, va_list ap)
     }
     if (text != NULL && strstr(text, "failed to create response header") != NULL)
         emhd_head_failed = true;
-    /* The query's parameters (or the headers) filled MHD's pool: each takes
-     * a header record from it. For the query 0.9.75 queues its 431 and then
-     * loses it (it goes on reading a head it has discarded), and the
-     * connection would wait for its header deadline. The watchdog answers
-     * it soon unless MHD wrote meanwhile (its 431 for the headers). */
+    /* The query's parameters filled MHD's pool: each takes a header record
+     * from it. 0.9.75 queues its 431 and then loses it (it goes on reading
+     * a head it has discarded), and the connection would wait for its
+     * header deadline. The watchdog answers it soon unless MHD wrote
+     * meanwhile (a libmicrohttpd that sends its 431). */
     if (emhd_splitting != NULL && text != NULL &&
         strstr(text, "Not enough memory in pool to allocate header record") != NULL) {
         emhd_conn *ec = emhd_splitting->ec;
@@ -1353,7 +1364,7 @@ static void *emhd_loop_main(void *arg)
 
 /* The gate's thread: hand fd to the next loop. */
 static void emhd_gate_hand(void *ctx, int fd, const struct sockaddr *peer, socklen_t peer_len,
-                           long long accepted, bool arriving)
+                           long long accepted, bool arriving, int bad, uint64_t good)
 {
     emhd_server *es = ctx;
     emhd_handoff *h = malloc(sizeof *h);
@@ -1368,7 +1379,7 @@ static void emhd_gate_hand(void *ctx, int fd, const struct sockaddr *peer, sockl
     if (h != NULL) {
         seq = ++es->handoff_seq;
         *h = (emhd_handoff){.next = es->handoffs, .fd = fd, .seq = seq, .accepted = accepted,
-                            .arriving = arriving};
+                            .arriving = arriving, .bad = bad, .good = good};
         es->handoffs = h;
         es->nhandoffs++;
     }
@@ -1436,6 +1447,8 @@ static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void 
             ec->conn = conn;
             ec->es = es;
             ec->recount = true; /* its first request checks the count */
+            ec->bad = h.bad;
+            ec->good = h.good;
             pthread_mutex_lock(&es->lock);
             ec->next = es->conns;
             if (es->conns != NULL)
@@ -1532,7 +1545,8 @@ static void *emhd_uri_log(void *cls, const char *uri, struct MHD_Connection *con
         emhd_phase(er->ec, EMHD_HEAD, d);
         emhd_unsampled_remove(er->ec); /* no longer idle */
     }
-    emhd_splitting = er;
+    if (uri != NULL)
+        emhd_splitting = er;
     return er;
 }
 
@@ -1541,6 +1555,8 @@ static size_t emhd_unescape(void *cls, struct MHD_Connection *conn, char *s)
 {
     (void)cls;
     (void)conn;
+    if (emhd_splitting != NULL && s == emhd_splitting->uri)
+        emhd_splitting = NULL; /* the path: the query is split */
     return strlen(s);
 }
 
@@ -2318,13 +2334,29 @@ static enum MHD_Result emhd_sbody(emhd_server *es, emhd_req *er, struct MHD_Conn
                 return emhd_b_swallow(es, er, conn, size);
             size_t n = *size;
             *size = 0;
+            /* The framing fails past `good` bytes (the gate): the rest of
+             * what MHD de-chunked leniently is not the body. */
+            bool cut = er->bad != 0 && n >= er->good;
+            if (er->bad != 0) {
+                n = cut ? (size_t)er->good : n;
+                er->good -= n;
+            }
             er->bstarted = true;
             if (er->ec != NULL && atomic_load(&er->ec->phase) != EMHD_SBODY)
                 emhd_b_window(es, er);
             er->bwin += n;
             if (er->bwin >= SRV_BODY_MIN_PACE_BYTES)
                 emhd_b_window(es, er);
-            if (srv__body_data(er->req, data, n) == SRV__BODY_IDLE)
+            int st = n > 0 ? srv__body_data(er->req, data, n) : k;
+            if (cut) {
+                if (st != SRV__BODY_OVER)
+                    srv__body_end(er->req, er->bad); /* the core's answer */
+                er->bad = 0;
+                /* Mid-body MHD refuses a response: the answer goes out at
+                 * MHD's last call (what follows is swallowed meanwhile). */
+                return MHD_YES;
+            }
+            if (st == SRV__BODY_IDLE)
                 return emhd_b_wait(es, er, conn);
             return MHD_YES;
         }
@@ -2338,6 +2370,12 @@ static enum MHD_Result emhd_sbody(emhd_server *es, emhd_req *er, struct MHD_Conn
             return MHD_YES;
         }
         /* Nothing after the head: MHD has the whole body. */
+        if (er->bad != 0 && k == SRV__BODY_GO) { /* no byte past `good` came */
+            er->bend = true;
+            srv__body_end(er->req, er->bad);
+            er->bad = 0;
+            continue;
+        }
         if (!er->bend && k == SRV__BODY_GO) {
             er->bend = true;
             emhd_phase(er->ec, EMHD_ACTIVE, 0);
@@ -2356,6 +2394,12 @@ static enum MHD_Result emhd_sbody_begin(emhd_server *es, emhd_req *er,
     const char *te = srv_request_header(req, "Transfer-Encoding");
     const char *cl = srv_request_header(req, "Content-Length");
     er->sbody = true;
+    if (er->ec != NULL && !er->ec->reused && er->ec->bad != 0) {
+        er->bad = er->ec->bad; /* MHD would read on where the core stops */
+        er->good = er->ec->good;
+    }
+    if (er->ec != NULL)
+        er->ec->bad = 0;
     er->need100 = srv__request_expects_continue(req);
     er->hasbody = te != NULL || (cl != NULL && strcmp(cl, "0") != 0);
     er->phase = EMHD_REQ_SBODY;
@@ -2400,7 +2444,6 @@ static enum MHD_Result emhd_access(void *cls, struct MHD_Connection *conn, const
     emhd_server *es = cls;
     emhd_req *er = *con_cls;
     (void)url; /* decoded by MHD; the raw target came through emhd_uri_log */
-    emhd_splitting = NULL; /* a head is complete: MHD split its query */
     if (er == NULL)
         return MHD_NO;
     bool http10 = version != NULL && strcmp(version, MHD_HTTP_VERSION_1_0) == 0;
