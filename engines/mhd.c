@@ -967,6 +967,10 @@ static void emhd_closing(emhd_server *es, struct MHD_Connection *conn, emhd_conn
         (void)setsockopt(ec->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
         return;
     }
+    /* A query MHD could not hold (emhd_log): 0.9.75 may also close it
+     * itself, without a byte (its second error on a discarded head). */
+    if (atomic_exchange(&ec->lib_stuck, false) && !es->tls && emhd_sent(ec->fd) == ec->lib_sent)
+        emhd_answer_raw(es, conn, ec->fd, 431, NULL, 0);
     bool stopping = atomic_load(&es->stopping) || srv__server_stopping(es->srv);
     struct pollfd p = {.fd = ec->fd, .events = POLLRDHUP};
     bool peer_gone = poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
