@@ -138,7 +138,10 @@ enum {
     SRV_CAP_GARBAGE_400 = 1u << 2,
     /* Its library de-chunks request bodies and answers some abusive chunk
      * framing itself, with its own status or a close (never by serving a
-     * differently framed body). Without it the core's answers apply. */
+     * differently framed body), and where the engine cannot look first
+     * (over TLS; mhd: after a connection's first request, or chunks that
+     * come after its head) may read a bare LF as a chunk line's end.
+     * Without it the core's answers apply. */
     SRV_CAP_LIB_CHUNKED = 1u << 3,
     /* Answers an HTTP/2 connection preface it does not serve, or refuses,
      * in HTTP/2 (a GOAWAY frame) rather than with HTTP/1 text; with
@@ -166,7 +169,8 @@ enum {
     /* Over TLS, the bad input it answers by hand in cleartext because its
      * library drops it silently (a request line without a space; a body
      * past the 413's swallow limit; a request still arriving at the end of
-     * a stop) is closed without an answer: the TLS session is the
+     * a stop; a query whose parameters fill its library's pool) is closed
+     * without an answer: the TLS session is the
      * library's to write (mhd: libmicrohttpd's GnuTLS). */
     SRV_CAP_TLS_CLOSES_RAW = 1u << 9,
     /* Streams request bodies to routes registered SRV_ROUTE_STREAM_BODY

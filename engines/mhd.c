@@ -69,6 +69,12 @@ enum {
 #define EMHD_LINGER_MS 2000
 #define EMHD_LINGER_MAX 1024
 
+/* TLS: the most a client may send before its handshake is done. A real
+ * one is a few KB, a client certificate chain tens of KB (GnuTLS's own
+ * limit for one handshake message is 128 KB, OpenSSL's certificate list
+ * 100 KB); the other engines' OpenSSL cuts an endless one by ~2.7 MB. */
+#define EMHD_TLS_HANDSHAKE_MAX (256u << 10)
+
 typedef struct emhd_linger {
     int fd;
     long long until;
@@ -120,6 +126,7 @@ struct emhd_conn {
     /* TLS: suspended while its handshake waits for the client (emhd_tls_pull),
      * in es->hs_epfd until its socket turns readable. hs_mu. */
     bool hs_waiting;
+    size_t hs_bytes;          /* TLS: bytes read before the handshake was done (pull) */
     gnutls_session_t session; /* TLS: MHD's session (set at NOTIFY_STARTED) */
     atomic_bool pre_arriving; /* quiesce counted that request as arriving */
     atomic_int phase;        /* EMHD_IDLE, EMHD_HEAD, ... */
@@ -129,6 +136,15 @@ struct emhd_conn {
     _Atomic unsigned long long acked;
     atomic_bool stalled;     /* ended while writing: reset, no linger */
     atomic_bool body_cut;    /* the watchdog cut a streamed body for its pace */
+    long long fin_at;        /* lock: first tick that saw its client end mid-body; 0: none */
+    /* MHD thread: the gate found the first request's streamed body framed
+     * badly (that status) after `good` de-chunked bytes; 0: no. */
+    int bad;
+    uint64_t good;
+    /* MHD ran out of pool for the query's parameters and left the request
+     * unanswered (emhd_log); lib_sent: emhd_sent then, set before. */
+    atomic_bool lib_stuck;
+    unsigned long long lib_sent;
 };
 
 /*
@@ -160,6 +176,8 @@ typedef struct emhd_handoff {
     unsigned long long seq;
     long long accepted;  /* ms: its first head is due header_timeout later */
     bool arriving;       /* counted by srv__request_arriving (a stop is on) */
+    int bad;             /* the gate's `bad` and `good` (emhd_gate_ops.hand) */
+    uint64_t good;
 } emhd_handoff;
 
 /* A connection the gate accepted, queued for its loop's MHD_add_connection. */
@@ -315,6 +333,8 @@ typedef struct emhd_req {
     bool bdetached;   /* srv__body_detach was called */
     bool need100;     /* the client asked for "100 Continue" */
     bool hasbody;     /* the head announced a body (a length > 0, or chunks) */
+    int bad;          /* the core's status for its framing once `good` more bytes came */
+    uint64_t good;
     uint64_t bwin;    /* body bytes since the pace window opened */
     atomic_int bst;   /* EMHD_B_* bits: who resumes a body wait */
     const char *uri;  /* MHD's copy of the target, in its read buffer */
@@ -472,11 +492,63 @@ static void emhd_quiesce_idle(emhd_server *es, emhd_conn *ec, long long now)
     shutdown(ec->fd, SHUT_RDWR);
 }
 
+/*
+ * A body still arriving whose client has ended its side (lock held):
+ * libmicrohttpd 0.9.75 often misses a FIN that comes in the middle of a
+ * body, and the request would wait for its pace deadline. A FIN with the
+ * socket drained, seen on two ticks (EMHD_FIN_MS) while MHD is reading
+ * (not paused: the phase), can no longer complete the body: true, and the
+ * connection is to be cut as a vanished client's.
+ */
+#define EMHD_FIN_MS 100
+
+static bool emhd_fin_mid_body(emhd_conn *ec, int phase, long long now)
+{
+    if ((phase != EMHD_SBODY && phase != EMHD_BODY) || ec->fd < 0) {
+        ec->fin_at = 0;
+        return false;
+    }
+    struct pollfd pf = {.fd = ec->fd, .events = POLLRDHUP};
+    int unread = 1;
+    bool fin = poll(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0 &&
+               ioctl(ec->fd, FIONREAD, &unread) == 0 && unread == 0;
+    if (!fin) {
+        ec->fin_at = 0;
+        return false;
+    }
+    if (ec->fin_at == 0)
+        ec->fin_at = now;
+    return now - ec->fin_at >= EMHD_FIN_MS;
+}
+
+static unsigned long long emhd_sent(int fd);
+static void emhd_answer_req(emhd_server *es, struct MHD_Connection *conn, srv_request *req,
+                            int fd, int status);
+
+/* Answer 431 on a stuck connection's socket (a duplicate, ours) and shut
+ * it down, so MHD closes it. Watchdog thread, lock not held. */
+static void emhd_stuck_answer(emhd_server *es, int fd)
+{
+    struct sockaddr_storage peer;
+    socklen_t len = sizeof peer;
+    if (getpeername(fd, (struct sockaddr *)&peer, &len) != 0)
+        len = 0;
+    srv_request *req = srv__request_new(es->srv, len > 0 ? (struct sockaddr *)&peer : NULL, len);
+    if (req != NULL)
+        emhd_answer_req(es, NULL, req, fd, 431);
+    shutdown(fd, SHUT_RDWR);
+    close(fd);
+}
+
+#define EMHD_STUCK_MAX 16
+
 static void *emhd_watchdog(void *arg)
 {
     emhd_server *es = arg;
     pthread_mutex_lock(&es->lock);
     while (!es->wd_stop) {
+        int stuck[EMHD_STUCK_MAX];
+        unsigned nstuck = 0;
         long long now = emhd_now_ms();
         emhd_linger_drain(es, now);
         for (emhd_conn *ec = es->conns; ec != NULL; ec = ec->next) {
@@ -492,10 +564,33 @@ static void *emhd_watchdog(void *arg)
                 (void)emhd_send_progressed(ec, now, es->header_ms);
                 continue;
             }
+            if (emhd_fin_mid_body(ec, phase, now)) {
+                ec->fin_at = 0;
+                atomic_store(&ec->deadline, 0);
+                shutdown(ec->fd, SHUT_RDWR); /* body_cut stays false: it left */
+                continue;
+            }
             if (d == 0 || now < d || phase == EMHD_ACTIVE)
                 continue;
             if (phase == EMHD_SEND && emhd_send_progressed(ec, now, es->header_ms))
                 continue;
+            if (ec->fd >= 0 && atomic_exchange(&ec->lib_stuck, false)) {
+                /* MHD wrote its own answer meanwhile (a later libmicrohttpd
+                 * does): its close ends the connection. */
+                if (emhd_sent(ec->fd) != ec->lib_sent) {
+                    atomic_store(&ec->deadline, now + es->header_ms);
+                    continue;
+                }
+                /* In cleartext the core's 431, written after the lock is
+                 * let go; over TLS only MHD can write: a close. */
+                int fd = es->tls || nstuck == EMHD_STUCK_MAX
+                             ? -1 : fcntl(ec->fd, F_DUPFD_CLOEXEC, 0);
+                if (fd >= 0) {
+                    atomic_store(&ec->deadline, 0);
+                    stuck[nstuck++] = fd;
+                    continue;
+                }
+            }
             atomic_store(&ec->deadline, 0);
             if (ec->fd < 0)
                 continue;
@@ -511,6 +606,12 @@ static void *emhd_watchdog(void *arg)
                 atomic_store(&ec->body_cut, !gone);
             }
             shutdown(ec->fd, SHUT_RDWR);
+        }
+        if (nstuck > 0) {
+            pthread_mutex_unlock(&es->lock);
+            for (unsigned i = 0; i < nstuck; i++)
+                emhd_stuck_answer(es, stuck[i]);
+            pthread_mutex_lock(&es->lock);
         }
         struct timespec ts;
         bool quick = es->lingering > 0 || atomic_load(&es->quiescing);
@@ -658,6 +759,19 @@ static bool emhd_log_is_trouble(const char *fmt)
  * every request MHD split has seen the URI callback, so MHD reports it. */
 static _Thread_local bool emhd_head_failed;
 
+/* The request whose query MHD is splitting on this thread: set by the URI
+ * callback, which MHD calls right before it splits the query, cleared by
+ * the unescape call for the path, which MHD makes right after it (the
+ * calls for each parameter come before), so a pool failure logged in
+ * between is this request's; also cleared when the request goes and after
+ * each MHD_run (a libmicrohttpd that gives up on the split makes no
+ * unescape call). */
+static _Thread_local emhd_req *emhd_splitting;
+
+/* How long MHD may take to answer a request whose query parameters its
+ * pool could not hold before the engine answers 431 itself. */
+#define EMHD_LIB_STUCK_MS 100
+
 static void emhd_log(void *cls, const char *fmt, va_list ap)
 {
     static atomic_llong last_ms;
@@ -672,6 +786,21 @@ static void emhd_log(void *cls, const char *fmt, va_list ap)
     }
     if (text != NULL && strstr(text, "failed to create response header") != NULL)
         emhd_head_failed = true;
+    /* The query's parameters filled MHD's pool: each takes a header record
+     * from it. 0.9.75 queues its 431 and then loses it (it goes on reading
+     * a head it has discarded), and the connection would wait for its
+     * header deadline. The watchdog answers it soon unless MHD wrote
+     * meanwhile (a libmicrohttpd that sends its 431). */
+    if (emhd_splitting != NULL && text != NULL &&
+        strstr(text, "Not enough memory in pool to allocate header record") != NULL) {
+        emhd_conn *ec = emhd_splitting->ec;
+        emhd_splitting = NULL;
+        if (ec != NULL && ec->fd >= 0 && !atomic_load(&ec->lib_stuck)) {
+            ec->lib_sent = emhd_sent(ec->fd);
+            atomic_store(&ec->lib_stuck, true);
+            atomic_store(&ec->deadline, emhd_now_ms() + EMHD_LIB_STUCK_MS);
+        }
+    }
     emhd_sample_idle(es);
     bool print = es->log_all;
     if (!print && atomic_load(&es->running) && emhd_log_is_trouble(fmt)) {
@@ -795,6 +924,8 @@ static void emhd_sbody_closed(emhd_req *er, struct MHD_Connection *conn, bool li
  * Never for a suspended one (MHD does not close those). */
 static void emhd_abandon(emhd_server *es, emhd_req *er)
 {
+    if (emhd_splitting == er)
+        emhd_splitting = NULL;
     if (er->ec != NULL)
         er->ec->req = NULL;
     emhd_arrived(er);
@@ -836,6 +967,10 @@ static void emhd_closing(emhd_server *es, struct MHD_Connection *conn, emhd_conn
         (void)setsockopt(ec->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
         return;
     }
+    /* A query MHD could not hold (emhd_log): 0.9.75 may also close it
+     * itself, without a byte (its second error on a discarded head). */
+    if (atomic_exchange(&ec->lib_stuck, false) && !es->tls && emhd_sent(ec->fd) == ec->lib_sent)
+        emhd_answer_raw(es, conn, ec->fd, 431, NULL, 0);
     bool stopping = atomic_load(&es->stopping) || srv__server_stopping(es->srv);
     struct pollfd p = {.fd = ec->fd, .events = POLLRDHUP};
     bool peer_gone = poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
@@ -854,6 +989,11 @@ static void emhd_closing(emhd_server *es, struct MHD_Connection *conn, emhd_conn
         emhd_answer_raw(es, conn, ec->fd, 400, NULL, 0);
     if (peer_gone || stopping)
         return; /* nothing to wait for, or MHD_stop_daemon closes it all */
+    /* A TLS handshake that failed has no answer a reset could destroy
+     * (0.9.75 sends no alert), and draining would go on taking what a
+     * client past EMHD_TLS_HANDSHAKE_MAX sends. */
+    if (es->tls && !atomic_load(&ec->handshaken))
+        return;
     int fd = fcntl(ec->fd, F_DUPFD_CLOEXEC, 0);
     if (fd < 0)
         return; /* out of descriptors: MHD's plain close */
@@ -949,6 +1089,16 @@ static ssize_t emhd_tls_pull(gnutls_transport_ptr_t ptr, void *buf, size_t len)
     emhd_conn *ec = ptr;
     ssize_t n = recv(ec->fd, buf, len, 0);
     int err = n < 0 ? errno : 0;
+    if (n > 0 && !atomic_load(&ec->handshaken)) {
+        /* GnuTLS reassembles whatever length a ClientHello announces (a
+         * 16 MiB one grew the server by 8 MiB a connection): past
+         * EMHD_TLS_HANDSHAKE_MAX the handshake fails, as OpenSSL's does. */
+        ec->hs_bytes += (size_t)n;
+        if (ec->hs_bytes > EMHD_TLS_HANDSHAKE_MAX) {
+            gnutls_transport_set_errno(ec->session, ECONNRESET);
+            return -1;
+        }
+    }
     if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK) && !atomic_load(&ec->handshaken)) {
         emhd_server *es = ec->es;
         pthread_mutex_lock(&es->hs_mu);
@@ -1197,6 +1347,7 @@ static void *emhd_loop_main(void *arg)
             return NULL;
         }
         (void)MHD_run(l->daemon); /* processes what is ready, never waits */
+        emhd_splitting = NULL;    /* a request MHD closed may be freed now */
         int ms = -1;
         MHD_UNSIGNED_LONG_LONG to;
         if (MHD_get_timeout(l->daemon, &to) == MHD_YES)
@@ -1217,7 +1368,7 @@ static void *emhd_loop_main(void *arg)
 
 /* The gate's thread: hand fd to the next loop. */
 static void emhd_gate_hand(void *ctx, int fd, const struct sockaddr *peer, socklen_t peer_len,
-                           long long accepted, bool arriving)
+                           long long accepted, bool arriving, int bad, uint64_t good)
 {
     emhd_server *es = ctx;
     emhd_handoff *h = malloc(sizeof *h);
@@ -1232,7 +1383,7 @@ static void emhd_gate_hand(void *ctx, int fd, const struct sockaddr *peer, sockl
     if (h != NULL) {
         seq = ++es->handoff_seq;
         *h = (emhd_handoff){.next = es->handoffs, .fd = fd, .seq = seq, .accepted = accepted,
-                            .arriving = arriving};
+                            .arriving = arriving, .bad = bad, .good = good};
         es->handoffs = h;
         es->nhandoffs++;
     }
@@ -1300,6 +1451,8 @@ static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void 
             ec->conn = conn;
             ec->es = es;
             ec->recount = true; /* its first request checks the count */
+            ec->bad = h.bad;
+            ec->good = h.good;
             pthread_mutex_lock(&es->lock);
             ec->next = es->conns;
             if (es->conns != NULL)
@@ -1396,6 +1549,8 @@ static void *emhd_uri_log(void *cls, const char *uri, struct MHD_Connection *con
         emhd_phase(er->ec, EMHD_HEAD, d);
         emhd_unsampled_remove(er->ec); /* no longer idle */
     }
+    if (uri != NULL)
+        emhd_splitting = er;
     return er;
 }
 
@@ -1404,6 +1559,8 @@ static size_t emhd_unescape(void *cls, struct MHD_Connection *conn, char *s)
 {
     (void)cls;
     (void)conn;
+    if (emhd_splitting != NULL && s == emhd_splitting->uri)
+        emhd_splitting = NULL; /* the path: the query is split */
     return strlen(s);
 }
 
@@ -1414,6 +1571,8 @@ static void emhd_notify_completed(void *cls, struct MHD_Connection *conn, void *
     emhd_req *er = *con_cls;
     bool head_failed = emhd_head_failed;
     emhd_head_failed = false;
+    if (emhd_splitting == er)
+        emhd_splitting = NULL;
     if (er == NULL)
         return;
     *con_cls = NULL;
@@ -2173,13 +2332,29 @@ static enum MHD_Result emhd_sbody(emhd_server *es, emhd_req *er, struct MHD_Conn
                 return emhd_b_swallow(es, er, conn, size);
             size_t n = *size;
             *size = 0;
+            /* The framing fails past `good` bytes (the gate): the rest of
+             * what MHD de-chunked leniently is not the body. */
+            bool cut = er->bad != 0 && n >= er->good;
+            if (er->bad != 0) {
+                n = cut ? (size_t)er->good : n;
+                er->good -= n;
+            }
             er->bstarted = true;
             if (er->ec != NULL && atomic_load(&er->ec->phase) != EMHD_SBODY)
                 emhd_b_window(es, er);
             er->bwin += n;
             if (er->bwin >= SRV_BODY_MIN_PACE_BYTES)
                 emhd_b_window(es, er);
-            if (srv__body_data(er->req, data, n) == SRV__BODY_IDLE)
+            int st = n > 0 ? srv__body_data(er->req, data, n) : k;
+            if (cut) {
+                if (st != SRV__BODY_OVER)
+                    srv__body_end(er->req, er->bad); /* the core's answer */
+                er->bad = 0;
+                /* Mid-body MHD refuses a response: the answer goes out at
+                 * MHD's last call (what follows is swallowed meanwhile). */
+                return MHD_YES;
+            }
+            if (st == SRV__BODY_IDLE)
                 return emhd_b_wait(es, er, conn);
             return MHD_YES;
         }
@@ -2193,6 +2368,12 @@ static enum MHD_Result emhd_sbody(emhd_server *es, emhd_req *er, struct MHD_Conn
             return MHD_YES;
         }
         /* Nothing after the head: MHD has the whole body. */
+        if (er->bad != 0 && k == SRV__BODY_GO) { /* no byte past `good` came */
+            er->bend = true;
+            srv__body_end(er->req, er->bad);
+            er->bad = 0;
+            continue;
+        }
         if (!er->bend && k == SRV__BODY_GO) {
             er->bend = true;
             emhd_phase(er->ec, EMHD_ACTIVE, 0);
@@ -2211,6 +2392,12 @@ static enum MHD_Result emhd_sbody_begin(emhd_server *es, emhd_req *er,
     const char *te = srv_request_header(req, "Transfer-Encoding");
     const char *cl = srv_request_header(req, "Content-Length");
     er->sbody = true;
+    if (er->ec != NULL && !er->ec->reused && er->ec->bad != 0) {
+        er->bad = er->ec->bad; /* MHD would read on where the core stops */
+        er->good = er->ec->good;
+    }
+    if (er->ec != NULL)
+        er->ec->bad = 0;
     er->need100 = srv__request_expects_continue(req);
     er->hasbody = te != NULL || (cl != NULL && strcmp(cl, "0") != 0);
     er->phase = EMHD_REQ_SBODY;
@@ -2477,6 +2664,12 @@ static int emhd_loops_start(emhd_server *es, unsigned n, const emhd_daemon_opts 
             MHD_OPTION_UNESCAPE_CALLBACK, emhd_unescape, es,
             MHD_OPTION_NOTIFY_COMPLETED, emhd_notify_completed, es,
             MHD_OPTION_NOTIFY_CONNECTION, emhd_notify_connection, es,
+#if MHD_VERSION >= 0x01000000
+            /* Bare LF ends no line (chunk framing included): MHD's 400, as
+             * the core's everywhere. 0.9.75 has no such option (the gate
+             * looks at a first request's framing instead). */
+            MHD_OPTION_CLIENT_DISCIPLINE_LVL, 1,
+#endif
             MHD_OPTION_END);
         if (l->daemon == NULL) {
             srv__server_set_error(es->srv, "mhd: cannot start the daemon: %s",

@@ -32,6 +32,8 @@ typedef struct emhd_wait {
     long long accepted;
     struct sockaddr_storage peer;
     socklen_t peer_len;
+    int bad;       /* the hand's `bad` and `good` (emhd_gate_look) */
+    uint64_t good;
 } emhd_wait;
 
 struct emhd_gate {
@@ -81,7 +83,7 @@ static void emhd_gate_hand(emhd_gate *g, emhd_wait *w, bool arriving)
 {
     emhd_gate_unlink(g, w);
     g->ops.hand(g->ops.ctx, w->fd, (const struct sockaddr *)&w->peer, w->peer_len, w->accepted,
-                arriving);
+                arriving, w->bad, w->good);
     free(w);
 }
 
@@ -123,21 +125,41 @@ static bool emhd_gate_look(emhd_gate *g, emhd_wait *w)
     srv_http1 p;
     srv__http1_init(&p, g->srv);
     size_t off = 0, used = 0;
-    bool head = false;
+    bool head = false, streamed = false;
+    uint64_t good = 0;
     enum srv_http1_event ev;
     for (;;) {
         ev = srv__http1_feed(&p, req, g->buf + off, (size_t)n - off, &used);
         off += used;
+        if (ev == SRV_HTTP1_BODY) {
+            good += p.piece_len;
+            continue;
+        }
         if (ev != SRV_HTTP1_HEAD_READY)
             break;
         head = true;
-        /* A streamed body is the application's to limit: no look at it. */
-        if (srv__request_streams_body(req))
-            break;
+        /* A streamed body is the application's to limit, but its framing
+         * is the core's: what came with the head is looked at in pieces
+         * (libmicrohttpd de-chunks leniently, e.g. a bare LF ending a
+         * chunk line, which the core answers 400). */
+        if (srv__request_streams_body(req)) {
+            streamed = true;
+            srv__http1_stream_body(&p);
+        }
     }
     int h2_preface = p.h2_preface;
     int status = srv__http1_status(&p);
     srv__http1_free(&p);
+    if (ev == SRV_HTTP1_FAIL && streamed) {
+        /* The application has a say in a streamed body (the head is
+         * dispatched, the good bytes delivered, then on_end): MHD reads it
+         * and the engine ends it where the core's parser failed. */
+        srv__request_release(req);
+        w->bad = status;
+        w->good = good;
+        emhd_gate_hand(g, w, false);
+        return false;
+    }
     if (ev == SRV_HTTP1_FAIL) {
         emhd_gate_unlink(g, w);
         if (h2_preface) { /* not HTTP/1: frames the client understands */

@@ -1296,6 +1296,14 @@ long long trickle(rc_conn *c, const void *first, size_t flen,
     cmocka_unit_test_setup_teardown(test_stop_grace_overrun, setup_default, fx_teardown), \
     cmocka_unit_test_setup_teardown(test_stop_workers_busy, setup_two_workers, fx_teardown)
 
+/* The probe's findings (conformance_probe.c): their own server. */
+#define PROBE_CASES                                                                     \
+    cmocka_unit_test_setup_teardown(test_probe_many_query_params, probe_setup,         \
+                                    probe_teardown),                                   \
+        cmocka_unit_test_setup_teardown(test_probe_chunked_bare_lf, probe_setup,       \
+                                        probe_teardown),                               \
+        cmocka_unit_test_setup_teardown(test_probe_upload_fin, probe_setup, probe_teardown)
+
 /* Static files (conformance_static.c): their own server and files. The
  * libcurl cases run over HTTP/1.1 and HTTP/2 where the run has it; the
  * raw-socket traversal case speaks HTTP/1.1 (inside TLS in the tls run). */
@@ -1454,6 +1462,20 @@ static int conformance_tls_main(void)
              g_engine_name);
     failed += cmocka_run_group_tests_name(name, static_raw, tls_raw_group_setup,
                                           tls_raw_group_teardown);
+    /* conformance_probe.c: the raw cases inside TLS; the huge handshake
+     * in plain TCP (no client TLS: the bytes are the attack). */
+    const struct CMUnitTest probe[] = {PROBE_CASES};
+    snprintf(name, sizeof name, "conformance %s (TLS): probe findings (issue 33) inside TLS",
+             g_engine_name);
+    failed += cmocka_run_group_tests_name(name, probe, tls_raw_group_setup,
+                                          tls_raw_group_teardown);
+    const struct CMUnitTest probe_hs[] = {
+        cmocka_unit_test_setup_teardown(test_probe_tls_huge_handshake, probe_setup,
+                                        probe_teardown),
+    };
+    snprintf(name, sizeof name, "conformance %s (TLS): a huge announced handshake",
+             g_engine_name);
+    failed += cmocka_run_group_tests_name(name, probe_hs, NULL, NULL);
     tls_remove_certs();
     return failed == 0 ? 0 : 1;
 }
@@ -1792,6 +1814,12 @@ int main(int argc, char **argv)
         snprintf(name, sizeof name, "conformance %s%s: each head stays with its request",
                  g_engine_name, run);
         failed += cmocka_run_group_tests_name(name, handoff, group_h1, NULL);
+    }
+    {
+        const struct CMUnitTest probe[] = {PROBE_CASES};
+        snprintf(name, sizeof name, "conformance %s%s: probe findings (issue 33)",
+                 g_engine_name, run);
+        failed += cmocka_run_group_tests_name(name, probe, NULL, NULL);
     }
     curl_global_cleanup();
     return failed == 0 ? 0 : 1;

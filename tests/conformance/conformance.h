@@ -549,4 +549,12 @@ void test_handoff_bodies_among_many_heads(void **state);
 /* conformance_burst.c */
 void test_burst_while_loop_busy(void **state);
 
+/* conformance_probe.c (issue 33's probe; its own server: probe_setup) */
+int probe_setup(void **state);
+int probe_teardown(void **state);
+void test_probe_many_query_params(void **state);
+void test_probe_tls_huge_handshake(void **state);
+void test_probe_chunked_bare_lf(void **state);
+void test_probe_upload_fin(void **state);
+
 #endif /* SRV_CONFORMANCE_H */

@@ -1,0 +1,370 @@
+/*
+ * Conformance: the black-box probe's findings (issue 33), each the same on
+ * every engine: a query of many parameters, a TLS record announcing a huge
+ * handshake, bare LF in chunk framing, an upload cut by the client's FIN.
+ * Their own small server (probe_setup): the default head limits (the
+ * probe's), a streamed-body PUT /upload and an ordinary PUT /echo.
+ */
+#include "conformance.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+typedef struct pfx {
+    srv_server *srv;
+    int port;
+} pfx;
+
+/* The probe's: header deadline (also the body's pace window) far above the
+ * 2 s a vanished uploader may take to be released. */
+#define P_HEADER_MS 10000
+
+static void p_greet(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    const char *name = srv_request_query(req, "name");
+    char out[128];
+    int n = snprintf(out, sizeof out, "Hello, %s!", name != NULL ? name : "World");
+    srv_respond(req, 200, "text/plain", out, (size_t)n);
+}
+
+static int p_data(srv_request *req, const void *data, size_t len, void *ctx)
+{
+    (void)req;
+    (void)data;
+    (void)len;
+    (void)ctx;
+    return 0;
+}
+
+static void p_end(srv_request *req, int status, void *ctx)
+{
+    (void)ctx;
+    /* After a failure the core answered already: this one is dropped but
+     * gives the request back. */
+    srv_respond(req, status == 0 ? 200 : 500, "text/plain", "done\n", 5);
+}
+
+static void p_upload(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    if (srv_request_body_read(req, p_data, p_end, NULL) != 0)
+        srv_respond(req, 500, "text/plain", "no body\n", 8);
+}
+
+static void p_echo(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    size_t len = 0;
+    const void *body = srv_request_body(req, &len);
+    srv_respond(req, 200, "text/plain", body, len);
+}
+
+int probe_setup(void **state)
+{
+    srv_config cfg;
+    srv_config_init(&cfg); /* max_header_bytes, max_uri_bytes: the defaults */
+    cfg.host = "127.0.0.1";
+    cfg.port = 0;
+    cfg.worker_threads = 8;
+    cfg.io_threads = 2;
+    cfg.header_timeout_ms = P_HEADER_MS;
+    cfg.keepalive_timeout_ms = T_KEEPALIVE_MS;
+    cfg.request_timeout_ms = T_REQUEST_MS;
+    if (g_tls) {
+        cfg.tls_cert_file = g_tls_cert;
+        cfg.tls_key_file = g_tls_key;
+    }
+    pfx *f = calloc(1, sizeof *f);
+    if (f == NULL)
+        return -1;
+    f->srv = srv_server_new(g_engine, &cfg);
+    if (f->srv == NULL) {
+        free(f);
+        return -1;
+    }
+    struct {
+        const char *method, *path;
+        srv_handler_fn fn;
+        unsigned flags;
+    } routes[] = {
+        {"GET", "/greetings", p_greet, 0},
+        {"PUT", "/upload", p_upload, SRV_ROUTE_STREAM_BODY},
+        {"PUT", "/echo", p_echo, 0},
+    };
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+        if ((routes[i].flags & SRV_ROUTE_STREAM_BODY) && !(engine_caps() & SRV_CAP_STREAM_BODY))
+            continue;
+        srv_route_opts o;
+        srv_route_opts_init(&o);
+        o.method = routes[i].method;
+        o.path = routes[i].path;
+        o.handler = routes[i].fn;
+        o.flags = routes[i].flags | (g_nonblocking ? SRV_ROUTE_NONBLOCKING : 0);
+        if (srv_route_add(f->srv, &o) != 0) {
+            print_error("probe setup: route %s %s refused: %s\n", o.method, o.path,
+                        srv_server_last_error(f->srv));
+            srv_server_free(f->srv);
+            free(f);
+            return -1;
+        }
+    }
+    int rc = srv_server_start(f->srv);
+    if (rc != 0) {
+        print_error("probe setup: start: %s (%s)\n", srv_strerror(rc),
+                    srv_server_last_error(f->srv));
+        srv_server_free(f->srv);
+        free(f);
+        return -1;
+    }
+    f->port = srv_server_port(f->srv);
+    *state = f;
+    return 0;
+}
+
+/* Nothing in flight, nothing open, a clean stop. */
+int probe_teardown(void **state)
+{
+    pfx *f = *state;
+    int rc = srv_server_stop(f->srv, 2000) == 0 ? 0 : -1;
+    srv_stats st;
+    srv_server_stats(f->srv, &st);
+    if (st.connections_open != 0 || st.requests_in_flight != 0) {
+        print_error("probe teardown: connections_open=%u requests_in_flight=%u\n",
+                    st.connections_open, st.requests_in_flight);
+        rc = -1;
+    }
+    srv_server_free(f->srv);
+    free(f);
+    return rc;
+}
+
+static rc_conn *p_open(pfx *f, rc_conn *c, const char *what)
+{
+    rc_init(c);
+    int rc = rc_connect(c, f->port, 3000);
+    CHECK(rc == RC_OK, "[%s] connect: %s", what, rc_strerror(rc));
+    return c;
+}
+
+/* ------------------------------------------------------------------ */
+/* 4. Many query parameters                                            */
+/* ------------------------------------------------------------------ */
+
+/*
+ * `GET /greetings?k0=v&...&k179=v&name=last` (1,170 bytes, far under the
+ * default 8 KiB limits), the same with flags (`?f0&f1...`), and with 400
+ * parameters: served (200 "Hello, last!") as on threadpool and h2o. An
+ * engine whose library holds the parsed parameters in a fixed
+ * per-connection pool (SRV_CAP_LIB_ERRORS: mhd, libmicrohttpd) may answer
+ * 431 instead, promptly, or over TLS (SRV_CAP_TLS_CLOSES_RAW) close at
+ * once; never a silent wait for the header deadline (libmicrohttpd 0.9.75
+ * left the connection hanging for it).
+ */
+void test_probe_many_query_params(void **state)
+{
+    pfx *f = *state;
+    const struct {
+        int n, flags;
+    } cases[] = {{173, 0}, {180, 0}, {180, 1}, {400, 0}, {400, 1}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        sbuf b = {0};
+        sb_add(&b, "GET /greetings?");
+        for (int i = 0; i < cases[k].n; i++)
+            sb_add(&b, cases[k].flags ? "f%d&" : "k%d=v&", i);
+        sb_add(&b, "name=last HTTP/1.1\r\n" HOST "\r\n");
+        char what[96];
+        snprintf(what, sizeof what, "%d query %s, a %zu-byte head", cases[k].n,
+                 cases[k].flags ? "flags" : "parameters", b.n);
+        rc_conn c;
+        p_open(f, &c, what);
+        conn_send(&c, what, b.p, b.n);
+        free(b.p);
+        long long t0 = rc_now_ms();
+        rc_response r;
+        int rc = rc_read_response(&c, &r, 0, 3000);
+        long long took = rc_now_ms() - t0;
+        unsigned caps = engine_caps();
+        if (rc == RC_OK && r.status == 200) {
+            CHECK(r.body_len == 12 && memcmp(r.body, "Hello, last!", 12) == 0,
+                  "[%s] 200 with body \"%.*s\"", what, (int)r.body_len, r.body);
+        } else if (rc == RC_OK && r.status == 431 && (caps & SRV_CAP_LIB_ERRORS)) {
+            /* the library's pool cannot hold them: refused, not hung */
+        } else {
+            CHECK(g_tls && (caps & SRV_CAP_TLS_CLOSES_RAW) && (rc == RC_CLOSED || rc == RC_RESET),
+                  "[%s] no 200 (nor a prompt 431) within 3 s: %s, status %d, after %lld ms",
+                  what, rc_strerror(rc), rc == RC_OK ? r.status : 0, took);
+        }
+        if (rc == RC_OK)
+            rc_response_free(&r);
+        rc_close(&c);
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* 5. A TLS record announcing a 16 MiB ClientHello                      */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Four connections each send a handshake record whose ClientHello
+ * announces 16 MiB, then up to 512 more 16 KiB handshake records (8 MiB):
+ * the server must cut each after a few MB at most (no handshake that big
+ * exists) and hold less than 8 MB more meanwhile (threadpool and h2o cut
+ * after at most ~2.7 MB; libmicrohttpd's GnuTLS buffered all 32 MiB).
+ */
+void test_probe_tls_huge_handshake(void **state)
+{
+    pfx *f = *state;
+    enum { CONNS = 4, RECORDS = 512, REC = 16384, CUT_MAX = 4 << 20, GROWTH_KB = 8 << 10 };
+    unsigned char *rec = calloc(1, 5 + REC);
+    CHECK(rec != NULL, "out of memory");
+    rc_conn c[CONNS];
+    size_t sent[CONNS] = {0};
+    int open_[CONNS];
+    long base = held_kb(), peak = base;
+    for (int i = 0; i < CONNS; i++) {
+        p_open(f, &c[i], "huge ClientHello"); /* plain TCP: this group sets no TLS */
+        /* What the client's kernel holds is not what the server took. */
+        int small = 64 << 10;
+        setsockopt(c[i].fd, SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+        /* Record header (handshake, TLS 1.0 on the record layer, 16 KiB),
+         * then the handshake header: ClientHello, 0xffffff bytes. */
+        unsigned char first[9] = {0x16, 0x03, 0x01, REC >> 8, REC & 0xff, 0x01, 0xff, 0xff, 0xff};
+        memcpy(rec, first, sizeof first);
+        memset(rec + sizeof first, 0x41, REC - 4);
+        int rc = rc_send(&c[i], rec, 5 + REC, 2000);
+        CHECK(rc == RC_OK, "[huge ClientHello] first record: %s", rc_strerror(rc));
+        sent[i] = 5 + REC;
+        open_[i] = 1;
+    }
+    /* The records that follow continue the ClientHello's body. */
+    memset(rec + 5, 0x41, REC);
+    for (int r = 0; r < RECORDS; r++) {
+        int any = 0;
+        for (int i = 0; i < CONNS; i++) {
+            if (!open_[i])
+                continue;
+            if (rc_send(&c[i], rec, 5 + REC, 2000) != RC_OK) {
+                open_[i] = 0; /* cut (reset, or it stopped reading) */
+                continue;
+            }
+            sent[i] += 5 + REC;
+            any = 1;
+        }
+        long now = held_kb();
+        if (now > peak)
+            peak = now;
+        if (!any)
+            break;
+    }
+    free(rec);
+    for (int i = 0; i < CONNS; i++) {
+        /* Stopped reading counts only if the server then closes it. */
+        int w = rc_wait_close(&c[i], 3000, NULL);
+        CHECK(sent[i] <= CUT_MAX && (w == RC_CLOSED || w == RC_RESET),
+              "[huge ClientHello] connection %d took %zu bytes of one handshake (cut at most "
+              "after %d) and is %s", i, sent[i], CUT_MAX,
+              w == RC_CLOSED || w == RC_RESET ? "closed" : "still open");
+        rc_close(&c[i]);
+    }
+    if (g_timing)
+        print_message("[huge ClientHello] sent %zu %zu %zu %zu, grew %ld KB\n", sent[0], sent[1],
+                      sent[2], sent[3], peak - base);
+    CHECK(peak - base < GROWTH_KB, "[huge ClientHello] the server grew by %ld KB (%s) for 4 "
+          "announced 16 MiB handshakes (bound %d KB)", peak - base, held_what(), GROWTH_KB);
+}
+
+/* ------------------------------------------------------------------ */
+/* 6. Bare LF in chunk framing                                          */
+/* ------------------------------------------------------------------ */
+
+/*
+ * `Transfer-Encoding: chunked` with `5\nhello\n0\n\n` (bare LF line ends):
+ * 400 on every engine (docs/ENGINES.md: strict chunk framing), to the
+ * streamed-body PUT /upload and to the ordinary PUT /echo, head and body
+ * in one send as a connection's first request. Over TLS, an engine with
+ * SRV_CAP_LIB_CHUNKED may serve it instead (docs/ENGINES.md).
+ */
+void test_probe_chunked_bare_lf(void **state)
+{
+    pfx *f = *state;
+    const char *paths[] = {"/upload", "/echo"};
+    const char *bodies[] = {"5\nhello\n0\n\n", "5\r\nhello\n0\r\n\r\n", "5\nhello\r\n0\r\n\r\n"};
+    for (size_t p = 0; p < 2; p++) {
+        if (p == 0 && !(engine_caps() & SRV_CAP_STREAM_BODY))
+            continue;
+        for (size_t b = 0; b < sizeof bodies / sizeof bodies[0]; b++) {
+            char req[256], what[96];
+            int n = snprintf(req, sizeof req,
+                             "PUT %s HTTP/1.1\r\n" HOST "Transfer-Encoding: chunked\r\n\r\n%s",
+                             paths[p], bodies[b]);
+            snprintf(what, sizeof what, "PUT %s, bare LF in chunk framing (body %zu)", paths[p],
+                     b);
+            rc_conn c;
+            p_open(f, &c, what);
+            conn_send(&c, what, req, (size_t)n);
+            rc_response r;
+            int rc = rc_read_response(&c, &r, 0, 3000);
+            CHECK(rc == RC_OK, "[%s] no answer: %s", what, rc_strerror(rc));
+            int st = r.status;
+            int hello = r.body_len == 5 && memcmp(r.body, "hello", 5) == 0;
+            rc_response_free(&r);
+            rc_close(&c);
+            /* Over TLS an engine whose library de-chunks (SRV_CAP_LIB_CHUNKED:
+             * mhd, libmicrohttpd 0.9.75) cannot be looked ahead of: it may
+             * read a bare LF as a line's end, serving the same body. */
+            if (g_tls && (engine_caps() & SRV_CAP_LIB_CHUNKED) && st == 200) {
+                CHECK(p == 0 || hello, "[%s] 200 with another body", what);
+                continue;
+            }
+            CHECK_INT(what, st, 400);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* 7. An upload cut by the client's FIN                                 */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Ten `PUT /upload` (a streamed body) announce Content-Length 10 MiB, send
+ * 1 MiB, shut their write side and close: every request is released
+ * (requests in flight back to 0, connections closed) within 2 s, far
+ * before the body's pace deadline (P_HEADER_MS).
+ */
+void test_probe_upload_fin(void **state)
+{
+    pfx *f = *state;
+    if (!(engine_caps() & SRV_CAP_STREAM_BODY))
+        return;
+    enum { N = 10, SENT = 1 << 20, CHUNK = 64 << 10 };
+    const char head[] = "PUT /upload HTTP/1.1\r\n" HOST "Content-Length: 10485760\r\n\r\n";
+    char *chunk = malloc(CHUNK);
+    CHECK(chunk != NULL, "out of memory");
+    memset(chunk, 'x', CHUNK);
+    /* All ten at once, their bytes interleaved, as the probe sent them. */
+    rc_conn c[N];
+    for (int i = 0; i < N; i++) {
+        p_open(f, &c[i], "upload cut by a FIN");
+        conn_send(&c[i], "upload head", head, sizeof head - 1);
+    }
+    for (size_t s = 0; s < SENT; s += CHUNK)
+        for (int i = 0; i < N; i++)
+            conn_send(&c[i], "upload body", chunk, CHUNK);
+    for (int i = 0; i < N; i++) {
+        rc_shutdown_write(&c[i]);
+        rc_close(&c[i]);
+    }
+    free(chunk);
+    long long t0 = rc_now_ms();
+    srv_stats st;
+    do {
+        srv_server_stats(f->srv, &st);
+        if (st.requests_in_flight == 0 && st.connections_open == 0)
+            break;
+        rc_sleep_ms(20);
+    } while (rc_now_ms() - t0 < 2000);
+    CHECK(st.requests_in_flight == 0 && st.connections_open == 0,
+          "[upload cut by a FIN] 2 s after %d clients left mid-body: %u requests in flight, "
+          "%u connections open", N, st.requests_in_flight, st.connections_open);
+}
