@@ -35,6 +35,12 @@ mirror=$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null |
 [ -n "$mirror" ] || mirror=$(sed -n 's|^deb[[:space:]]\{1,\}\([^[:space:]]*/debian\)/*[[:space:]].*|\1|p' \
                               /etc/apt/sources.list 2>/dev/null | head -1)
 
+# One run at a time uses the system (its mounts, its apt).
+if [ -z "${SRV_DEBIAN13_LOCKED:-}" ] && command -v flock >/dev/null 2>&1; then
+    $SUDO mkdir -p "$(dirname "$sysroot")"
+    exec env SRV_DEBIAN13_LOCKED=1 flock "$sysroot.lock" "$0" "$@"
+fi
+
 if ! command -v debootstrap >/dev/null 2>&1; then
     $SUDO apt-get update -qq
     $SUDO apt-get install -y -qq --no-install-recommends debootstrap
