@@ -38,7 +38,7 @@ mirror=$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null |
 # One run at a time uses the system (its mounts, its apt).
 if [ -z "${SRV_DEBIAN13_LOCKED:-}" ] && command -v flock >/dev/null 2>&1; then
     $SUDO mkdir -p "$(dirname "$sysroot")"
-    exec env SRV_DEBIAN13_LOCKED=1 flock "$sysroot.lock" "$0" "$@"
+    exec env SRV_DEBIAN13_LOCKED=1 flock "$sysroot.lock" sh "$top/scripts/test-debian13.sh" "$@"
 fi
 
 if ! command -v debootstrap >/dev/null 2>&1; then
