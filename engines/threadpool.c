@@ -1077,16 +1077,18 @@ static void *etp_poller_main(void *arg)
         int stopping = atomic_load(&st->stopping);
         if (atomic_load(&st->quiescing) && p->listening)
             etp_poller_unlisten(p);
+        /* Messages after the batch's connection events: a message may close
+         * a connection whose event is further on in this same batch (an
+         * upload's end and its client's FIN together), which would then be
+         * read after it was freed. */
+        int messages = 0;
         for (int i = 0; i < n; i++) {
             void *ptr = evs[i].data.ptr;
             if (ptr == &st->listen_fd) {
                 if (p->listening)
                     etp_accept_some(p);
             } else if (ptr == &p->msg_fd) {
-                uint64_t v;
-                ssize_t r = read(p->msg_fd, &v, sizeof v);
-                (void)r;
-                etp_poller_messages(p);
+                messages = 1;
             } else if (ptr == &p->wake_fd) {
                 uint64_t v;
                 ssize_t r = read(p->wake_fd, &v, sizeof v);
@@ -1095,6 +1097,12 @@ static void *etp_poller_main(void *arg)
             } else {
                 etp_poller_read(st, ptr);
             }
+        }
+        if (messages) {
+            uint64_t v;
+            ssize_t r = read(p->msg_fd, &v, sizeof v);
+            (void)r;
+            etp_poller_messages(p);
         }
         now = srv__now_ms();
         if (stopping) /* the core's last answers, posted before stop */
