@@ -475,6 +475,7 @@ typedef struct st_read {
     int events;
     int slow_calls;      /* sleep 20 ms in this many first callbacks */
     int head;            /* ask with HEAD */
+    _Atomic uint64_t progress; /* got, for another thread to watch */
     long held0, held_max;
 } st_read;
 
@@ -497,6 +498,7 @@ static size_t st_on_data(char *p, size_t sz, size_t n, void *arg)
                 r->times[r->events++] = rc_now_ms() - r->t0;
     }
     r->got += len;
+    atomic_store(&r->progress, r->got);
     if (r->slow_calls > 0) {
         r->slow_calls--;
         sleep_ms(20);
@@ -983,9 +985,10 @@ static void *st_bg_run(void *arg)
 
 /* Wait until `started` streams have started (the request reached its
  * handler) and `bytes` body bytes reached the client. */
-static void st_wait_going(const st_bg *b, int started, uint64_t bytes)
+static void st_wait_going(st_bg *b, int started, uint64_t bytes)
 {
-    for (int i = 0; i < 1000 && (atomic_load(&g_st.started) < started || b->r.got < bytes); i++)
+    for (int i = 0; i < 1000 && (atomic_load(&g_st.started) < started ||
+                                 atomic_load(&b->r.progress) < bytes); i++)
         sleep_ms(10);
 }
 
