@@ -19,7 +19,9 @@
 # The conformance runs spend most of their time waiting on deadlines, not
 # computing (a default-build run of all nine takes ~1 CPU minute over 10
 # minutes), so meson runs several at once: SRV_TEST_JOBS (default 6) in the
-# default and ASan builds, SRV_TEST_JOBS_TSAN (default 3) under TSan.
+# default build; the sanitized runs compute more, and a starved one misses
+# its short deadlines, so fewer there: SRV_TEST_JOBS_ASAN (default 4),
+# SRV_TEST_JOBS_TSAN (default 2).
 # Each stage's wall time is printed at the end.
 set -eu
 cd "$(dirname "$0")/.."
@@ -47,7 +49,8 @@ stage_report() {
 passed=0
 failed=0
 jobs=${SRV_TEST_JOBS:-6}
-jobs_tsan=${SRV_TEST_JOBS_TSAN:-3}
+jobs_asan=${SRV_TEST_JOBS_ASAN:-4}
+jobs_tsan=${SRV_TEST_JOBS_TSAN:-2}
 # Tally a meson test log's Ok/Fail counts for the closing summary line;
 # stop with the summary on a failure.
 tally() {
@@ -122,7 +125,7 @@ setup build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=deb
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1
 export LSAN_OPTIONS=suppressions=$root/tests/lsan.supp:print_suppressions=0
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
-run_meson_test meson test -C build-asan --print-errorlogs --num-processes "$jobs" \
+run_meson_test meson test -C build-asan --print-errorlogs --num-processes "$jobs_asan" \
     ${norand:+"--wrapper=$norand"}
 unset ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS
 
