@@ -368,3 +368,101 @@ void test_probe_upload_fin(void **state)
           "[upload cut by a FIN] 2 s after %d clients left mid-body: %u requests in flight, "
           "%u connections open", N, st.requests_in_flight, st.connections_open);
 }
+
+/* ------------------------------------------------------------------ */
+/* The smaller differences the probe saw, one rule each                */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Chunk framing and header sizes where engines used to differ, on a fresh
+ * connection each (a first request: the mhd gate looks at it in
+ * cleartext) and, for the library-read cases, as the second request of a
+ * kept-alive one (where libmicrohttpd reads the framing itself):
+ * - a chunk size of 2^64 (17 hex digits) is 400: malformed, not too big;
+ * - `5 ;a=b` (blanks before an extension, RFC 9112 7.1.1's BWS) and `5 `
+ *   (blanks before the CRLF) are served; a 10 KB chunk extension is 431
+ *   (extensions count against max_header_bytes);
+ * - a 1.8 KB Cookie header of 200 cookies is served (far under 8 KiB);
+ *   libmicrohttpd parses every cookie into its fixed per-connection pool,
+ *   so an engine answering bad input through its library
+ *   (SRV_CAP_LIB_ERRORS: mhd) may answer 431 there.
+ * An engine whose library reads chunk framing itself (SRV_CAP_LIB_CHUNKED)
+ * may answer its own 400/413/431 or serve where the core would refuse
+ * (docs/ENGINES.md lists what); every other engine gives the rule.
+ */
+void test_probe_small_differences(void **state)
+{
+    pfx *f = *state;
+    sbuf ext = {0};
+    for (int i = 0; i < 10 * 1024; i++)
+        sb_add(&ext, "x");
+    sbuf cookie = {0};
+    for (int i = 0; i < 200; i++)
+        sb_add(&cookie, "%sc%d=v", i ? "; " : "", i);
+    sbuf big_ext = {0};
+    sb_add(&big_ext, "PUT /echo HTTP/1.1\r\n" HOST "Transfer-Encoding: chunked\r\n\r\n"
+                     "5;e=%s\r\nhello\r\n0\r\n\r\n", ext.p);
+    sbuf cookies = {0};
+    sb_add(&cookies, "GET /greetings?name=c HTTP/1.1\r\n" HOST "Cookie: %s\r\n\r\n", cookie.p);
+    const struct {
+        const char *what, *req;
+        int status;     /* the rule */
+        int lib_chunk;  /* SRV_CAP_LIB_CHUNKED may answer otherwise (its library reads it) */
+        int lib_431;    /* SRV_CAP_LIB_ERRORS may answer 431 (its library's pool) */
+    } cases[] = {
+        {"chunk size 2^64", "PUT /echo HTTP/1.1\r\n" HOST "Transfer-Encoding: chunked\r\n\r\n"
+                            "10000000000000000\r\nhello\r\n0\r\n\r\n", 400, 1, 0},
+        {"blanks before a chunk extension", "PUT /echo HTTP/1.1\r\n" HOST
+                            "Transfer-Encoding: chunked\r\n\r\n5 ;a=b\r\nhello\r\n0\r\n\r\n", 200, 1, 0},
+        {"blanks after a chunk size", "PUT /echo HTTP/1.1\r\n" HOST
+                            "Transfer-Encoding: chunked\r\n\r\n5 \r\nhello\r\n0\r\n\r\n", 200, 1, 0},
+        {"a 10 KB chunk extension", big_ext.p, 431, 1, 0},
+        {"200 cookies in 1.8 KB", cookies.p, 200, 0, 1},
+    };
+    unsigned caps = engine_caps();
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        for (int second = 0; second < 2; second++) {
+            char what[128];
+            snprintf(what, sizeof what, "%s%s", cases[k].what,
+                     second ? ", second on a connection" : "");
+            rc_conn c;
+            p_open(f, &c, what);
+            rc_response r;
+            if (second) {
+                conn_send_str(&c, what, "GET /greetings?name=first HTTP/1.1\r\n" HOST "\r\n");
+                int rc0 = rc_read_response(&c, &r, 0, 3000);
+                CHECK(rc0 == RC_OK && r.status == 200, "[%s] the first request: %s", what,
+                      rc_strerror(rc0));
+                if (rc0 == RC_OK)
+                    rc_response_free(&r);
+            }
+            rc_send_str(&c, cases[k].req, 3000); /* may fail once the server answered */
+            int rc = rc_read_response(&c, &r, 0, 5000);
+            int st = rc == RC_OK ? r.status : 0;
+            int lib = cases[k].lib_chunk && (caps & SRV_CAP_LIB_CHUNKED);
+            if (g_timing)
+                fprintf(stderr, "# %s%s: [%s] %s, status %d\n", g_engine_name, g_tls ? " tls" : "",
+                        what, rc_strerror(rc), st);
+            if (lib) /* the library's own answer: refused or served, never silence */
+                CHECK(st == cases[k].status || st == 200 || st == 400 || st == 413 || st == 431 ||
+                      (g_tls && (caps & SRV_CAP_TLS_CLOSES_RAW) && (rc == RC_CLOSED || rc == RC_RESET)),
+                      "[%s] %s, status %d", what, rc_strerror(rc), st);
+            else if (cases[k].lib_431 && (caps & SRV_CAP_LIB_ERRORS))
+                CHECK(st == cases[k].status || st == 431, "[%s] want %d (or the library's 431), "
+                      "got %s, status %d", what, cases[k].status, rc_strerror(rc), st);
+            else
+                CHECK(st == cases[k].status, "[%s] want %d, got %s, status %d", what,
+                      cases[k].status, rc_strerror(rc), st);
+            if (st == 200 && cases[k].status == 200 && k < 3)
+                CHECK(r.body_len == 5 && memcmp(r.body, "hello", 5) == 0, "[%s] body %.*s", what,
+                      (int)r.body_len, r.body);
+            if (rc == RC_OK)
+                rc_response_free(&r);
+            rc_close(&c);
+        }
+    }
+    free(ext.p);
+    free(cookie.p);
+    free(big_ext.p);
+    free(cookies.p);
+}

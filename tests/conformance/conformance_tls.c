@@ -117,7 +117,9 @@ void test_engine_identity_tls(void **state)
           (unsigned long long)(after.responses_2xx - before.responses_2xx));
 }
 
-/* Plain HTTP sent to the TLS port: a clean close or a 400, never a hang. */
+/* Plain HTTP sent to the TLS port: a 400 in the clear and a close, as nginx
+ * does; an engine whose TLS is its library's (SRV_CAP_TLS_CLOSES_RAW: mhd)
+ * closes without it. Never a hang. */
 void test_tls_plain_http(void **state)
 {
     fx *f = *state;
@@ -128,8 +130,9 @@ void test_tls_plain_http(void **state)
     long long t0 = rc_now_ms();
     int rc = rc_read_response(c, &r, 0, 3000);
     long long took = rc_now_ms() - t0;
-    CHECK(rc == RC_OK || rc == RC_CLOSED || rc == RC_RESET,
-          "[plain HTTP to the TLS port] neither an answer nor a close within 3 s: %s",
+    int closes = (engine_caps() & SRV_CAP_TLS_CLOSES_RAW) != 0;
+    CHECK(closes ? rc == RC_CLOSED || rc == RC_RESET : rc == RC_OK,
+          "[plain HTTP to the TLS port] want %s within 3 s: %s", closes ? "a close" : "a 400",
           rc_strerror(rc));
     if (rc == RC_OK) {
         CHECK_INT("[plain HTTP to the TLS port] status", r.status, 400);
@@ -204,11 +207,15 @@ void test_tls_old_versions(void **state)
         http_perform(f, h, &(http_req){.path = "/hello"}, &r);
         curl_easy_cleanup(h);
         CHECK(r.rc != CURLE_OK, "[TLS 1.%zu client] was served", i);
-        /* threadpool sends the protocol_version alert; h2o 2.2.5 closes
-         * without flushing it. Either way the server did it: the client
-         * reached the handshake (it did not refuse its own settings). */
-        CHECK(strstr(r.err, "protocol version") != NULL || strstr(r.err, "SSL_ERROR_SYSCALL") ||
-                  strstr(r.err, "unexpected eof"),
+        if (g_timing)
+            fprintf(stderr, "# %s: TLS 1.%zu client: %s\n", g_engine_name, i, r.err);
+        /* threadpool sends the protocol_version alert; h2o 2.2.5 and
+         * libmicrohttpd 0.9.75 close without one (docs/ENGINES.md, "Where
+         * the engines still differ"). Either way the server did it: the
+         * client reached the handshake (it did not refuse its own settings). */
+        int alert = strcmp(g_engine_name, "threadpool") == 0;
+        CHECK(strstr(r.err, "protocol version") != NULL ||
+                  (!alert && (strstr(r.err, "SSL_ERROR_SYSCALL") || strstr(r.err, "unexpected eof"))),
               "[TLS 1.%zu client] failed, but not by the server's refusal (an alert or a "
               "close in the handshake): %s (%s)", i, curl_easy_strerror(r.rc), r.err);
         CHECK(stats(f).connections_total == before.connections_total + 1,
