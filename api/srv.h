@@ -730,6 +730,60 @@ int srv_request_header_at(const srv_request *req, size_t index,
                           const char **name, const char **value);
 
 /*
+ * Cookies (0.7): srv_request_cookie: the value of the first cookie named
+ * exactly `name` (case-sensitive) in the request's Cookie headers
+ * ("a=1; b=2"; HTTP/2's several Cookie fields are read in order), with
+ * blanks around it trimmed and surrounding DQUOTEs taken off; NULL when
+ * absent. Values are not decoded. A piece without '=' or with an empty
+ * name is skipped. srv_request_cookie_count / srv_request_cookie_at: every
+ * cookie in order, repeated names included (at: 0, or SRV_EINVAL past the
+ * end). The strings belong to the request (valid while you hold it). The
+ * first call parses and keeps the result: call these from the thread that
+ * holds the request (the handler, a filter), not from two threads at once.
+ */
+const char *srv_request_cookie(const srv_request *req, const char *name);
+size_t srv_request_cookie_count(const srv_request *req);
+int srv_request_cookie_at(const srv_request *req, size_t index, const char **name,
+                          const char **value);
+
+/*
+ * Form bodies (0.7): srv_request_form: the decoded value of the first
+ * field named exactly `name` of an application/x-www-form-urlencoded body
+ * (decoded as the query: '+' a space, %XX; a field without '=' is ""), or
+ * NULL when absent, when the Content-Type is another, or for a route that
+ * streams its body (SRV_ROUTE_STREAM_BODY: the body is not kept). A field
+ * whose escapes decode to NUL is skipped. srv_request_form_count /
+ * srv_request_form_at: every field in order (at: 0, or SRV_EINVAL past
+ * the end). Memory and threads as srv_request_cookie.
+ */
+const char *srv_request_form(const srv_request *req, const char *name);
+size_t srv_request_form_count(const srv_request *req);
+int srv_request_form_at(const srv_request *req, size_t index, const char **name,
+                        const char **value);
+
+/*
+ * srv_media_type_is: 1 when the media type `content_type` (e.g. the
+ * request's Content-Type, "Application/JSON; charset=utf-8") is `type`
+ * ("application/json"): type and subtype compared case-insensitively,
+ * parameters and blanks ignored; else 0 (also for NULL). Any thread.
+ */
+int srv_media_type_is(const char *content_type, const char *type);
+
+/*
+ * srv_request_negotiate: the media type to answer with, of the NULL-ended
+ * list `offered` in the server's order of preference (e.g. {"application/
+ * json", "text/html", NULL}), by the request's Accept (RFC 9110 12.5.1):
+ * each offered type takes the q of the most specific range that matches it
+ * (exact, then "type/ *", then "* / *"), the highest q wins, ties go to the
+ * earlier offered type, q=0 means not acceptable. Returns offered[0] when
+ * the request has no Accept (or an empty one), NULL when none is
+ * acceptable (answer 406) or offered is empty. A malformed q makes its
+ * range match nothing. The pointer is one of `offered`. The same threads as
+ * srv_request_header.
+ */
+const char *srv_request_negotiate(const srv_request *req, const char *const *offered);
+
+/*
  * srv_request_body: the request body (de-chunked), NUL-terminated for
  * convenience (the NUL is not counted). Sets *len when len is not NULL.
  * Never NULL: an empty body is "".
@@ -785,6 +839,44 @@ srv_server *srv_request_server(const srv_request *req);
  * shutdown: the header would be dropped anyway); SRV_ENOMEM.
  */
 int srv_set_header(srv_request *req, const char *name, const char *value);
+
+/* srv_cookie_opts.same_site values. */
+enum {
+    SRV_SAMESITE_DEFAULT = 0, /* no attribute: the browser's default (Lax) */
+    SRV_SAMESITE_STRICT = 1,
+    SRV_SAMESITE_LAX = 2,
+    SRV_SAMESITE_NONE = 3 /* sent cross-site; browsers require Secure with it */
+};
+
+/* The attributes of a Set-Cookie (srv_set_cookie); grows the ABI-safe way. */
+typedef struct srv_cookie_opts {
+    size_t size;        /* set by srv_cookie_opts_init */
+    long long max_age;  /* seconds; 0 deletes the cookie; -1 (default): none, a session cookie */
+    const char *path;   /* Path; default NULL (none) */
+    const char *domain; /* Domain; default NULL (the host only) */
+    int secure;         /* non-zero: Secure (HTTPS only) */
+    int http_only;      /* non-zero: HttpOnly (not visible to scripts) */
+    int same_site;      /* SRV_SAMESITE_*; default SRV_SAMESITE_DEFAULT */
+} srv_cookie_opts;
+
+/* srv_cookie_opts_init: the defaults above, and the size. Any thread. */
+void srv_cookie_opts_init_sized(srv_cookie_opts *opts, size_t size);
+#define srv_cookie_opts_init(opts) srv_cookie_opts_init_sized((opts), sizeof *(opts))
+
+/*
+ * srv_set_cookie: add a Set-Cookie header (RFC 6265 4.1) - `name=value`
+ * and the attributes of `opts` (NULL: none) - as srv_set_header would,
+ * before the answer, from the thread that owns the request. The name must
+ * be a token and the value cookie-octets (visible ASCII but DQUOTE, ',',
+ * ';' and '\': encode anything else, e.g. base64url or %XX), Path and
+ * Domain visible ASCII without ';'. Returns 0; SRV_EHEADER for a name,
+ * value or attribute outside that; SRV_EINVAL for NULL arguments, an opts
+ * not set by srv_cookie_opts_init, max_age below -1, an unknown same_site,
+ * or SRV_SAMESITE_NONE without secure (browsers drop such a cookie);
+ * otherwise srv_set_header's errors.
+ */
+int srv_set_cookie(srv_request *req, const char *name, const char *value,
+                   const srv_cookie_opts *opts);
 
 /*
  * srv_respond: answer the request with a final `status` (200-599; interim

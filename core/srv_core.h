@@ -356,6 +356,9 @@ struct srv_request {
     srv__kv *headers;
     size_t header_count;
     size_t header_cap;
+    /* cookie.c: cookies and form fields, parsed on first use by the thread
+     * that holds the request (NULL until then). */
+    struct srv__parsed *parsed;
     size_t head_bytes;
     char *body;
     size_t body_len;
@@ -438,6 +441,9 @@ struct srv_request {
 
 /* Free n malloc'd name/value pairs and the array. */
 void srv__kv_free(srv__kv *kv, size_t n);
+/* cookie.c: free what srv_request_cookie/srv_request_form parsed. */
+struct srv__parsed;
+void srv__parsed_free(struct srv__parsed *p);
 /* Drop one reference; the last one frees the request. */
 void srv__request_unref(srv_request *req);
 

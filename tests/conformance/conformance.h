@@ -557,5 +557,6 @@ void test_probe_tls_huge_handshake(void **state);
 void test_probe_chunked_bare_lf(void **state);
 void test_probe_upload_fin(void **state);
 void test_probe_small_differences(void **state);
+void test_probe_cookies_forms(void **state);
 
 #endif /* SRV_CONFORMANCE_H */

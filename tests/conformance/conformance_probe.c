@@ -60,6 +60,26 @@ static void p_echo(srv_request *req, void *ctx)
     srv_respond(req, 200, "text/plain", body, len);
 }
 
+/* POST /form: what the core read of the cookies and the form, and a
+ * cookie set back. */
+static void p_form(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    const char *name = srv_request_form(req, "name"), *sid = srv_request_cookie(req, "sid");
+    char out[512];
+    int n = snprintf(out, sizeof out, "name=%s sid=%s fields=%zu cookies=%zu",
+                     name ? name : "(none)", sid ? sid : "(none)", srv_request_form_count(req),
+                     srv_request_cookie_count(req));
+    srv_cookie_opts o;
+    srv_cookie_opts_init(&o);
+    o.http_only = 1;
+    o.path = "/";
+    if (srv_set_cookie(req, "seen", "1", &o) != 0 ||
+        srv_set_cookie(req, "bad", "a;b", NULL) != SRV_EHEADER) /* refused, not sent */
+        n = snprintf(out, sizeof out, "srv_set_cookie misbehaved");
+    srv_respond(req, 200, "text/plain", out, (size_t)n);
+}
+
 int probe_setup(void **state)
 {
     srv_config cfg;
@@ -91,6 +111,7 @@ int probe_setup(void **state)
         {"GET", "/greetings", p_greet, 0},
         {"PUT", "/upload", p_upload, SRV_ROUTE_STREAM_BODY},
         {"PUT", "/echo", p_echo, 0},
+        {"POST", "/form", p_form, 0},
     };
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
         if ((routes[i].flags & SRV_ROUTE_STREAM_BODY) && !(engine_caps() & SRV_CAP_STREAM_BODY))
@@ -465,4 +486,48 @@ void test_probe_small_differences(void **state)
     free(cookie.p);
     free(big_ext.p);
     free(cookies.p);
+}
+
+/* Cookies and a form body through every engine, hostile pieces included:
+ * separators, quotes, an empty name, escapes decoding to NUL, 500 fields;
+ * the Set-Cookie the handler adds arrives, the one it was refused does not. */
+void test_probe_cookies_forms(void **state)
+{
+    pfx *f = *state;
+    sbuf body = {0};
+    sb_add(&body, "name=Ana+%%C3%%A9&bad=%%00&=x&flag");
+    for (int i = 0; i < 500; i++)
+        sb_add(&body, "&f%d=%d", i, i);
+    sbuf req = {0};
+    sb_add(&req, "POST /form HTTP/1.1\r\n" HOST "Cookie: a=1; ;=z; sid=\"s1\" ; x\r\n"
+                 "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: %zu\r\n\r\n%s",
+           body.n, body.p);
+    rc_conn c;
+    p_open(f, &c, "cookies and a form");
+    conn_send(&c, "cookies and a form", req.p, req.n);
+    rc_response r;
+    int rc = rc_read_response(&c, &r, 0, 5000);
+    CHECK(rc == RC_OK, "[cookies and a form] %s", rc_strerror(rc));
+    if (rc == RC_OK) {
+        CHECK_INT("status", r.status, 200);
+        CHECK_STR("what the handler read", r.body, "name=Ana \xc3\xa9 sid=s1 fields=503 cookies=2");
+        CHECK_STR("Set-Cookie", rc_header_get(&r, "Set-Cookie"), "seen=1; Path=/; HttpOnly");
+        size_t sc = 0;
+        for (size_t i = 0; i < r.nheaders; i++)
+            sc += strcasecmp(r.headers[i].name, "Set-Cookie") == 0;
+        CHECK_INT("Set-Cookie lines", (int)sc, 1);
+        rc_response_free(&r);
+    }
+    /* Another type: no fields. */
+    rc_send_str(&c, "POST /form HTTP/1.1\r\n" HOST "Content-Type: text/plain\r\n"
+                    "Content-Length: 6\r\n\r\nname=x", 3000);
+    rc = rc_read_response(&c, &r, 0, 5000);
+    CHECK(rc == RC_OK, "[a text body] %s", rc_strerror(rc));
+    if (rc == RC_OK) {
+        CHECK_STR("a text body", r.body, "name=(none) sid=(none) fields=0 cookies=0");
+        rc_response_free(&r);
+    }
+    rc_close(&c);
+    free(body.p);
+    free(req.p);
 }
