@@ -10,7 +10,8 @@
  * split on '\n' (a '\r' stays in the line, so CR in a value is reached):
  * the method, the target, then "name:value" header lines (no ':' means
  * the whole line is a name with an empty value) up to an empty line; the
- * rest is the body, appended in two pieces.
+ * rest is the body, appended in two pieces. A head the core accepts is
+ * also read as a handler would (cookies, form fields, Accept).
  */
 #include "fuzz_core.h"
 
@@ -135,6 +136,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fuzz_core_fail(req, rc);
         return 0;
     }
+    /* What a handler reads (core/cookie.c), on whatever the head and body
+     * hold: cookies and form fields found again by name, never a
+     * separator inside a cookie, a negotiation among the offered types. */
+    size_t nc = srv_request_cookie_count(req);
+    for (size_t i = 0; i < nc; i++) {
+        const char *name = NULL, *value = NULL;
+        FUZZ_CHECK(srv_request_cookie_at(req, i, &name, &value) == 0);
+        FUZZ_CHECK(name[0] != '\0' && strpbrk(name, ";=") == NULL && strchr(value, ';') == NULL);
+        FUZZ_CHECK(srv_request_cookie(req, name) != NULL);
+    }
+    FUZZ_CHECK(srv_request_cookie_at(req, nc, NULL, NULL) == SRV_EINVAL);
+    size_t nf = srv_request_form_count(req);
+    for (size_t i = 0; i < nf; i++) {
+        const char *name = NULL, *value = NULL;
+        FUZZ_CHECK(srv_request_form_at(req, i, &name, &value) == 0);
+        FUZZ_CHECK(srv_request_form(req, name) != NULL && strlen(value) <= req->body_len);
+    }
+    FUZZ_CHECK(nf == 0 || srv_media_type_is(srv_request_header(req, "content-type"),
+                                            "application/x-www-form-urlencoded"));
+    static const char *const offered[] = {"application/json", "text/html", NULL};
+    const char *best = srv_request_negotiate(req, offered);
+    FUZZ_CHECK(best == NULL || best == offered[0] || best == offered[1]);
     fuzz_core_responded = 0;
     srv__request_dispatch(req);
     FUZZ_CHECK(fuzz_core_responded == 1);
