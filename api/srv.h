@@ -349,6 +349,13 @@ typedef struct srv_config {
      * a stream costs is about this much. Default 65536 (64 KiB); 1 KiB to
      * 64 MiB. */
     size_t stream_buffer_bytes;
+    /* The body of the answers the library makes itself (404, 405, 400,
+     * 413, 431, 503...): SRV_ERROR_FORMAT_TEXT, "404 Not Found" as
+     * text/plain (the default), or SRV_ERROR_FORMAT_JSON, Spring Boot's
+     * shape as application/json: {"timestamp":"2026-12-03T14:40:00.123Z",
+     * "status":404,"error":"Not Found","path":"/x"}. Answers an engine's
+     * library writes itself (mhd: SRV_CAP_LIB_ERRORS) keep its own body. */
+    int error_format;
 } srv_config;
 
 /*
@@ -368,6 +375,9 @@ enum {
     SRV_ACCESS_LOG_COMBINED = 2,
     SRV_ACCESS_LOG_JSON = 3
 };
+
+/* srv_config.error_format values. */
+enum { SRV_ERROR_FORMAT_TEXT = 0, SRV_ERROR_FORMAT_JSON = 1 };
 
 /* srv_config.tls_min_version values (the TLS wire version numbers). */
 enum { SRV_TLS_1_2 = 0x0303, SRV_TLS_1_3 = 0x0304 };
@@ -391,7 +401,8 @@ void srv_config_init_sized(srv_config *cfg, size_t size);
  * Values: whole decimal numbers in the range srv_server_start accepts;
  * byte sizes (max_*_bytes) may end in K, M or G (KiB, MiB, GiB); flags
  * (reuse_port) 1/0, true/false, yes/no, on/off; access_log off, common,
- * combined or json (or 0-3; on/off as common/off); tls_min_version 1.2 or
+ * combined or json (or 0-3; on/off as common/off); error_format text or
+ * json; tls_min_version 1.2 or
  * 1.3; host a numeric address; strings as they are, an empty one clearing
  * an optional string (server_name "": no Server header).
  * A variable under the prefix that is no field (a typo such as

@@ -61,7 +61,7 @@ static size_t srv__utf8_len(const unsigned char *s)
 /* s as a JSON string ("..." with its quotes; null when s is NULL) into out:
  * UTF-8 passes through, invalid bytes become U+FFFD, quotes, backslashes and
  * control bytes are escaped, so any request yields one valid JSON line. */
-static void srv__json_string(char *out, size_t cap, const char *s, size_t max)
+void srv__json_string(char *out, size_t cap, const char *s, size_t max)
 {
     if (s == NULL) {
         snprintf(out, cap, "null");

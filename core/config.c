@@ -121,6 +121,7 @@ const srv__config_field srv__config_fields[] = {
     /* A streamed response's buffer: at least a chunk head and some data,
      * at most what a client that never reads may make us hold. */
     SRV__FIELD(stream_buffer_bytes, SRV__FIELD_SIZE, 1024, 64u * 1024 * 1024, NULL),
+    SRV__FIELD(error_format, SRV__FIELD_ERROR_FORMAT, 0, 1, NULL),
 };
 const size_t srv__config_field_count = sizeof srv__config_fields / sizeof srv__config_fields[0];
 
@@ -131,6 +132,7 @@ unsigned long long srv__config_field_get(const srv_config *c, const srv__config_
     case SRV__FIELD_INT:
     case SRV__FIELD_BOOL:
     case SRV__FIELD_ACCESS_LOG:
+    case SRV__FIELD_ERROR_FORMAT:
     case SRV__FIELD_FD: {
         int v;
         memcpy(&v, p, sizeof v);
@@ -160,6 +162,8 @@ void srv__config_field_range(const srv__config_field *f, char *buf, size_t cap)
         snprintf(buf, cap, "use 0 (off) or 1 (on)");
     else if (f->kind == SRV__FIELD_ACCESS_LOG)
         snprintf(buf, cap, "use off, common, combined or json (0 to 3)");
+    else if (f->kind == SRV__FIELD_ERROR_FORMAT)
+        snprintf(buf, cap, "use text or json (0 or 1)");
     else if (f->kind == SRV__FIELD_TLS_VERSION)
         snprintf(buf, cap, "use SRV_TLS_1_2 (0x0303) or SRV_TLS_1_3 (0x0304)");
     else if (f->note != NULL)
@@ -192,7 +196,8 @@ int srv__config_validate(srv_server *srv)
             char range[96];
             srv__config_field_range(f, range, sizeof range);
             char shown[32];
-            if (f->kind == SRV__FIELD_INT) { /* a negative int reads as ULLONG_MAX */
+            if (f->kind == SRV__FIELD_INT || f->kind == SRV__FIELD_ERROR_FORMAT) {
+                /* a negative int reads as ULLONG_MAX */
                 int iv;
                 memcpy(&iv, (const char *)c + f->offset, sizeof iv);
                 snprintf(shown, sizeof shown, "%d", iv);

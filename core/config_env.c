@@ -121,6 +121,15 @@ static int srv__env_field(srv_config *cfg, const srv__config_field *f, const cha
         memcpy(p, &v, sizeof v);
         return 0;
     }
+    case SRV__FIELD_ERROR_FORMAT: {
+        int v = strcasecmp(text, "text") == 0 || strcmp(text, "0") == 0   ? SRV_ERROR_FORMAT_TEXT
+                : strcasecmp(text, "json") == 0 || strcmp(text, "1") == 0 ? SRV_ERROR_FORMAT_JSON
+                                                                          : -1;
+        if (v < 0)
+            return srv__env_fail(err, cap, "%s=\"%s\" is not valid: use text or json", var, text);
+        memcpy(p, &v, sizeof v);
+        return 0;
+    }
     case SRV__FIELD_TLS_VERSION: {
         unsigned v;
         if (strcmp(text, "1.2") == 0 || strcasecmp(text, "TLSv1.2") == 0)

@@ -15,23 +15,6 @@
 #include <string.h>
 #include <strings.h>
 
-struct srv__parsed {
-    bool cookies_done, form_done;
-    srv__kv *cookies;
-    size_t cookie_count;
-    srv__kv *form;
-    size_t form_count;
-};
-
-void srv__parsed_free(struct srv__parsed *p)
-{
-    if (p == NULL)
-        return;
-    srv__kv_free(p->cookies, p->cookie_count);
-    srv__kv_free(p->form, p->form_count);
-    free(p);
-}
-
 static struct srv__parsed *srv__parsed_of(srv_request *req)
 {
     if (req->parsed == NULL)

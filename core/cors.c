@@ -132,6 +132,13 @@ static void srv__cors_allow_origin(const srv__cors *c, srv_request *req, const c
 
 static int srv__cors_refuse(srv_request *req)
 {
+    if (req->srv->cfg.error_format == SRV_ERROR_FORMAT_JSON) {
+        char body[SRV__ERROR_BODY_MAX];
+        const char *ctype;
+        size_t n = srv__error_body(req, 403, body, sizeof body, &ctype);
+        srv_respond(req, 403, ctype, body, n);
+        return SRV_FILTER_DONE;
+    }
     static const char msg[] = "403 Forbidden: CORS preflight refused\n";
     srv_respond(req, 403, "text/plain; charset=utf-8", msg, sizeof msg - 1);
     return SRV_FILTER_DONE;

@@ -76,9 +76,10 @@ static void srv__routing_answer(srv_request *req)
         srv_respond(req, 204, NULL, NULL, 0);
         return;
     }
-    char body[64];
-    int n = snprintf(body, sizeof body, "%d %s\n", status, srv__status_reason(status));
-    srv_respond(req, status, "text/plain; charset=utf-8", body, (size_t)n);
+    char body[SRV__ERROR_BODY_MAX];
+    const char *ctype;
+    size_t n = srv__error_body(req, status, body, sizeof body, &ctype);
+    srv_respond(req, status, ctype, body, n);
 }
 
 /* The last stage: the handler, or the core's routing answer. */

@@ -260,8 +260,9 @@ static bool srv__answer_store(srv_request *req, const char *content_type, const 
 bool srv__inflight_answer(srv_request *req, int status, bool close, const char *extra_name,
                           const char *extra_value, bool timeout)
 {
-    char body[96];
-    int n = snprintf(body, sizeof body, "%d %s\n", status, srv__status_reason(status));
+    char body[SRV__ERROR_BODY_MAX];
+    const char *ctype;
+    size_t n = srv__error_body(req, status, body, sizeof body, &ctype);
     pthread_mutex_lock(&req->mu);
     if (req->answered) {
         pthread_mutex_unlock(&req->mu);
@@ -270,7 +271,7 @@ bool srv__inflight_answer(srv_request *req, int status, bool close, const char *
     req->status = status;
     req->close_after = close;
     req->core_answer = true;
-    (void)srv__answer_store(req, "text/plain; charset=utf-8", body, (size_t)n);
+    (void)srv__answer_store(req, ctype, body, n);
     if (extra_name != NULL) {
         req->extra_header = calloc(1, sizeof *req->extra_header);
         if (req->extra_header != NULL) {

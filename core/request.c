@@ -145,7 +145,11 @@ void srv__request_unref(srv_request *req)
     if (atomic_fetch_sub(&req->refs, 1) != 1)
         return;
     srv__arena_free(&req->arena);
-    srv__parsed_free(req->parsed);
+    if (req->parsed != NULL) { /* cookie.c's */
+        srv__kv_free(req->parsed->cookies, req->parsed->cookie_count);
+        srv__kv_free(req->parsed->form, req->parsed->form_count);
+        free(req->parsed);
+    }
     free(req->body);
     srv__kv_free(req->app_headers, req->app_header_count);
     srv__kv_free(req->extra_header, req->extra_header ? 1 : 0);

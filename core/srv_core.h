@@ -441,9 +441,26 @@ struct srv_request {
 
 /* Free n malloc'd name/value pairs and the array. */
 void srv__kv_free(srv__kv *kv, size_t n);
-/* cookie.c: free what srv_request_cookie/srv_request_form parsed. */
-struct srv__parsed;
-void srv__parsed_free(struct srv__parsed *p);
+/* The body of an answer the core makes for `status` (cfg.error_format:
+ * "404 Not Found\n" text, or Spring Boot's JSON with the request's path)
+ * into out (cap bytes, NUL-terminated); its length, and *content_type. */
+size_t srv__error_body(const srv_request *req, int status, char *out, size_t cap,
+                       const char **content_type);
+#define SRV__ERROR_BODY_MAX 4096
+
+/* access_log.c: s as a JSON string ("..." with its quotes, null for NULL),
+ * at most max bytes of s, into out (cap bytes). */
+void srv__json_string(char *out, size_t cap, const char *s, size_t max);
+
+/* cookie.c's parse of a request's cookies and form fields (freed with the
+ * request by request.c). */
+struct srv__parsed {
+    bool cookies_done, form_done;
+    srv__kv *cookies;
+    size_t cookie_count;
+    srv__kv *form;
+    size_t form_count;
+};
 /* Drop one reference; the last one frees the request. */
 void srv__request_unref(srv_request *req);
 
@@ -650,6 +667,7 @@ typedef enum srv__field_kind {
     SRV__FIELD_SIZE,
     SRV__FIELD_BOOL,       /* an int, zero or not */
     SRV__FIELD_ACCESS_LOG, /* an int, SRV_ACCESS_LOG_* */
+    SRV__FIELD_ERROR_FORMAT, /* an int, SRV_ERROR_FORMAT_* */
     SRV__FIELD_FD,         /* an int, -1 (none) or a descriptor */
     SRV__FIELD_TLS_VERSION /* an unsigned, SRV_TLS_1_2 or SRV_TLS_1_3 */
 } srv__field_kind;

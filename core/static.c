@@ -158,6 +158,13 @@ static void srv__sfile_pump(srv_stream *stream, void *arg)
 
 static void srv__static_answer(srv_request *req, int status, const char *text)
 {
+    if (status >= 400) { /* an error: in the server's error format */
+        char body[SRV__ERROR_BODY_MAX];
+        const char *ctype;
+        size_t n = srv__error_body(req, status, body, sizeof body, &ctype);
+        srv_respond(req, status, ctype, body, n);
+        return;
+    }
     srv_respond(req, status, "text/plain; charset=utf-8", text, strlen(text));
 }
 

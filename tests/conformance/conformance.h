@@ -558,5 +558,6 @@ void test_probe_chunked_bare_lf(void **state);
 void test_probe_upload_fin(void **state);
 void test_probe_small_differences(void **state);
 void test_probe_cookies_forms(void **state);
+void test_probe_json_errors(void **state);
 
 #endif /* SRV_CONFORMANCE_H */

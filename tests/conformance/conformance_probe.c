@@ -531,3 +531,95 @@ void test_probe_cookies_forms(void **state)
     free(body.p);
     free(req.p);
 }
+
+/* One JSON error answer: status, Content-Type and the body's shape. */
+static void p_json_error(rc_conn *c, const char *what, int status, const char *reason,
+                         const char *path, int lib)
+{
+    rc_response r;
+    int rc = rc_read_response(c, &r, 0, 5000);
+    CHECK(rc == RC_OK, "[%s] %s", what, rc_strerror(rc));
+    if (rc != RC_OK)
+        return;
+    CHECK_INT(what, r.status, status);
+    if (lib) { /* its library's own answer, its own body */
+        rc_response_free(&r);
+        return;
+    }
+    CHECK_STR(what, rc_header_get(&r, "Content-Type"), "application/json");
+    char want[256];
+    snprintf(want, sizeof want, "\",\"status\":%d,\"error\":\"%s\",\"path\":\"%s\"}", status,
+             reason, path);
+    /* A head too big to read whole may have no path to tell (h2o's). */
+    char unknown[256];
+    snprintf(unknown, sizeof unknown, "\",\"status\":%d,\"error\":\"%s\",\"path\":\"\"}", status,
+             reason);
+    int ends = r.body_len > strlen(want) && strcmp(r.body + r.body_len - strlen(want), want) == 0;
+    if (!ends && status == 431)
+        ends = r.body_len > strlen(unknown) &&
+               strcmp(r.body + r.body_len - strlen(unknown), unknown) == 0;
+    CHECK(strncmp(r.body, "{\"timestamp\":\"20", 16) == 0 && ends,
+          "[%s] body %s, want {\"timestamp\":\"...%s", what, r.body, want);
+    rc_response_free(&r);
+}
+
+/*
+ * srv_config.error_format = SRV_ERROR_FORMAT_JSON: the library's own
+ * answers in Spring Boot's JSON shape on every engine - routing's 404 and
+ * 405, a body over the limit (413), a head over the limit (431); the path
+ * escaped as JSON. An engine whose library answers some input itself
+ * (SRV_CAP_LIB_ERRORS: mhd) does so after a connection's first request and
+ * over TLS: these are first requests, so only its TLS run sees the
+ * library's 413 and 431 (status checked, its body is its own).
+ */
+void test_probe_json_errors(void **state)
+{
+    (void)state;
+    int lib = g_tls && (engine_caps() & SRV_CAP_LIB_ERRORS);
+    srv_config cfg;
+    srv_config_init(&cfg);
+    cfg.host = "127.0.0.1";
+    cfg.port = 0;
+    cfg.worker_threads = 4;
+    cfg.io_threads = 1;
+    cfg.max_body_bytes = 1024;
+    cfg.error_format = SRV_ERROR_FORMAT_JSON;
+    if (g_tls) {
+        cfg.tls_cert_file = g_tls_cert;
+        cfg.tls_key_file = g_tls_key;
+    }
+    srv_server *srv = srv_server_new(g_engine, &cfg);
+    CHECK(srv != NULL, "srv_server_new");
+    CHECK_INT("route", srv_route(srv, "PUT", "/echo", p_echo, NULL), 0);
+    CHECK_INT("start", srv_server_start(srv), 0);
+    pfx f = {srv, srv_server_port(srv)};
+    rc_conn c;
+    p_open(&f, &c, "404");
+    conn_send_str(&c, "404", "GET /no/such?x=1 HTTP/1.1\r\n" HOST "\r\n");
+    p_json_error(&c, "404", 404, "Not Found", "/no/such", 0);
+    rc_close(&c);
+    p_open(&f, &c, "405");
+    conn_send_str(&c, "405", "GET /echo HTTP/1.1\r\n" HOST "\r\n");
+    p_json_error(&c, "405", 405, "Method Not Allowed", "/echo", 0);
+    rc_close(&c);
+    p_open(&f, &c, "a path to escape");
+    conn_send_str(&c, "a path to escape", "GET /a%22b%5C HTTP/1.1\r\n" HOST "\r\n");
+    p_json_error(&c, "a path to escape", 404, "Not Found", "/a\\\"b\\\\", 0);
+    rc_close(&c);
+    p_open(&f, &c, "413");
+    conn_send_str(&c, "413", "PUT /echo HTTP/1.1\r\n" HOST "Content-Length: 5000\r\n\r\n");
+    p_json_error(&c, "413", 413, "Content Too Large", "/echo", lib);
+    rc_close(&c);
+    sbuf big = {0};
+    sb_add(&big, "GET /echo HTTP/1.1\r\n" HOST "X-Big: ");
+    for (int i = 0; i < 10000; i++)
+        sb_add(&big, "x");
+    sb_add(&big, "\r\n\r\n");
+    p_open(&f, &c, "431");
+    rc_send(&c, big.p, big.n, 3000);
+    p_json_error(&c, "431", 431, "Request Header Fields Too Large", "/echo", lib);
+    rc_close(&c);
+    free(big.p);
+    CHECK_INT("stop", srv_server_stop(srv, 2000), 0);
+    srv_server_free(srv);
+}

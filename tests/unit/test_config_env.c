@@ -145,6 +145,27 @@ static void test_access_log_values(void **state)
     }
 }
 
+/* The error format by name or number. */
+static void test_error_format_values(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text;
+        int want;
+    } cases[] = {{"text", 0}, {"JSON", 1}, {"0", 0}, {"1", 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        setenv("SRV_ERROR_FORMAT", cases[i].text, 1);
+        srv_config cfg;
+        srv_config_init(&cfg);
+        char err[256];
+        assert_int_equal(from_env(&cfg, err, sizeof err), 0);
+        if (cfg.error_format != cases[i].want)
+            fail_msg("SRV_ERROR_FORMAT=%s gave %d, want %d", cases[i].text, cfg.error_format,
+                     cases[i].want);
+    }
+    unsetenv("SRV_ERROR_FORMAT");
+}
+
 /* A bad value: SRV_EINVAL, and the message names the variable, the value
  * and what would be accepted. */
 static void expect_bad(const char *var, const char *value, const char *mention)
@@ -185,6 +206,7 @@ static void test_bad_values(void **state)
     expect_bad("SRV_MAX_CONNECTIONS", "1K", "not a whole number"); /* units only for bytes */
     expect_bad("SRV_ACCESS_LOG", "maybe", "use off, common, combined or json");
     expect_bad("SRV_ACCESS_LOG", "4", "use off, common, combined or json");
+    expect_bad("SRV_ERROR_FORMAT", "xml", "use text or json");
     expect_bad("SRV_TLS_MIN_VERSION", "1.1", "use 1.2 or 1.3");
     expect_bad("SRV_LISTEN_FD", "-1", "not a whole number"); /* unset means -1 */
     expect_bad("SRV_LISTEN_FD", "3x", "not a whole number");
@@ -319,6 +341,7 @@ int main(void)
         cmocka_unit_test_setup(test_every_field, clean_env),
         cmocka_unit_test_setup(test_bad_values, clean_env),
         cmocka_unit_test_setup(test_access_log_values, clean_env),
+        cmocka_unit_test_setup(test_error_format_values, clean_env),
         cmocka_unit_test_setup(test_unknown_variable_message, clean_env),
         cmocka_unit_test_setup(test_empty_strings, clean_env),
         cmocka_unit_test_setup(test_ranges_agree_with_start, clean_env),
