@@ -44,6 +44,28 @@ static bool srv__kv_push(srv__kv **kv, size_t *n, size_t *cap, const char *name,
     return true;
 }
 
+/* The value of the first pair named exactly `name`, or NULL. */
+static const char *srv__kv_find(const srv__kv *kv, size_t n, const char *name)
+{
+    for (size_t i = 0; name != NULL && i < n; i++)
+        if (strcmp(kv[i].name, name) == 0)
+            return kv[i].value;
+    return NULL;
+}
+
+/* Pair `index` of n: 0, or SRV_EINVAL past the end. */
+static int srv__kv_at(const srv__kv *kv, size_t n, size_t index, const char **name,
+                      const char **value)
+{
+    if (index >= n)
+        return SRV_EINVAL;
+    if (name != NULL)
+        *name = kv[index].name;
+    if (value != NULL)
+        *value = kv[index].value;
+    return 0;
+}
+
 static bool srv__ows(char c)
 {
     return c == ' ' || c == '\t';
@@ -105,13 +127,8 @@ static struct srv__parsed *srv__cookies(const srv_request *creq)
 
 const char *srv_request_cookie(const srv_request *req, const char *name)
 {
-    if (req == NULL || name == NULL)
-        return NULL;
-    struct srv__parsed *p = srv__cookies(req);
-    for (size_t i = 0; p != NULL && i < p->cookie_count; i++)
-        if (strcmp(p->cookies[i].name, name) == 0)
-            return p->cookies[i].value;
-    return NULL;
+    struct srv__parsed *p = req != NULL ? srv__cookies(req) : NULL;
+    return p != NULL ? srv__kv_find(p->cookies, p->cookie_count, name) : NULL;
 }
 
 size_t srv_request_cookie_count(const srv_request *req)
@@ -124,13 +141,7 @@ int srv_request_cookie_at(const srv_request *req, size_t index, const char **nam
                           const char **value)
 {
     struct srv__parsed *p = req != NULL ? srv__cookies(req) : NULL;
-    if (p == NULL || index >= p->cookie_count)
-        return SRV_EINVAL;
-    if (name != NULL)
-        *name = p->cookies[index].name;
-    if (value != NULL)
-        *value = p->cookies[index].value;
-    return 0;
+    return p != NULL ? srv__kv_at(p->cookies, p->cookie_count, index, name, value) : SRV_EINVAL;
 }
 
 /* ---- Set-Cookie ------------------------------------------------------ */
@@ -294,13 +305,8 @@ static struct srv__parsed *srv__form(const srv_request *creq)
 
 const char *srv_request_form(const srv_request *req, const char *name)
 {
-    if (req == NULL || name == NULL)
-        return NULL;
-    struct srv__parsed *p = srv__form(req);
-    for (size_t i = 0; p != NULL && i < p->form_count; i++)
-        if (strcmp(p->form[i].name, name) == 0)
-            return p->form[i].value;
-    return NULL;
+    struct srv__parsed *p = req != NULL ? srv__form(req) : NULL;
+    return p != NULL ? srv__kv_find(p->form, p->form_count, name) : NULL;
 }
 
 size_t srv_request_form_count(const srv_request *req)
@@ -313,13 +319,7 @@ int srv_request_form_at(const srv_request *req, size_t index, const char **name,
                         const char **value)
 {
     struct srv__parsed *p = req != NULL ? srv__form(req) : NULL;
-    if (p == NULL || index >= p->form_count)
-        return SRV_EINVAL;
-    if (name != NULL)
-        *name = p->form[index].name;
-    if (value != NULL)
-        *value = p->form[index].value;
-    return 0;
+    return p != NULL ? srv__kv_at(p->form, p->form_count, index, name, value) : SRV_EINVAL;
 }
 
 /* ---- Accept negotiation ----------------------------------------------- */
