@@ -297,6 +297,8 @@ static struct srv__parsed *srv__form(const srv_request *creq)
                 (void)ok; /* a NUL in the value skips the pair */
             }
         }
+        if (e == end)
+            break;
         s = e + 1;
     }
     free(buf);
@@ -351,6 +353,8 @@ static int srv__accept_q(const char *params, size_t n)
                 q += (v[i] - '0') * scale;
             }
         }
+        if (e == end)
+            break;
         s = e + 1;
     }
     return q;
