@@ -38,6 +38,19 @@
 
 /* stop: how long the loops get to write the last answers before
  * MHD_stop_daemon closes every connection (threadpool gives the same). */
+/* MHD_OPTION_CLIENT_DISCIPLINE_LVL (libmicrohttpd 0.9.77.1 and later),
+ * named also when built against an older header: the running library
+ * decides (emhd_lib_version). */
+#if MHD_VERSION >= 0x00097701
+#define EMHD_OPTION_CLIENT_DISCIPLINE_LVL MHD_OPTION_CLIENT_DISCIPLINE_LVL
+#else
+#define EMHD_OPTION_CLIENT_DISCIPLINE_LVL ((enum MHD_OPTION)38)
+#endif
+
+/* libmicrohttpd 1.0.0: a new HTTP/1 parser (read in v1.0.0's and v1.0.1's
+ * connection.c; 0.9.76 and 0.9.77 still have 0.9.75's). */
+#define EMHD_LIB_1_0 0x01000000u
+
 #define EMHD_STOP_WRITE_MS 2000
 
 /* A response written by the engine itself because MHD's pool cannot hold
@@ -237,6 +250,7 @@ typedef struct emhd_server {
     size_t swallow_limit;    /* body bytes discarded after a 413 */
     size_t pool_size;        /* a connection's pool as MHD allocates it (page-rounded) */
     size_t room_serve;       /* pool room a head must leave to be served (emhd_pool_room) */
+    unsigned lib;            /* MHD_get_version() as MHD_VERSION's 0xMMmmpp00 */
     bool quiesced;           /* controlling thread only */
     bool log_all;            /* SRV_MHD_LOG=1: print MHD's messages */
     atomic_bool running;     /* MHD_start_daemon returned */
@@ -2068,6 +2082,28 @@ static enum MHD_Result emhd_walk_header(void *cls, enum MHD_ValueKind kind, cons
     return w->ok ? MHD_YES : MHD_NO;
 }
 
+/* The running library's version (MHD_get_version(), "1.0.1") in
+ * MHD_VERSION's form, 0x01000100; 0 when it does not parse. */
+static unsigned emhd_lib_version(void)
+{
+    unsigned a = 0, b = 0, c = 0;
+    const char *v = MHD_get_version();
+    if (v == NULL || sscanf(v, "%u.%u.%u", &a, &b, &c) < 2)
+        return 0;
+    return (a & 0xffu) << 24 | (b & 0xffu) << 16 | (c & 0xffu) << 8;
+}
+
+/* srv_engine.lib_caps: what this libmicrohttpd does differently. From
+ * 1.0.0 (read in v1.0.1's connection.c, up to its git master of 2025-04):
+ * a chunk line with an extension is taken up to its LF but not past it,
+ * so the LF opens the chunk's data and the chunk's end is malformed: MHD's
+ * 400, whatever the discipline level. An unknown Transfer-Encoding gets
+ * MHD's 400 before any callback (0.9.75 let it through to the core's 501). */
+static unsigned emhd_lib_caps(void)
+{
+    return emhd_lib_version() >= EMHD_LIB_1_0 ? SRV_CAP_LIB_CHUNK_EXT_400 | SRV_CAP_LIB_TE_400 : 0;
+}
+
 /*
  * MHD 0.9.75 parses the head in place as C strings, so a NUL byte silently
  * cuts a method, target or header value short ("X-User: admin\0junk" reads
@@ -2112,7 +2148,9 @@ static enum MHD_Result emhd_begin(emhd_server *es, emhd_req *er, struct MHD_Conn
     atomic_fetch_add(&es->held, 1);
     srv__request_set_engine_data(er->req, er);
 
-    int st = emhd_head_intact(er, conn, method, version) ? 0 : 400;
+    /* 1.0's parser refuses a NUL itself, unfolds obs-fold, and no longer
+     * splits the head in place. */
+    int st = es->lib >= EMHD_LIB_1_0 || emhd_head_intact(er, conn, method, version) ? 0 : 400;
     if (st == 0)
         st = srv__request_set_method(er->req, method, strlen(method));
     if (st == 0)
@@ -2655,8 +2693,8 @@ static int emhd_loops_start(emhd_server *es, unsigned n, const emhd_daemon_opts 
              * so emhd_closing can still answer and linger on it (over TLS: no
              * close_notify, as h2o's quiet close; every answer is framed). */
             o->flags, 0, NULL, NULL, emhd_access, es,
+            MHD_OPTION_EXTERNAL_LOGGER, emhd_log, es, /* first: 1.0 warns otherwise */
             MHD_OPTION_ARRAY, o->tls_opts,
-            MHD_OPTION_EXTERNAL_LOGGER, emhd_log, es,
             MHD_OPTION_CONNECTION_LIMIT, o->limit,
             MHD_OPTION_CONNECTION_TIMEOUT, o->idle_s,
             MHD_OPTION_CONNECTION_MEMORY_LIMIT, o->pool,
@@ -2664,12 +2702,6 @@ static int emhd_loops_start(emhd_server *es, unsigned n, const emhd_daemon_opts 
             MHD_OPTION_UNESCAPE_CALLBACK, emhd_unescape, es,
             MHD_OPTION_NOTIFY_COMPLETED, emhd_notify_completed, es,
             MHD_OPTION_NOTIFY_CONNECTION, emhd_notify_connection, es,
-#if MHD_VERSION >= 0x01000000
-            /* Bare LF ends no line (chunk framing included): MHD's 400, as
-             * the core's everywhere. 0.9.75 has no such option (the gate
-             * looks at a first request's framing instead). */
-            MHD_OPTION_CLIENT_DISCIPLINE_LVL, 1,
-#endif
             MHD_OPTION_END);
         if (l->daemon == NULL) {
             srv__server_set_error(es->srv, "mhd: cannot start the daemon: %s",
@@ -2808,7 +2840,18 @@ static int emhd_start(srv_server *srv, void **state)
     /* No MHD thread: emhd_loop_main runs each daemon (emhd_loop). */
     unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
                      MHD_USE_TURBO | MHD_USE_NO_LISTEN_SOCKET;
-    struct MHD_OptionItem tls_opts[5] = {{MHD_OPTION_END, 0, NULL}};
+    struct MHD_OptionItem tls_opts[6] = {{MHD_OPTION_END, 0, NULL}};
+    size_t n = 0;
+    es->lib = emhd_lib_version();
+    if (es->lib >= 0x00097701)
+        /* MHD's default level, pinned: a NUL or whitespace in a field name
+         * gets MHD's 400; obs-fold becomes a space and a bare LF ends a
+         * line (RFC 9112 allows both). Level 1 would refuse those too, but
+         * also closes at a second empty line before a request line, which
+         * the core skips. 0.9.75 has no such option (emhd_head_intact). The
+         * library that runs decides, not the header built against (one
+         * soname). */
+        tls_opts[n++] = (struct MHD_OptionItem){EMHD_OPTION_CLIENT_DISCIPLINE_LVL, 0, NULL};
     if (srv__tls_enabled(srv)) {
         es->tls_start = srv__tls_gnutls(srv, NULL);
         if (es->tls_start == NULL || MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES ||
@@ -2820,7 +2863,6 @@ static int emhd_start(srv_server *srv, void **state)
         }
         es->tls = true;
         flags |= MHD_USE_TLS;
-        size_t n = 0;
         tls_opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_CERT_CALLBACK, 0,
                                                 (void *)(uintptr_t)emhd_tls_cert};
         tls_opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_PRIORITIES, 0,
@@ -3059,4 +3101,5 @@ const srv_engine srv_engine_mhd = {
     .quiesce = emhd_quiesce,
     .stop = emhd_stop,
     .destroy = emhd_destroy,
+    .lib_caps = emhd_lib_caps,
 };
