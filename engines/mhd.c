@@ -36,8 +36,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* stop: how long the loops get to write the last answers before
- * MHD_stop_daemon closes every connection (threadpool gives the same). */
 /* MHD_OPTION_CLIENT_DISCIPLINE_LVL (libmicrohttpd 0.9.77.1 and later),
  * named also when built against an older header: the running library
  * decides (emhd_lib_version). */
@@ -51,6 +49,8 @@
  * connection.c; 0.9.76 and 0.9.77 still have 0.9.75's). */
 #define EMHD_LIB_1_0 0x01000000u
 
+/* stop: how long the loops get to write the last answers before
+ * MHD_stop_daemon closes every connection (threadpool gives the same). */
 #define EMHD_STOP_WRITE_MS 2000
 
 /* A response written by the engine itself because MHD's pool cannot hold
