@@ -185,7 +185,12 @@ enum {
     /* With SRV_CAP_LIB_ERRORS: where the engine cannot look first, an
      * unknown Transfer-Encoding gets its library's 400, not the core's 501
      * (mhd on libmicrohttpd 1.0.x). */
-    SRV_CAP_LIB_TE_400 = 1u << 12
+    SRV_CAP_LIB_TE_400 = 1u << 12,
+    /* Where the engine cannot look first (over TLS; mhd: after a
+     * connection's first request), its library replaces obs-fold with
+     * spaces and serves the request (RFC 9112 5.2 allows either) instead of
+     * the core's 400 (mhd on libmicrohttpd 1.0.x). */
+    SRV_CAP_LIB_OBS_FOLD = 1u << 13
 };
 
 /* srv_engine_caps: the engine's SRV_CAP_* bits (0 for NULL). Any thread. */

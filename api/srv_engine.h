@@ -68,7 +68,7 @@ _Static_assert((SRV_ENGINE_CAP_LIB_FRAMING & SRV_ENGINE_CAP_TLS_QUIET_CLOSE) == 
                    (SRV_ENGINE_CAP_LIB_FRAMING & SRV_ENGINE_CAP_TLS_GNUTLS) == 0 &&
                    (SRV_ENGINE_CAP_TLS_QUIET_CLOSE & SRV_ENGINE_CAP_TLS_GNUTLS) == 0,
                "engine-only capability bits overlap");
-_Static_assert((SRV_ENGINE_CAPS_INTERNAL & ((SRV_CAP_LIB_TE_400 << 1) - 1)) == 0,
+_Static_assert((SRV_ENGINE_CAPS_INTERNAL & ((SRV_CAP_LIB_OBS_FOLD << 1) - 1)) == 0,
                "an engine-only capability bit overlaps a public SRV_CAP_* bit");
 
 struct srv_engine {

@@ -1923,10 +1923,14 @@ static unsigned emhd_lib_version(void)
  * a chunk line with an extension is taken up to its LF but not past it,
  * so the LF opens the chunk's data and the chunk's end is malformed: MHD's
  * 400, whatever the discipline level. An unknown Transfer-Encoding gets
- * MHD's 400 before any callback (0.9.75 let it through to the core's 501). */
+ * MHD's 400 before any callback (0.9.75 let it through to the core's 501).
+ * obs-fold is unfolded at discipline level 0 (0.9.x: emhd_head_intact's
+ * 400). */
 static unsigned emhd_lib_caps(void)
 {
-    return emhd_lib_version() >= EMHD_LIB_1_0 ? SRV_CAP_LIB_CHUNK_EXT_400 | SRV_CAP_LIB_TE_400 : 0;
+    return emhd_lib_version() >= EMHD_LIB_1_0
+               ? SRV_CAP_LIB_CHUNK_EXT_400 | SRV_CAP_LIB_TE_400 | SRV_CAP_LIB_OBS_FOLD
+               : 0;
 }
 
 /*
