@@ -1950,7 +1950,6 @@ static bool emhd_head_intact(emhd_req *er, struct MHD_Connection *conn, const ch
     if (ci == NULL || method == NULL || version == NULL || er->uri == NULL)
         return false;
     const char *end = method + ci->header_size;
-    er->wire = ci->header_size;
     const char *m_end = method + strlen(method);
     /* "METHOD\0 *target\0HTTP/x.y" */
     if (!(m_end < er->uri && er->uri + er->target_len + 1 == version && version + 8 <= end))
@@ -1979,6 +1978,10 @@ static enum MHD_Result emhd_begin(emhd_server *es, emhd_req *er, struct MHD_Conn
 
     /* 1.0's parser refuses a NUL itself, unfolds obs-fold, and no longer
      * splits the head in place. */
+    /* The head's bytes from its request line (quiesce's count: emhd_handed). */
+    const union MHD_ConnectionInfo *hs =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+    er->wire = hs != NULL ? hs->header_size : 0;
     int st = es->lib >= EMHD_LIB_1_0 || emhd_head_intact(er, conn, method, version) ? 0 : 400;
     if (st == 0)
         st = srv__request_set_method(er->req, method, strlen(method));
