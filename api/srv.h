@@ -176,7 +176,21 @@ enum {
     /* Streams request bodies to routes registered SRV_ROUTE_STREAM_BODY
      * (srv_request_body_read). Without it srv_server_start refuses such a
      * route with SRV_EENGINE (never a silently buffered body). */
-    SRV_CAP_STREAM_BODY = 1u << 10
+    SRV_CAP_STREAM_BODY = 1u << 10,
+    /* Its library refuses a chunk extension (`5;name=value`) in a request
+     * body with its own 400, on every request (mhd on libmicrohttpd 1.0.x,
+     * whose chunk parser leaves the extension line's LF in the data).
+     * Without it chunk extensions are ignored, as RFC 9112 7.1.1 wants. */
+    SRV_CAP_LIB_CHUNK_EXT_400 = 1u << 11,
+    /* With SRV_CAP_LIB_ERRORS: where the engine cannot look first, an
+     * unknown Transfer-Encoding gets its library's 400, not the core's 501
+     * (mhd on libmicrohttpd 1.0.x). */
+    SRV_CAP_LIB_TE_400 = 1u << 12,
+    /* Where the engine cannot look first (over TLS; mhd: after a
+     * connection's first request), its library replaces obs-fold with
+     * spaces and serves the request (RFC 9112 5.2 allows either) instead of
+     * the core's 400 (mhd on libmicrohttpd 1.0.x). */
+    SRV_CAP_LIB_OBS_FOLD = 1u << 13
 };
 
 /* srv_engine_caps: the engine's SRV_CAP_* bits (0 for NULL). Any thread. */

@@ -68,7 +68,7 @@ _Static_assert((SRV_ENGINE_CAP_LIB_FRAMING & SRV_ENGINE_CAP_TLS_QUIET_CLOSE) == 
                    (SRV_ENGINE_CAP_LIB_FRAMING & SRV_ENGINE_CAP_TLS_GNUTLS) == 0 &&
                    (SRV_ENGINE_CAP_TLS_QUIET_CLOSE & SRV_ENGINE_CAP_TLS_GNUTLS) == 0,
                "engine-only capability bits overlap");
-_Static_assert((SRV_ENGINE_CAPS_INTERNAL & ((SRV_CAP_STREAM_BODY << 1) - 1)) == 0,
+_Static_assert((SRV_ENGINE_CAPS_INTERNAL & ((SRV_CAP_LIB_OBS_FOLD << 1) - 1)) == 0,
                "an engine-only capability bit overlaps a public SRV_CAP_* bit");
 
 struct srv_engine {
@@ -157,6 +157,12 @@ struct srv_engine {
      * SRV_ENGINE_CAP_STREAM_BODY.
      */
     void (*body_kick)(void *state, srv_request *req);
+    /**
+     * lib_caps (optional): SRV_CAP_* bits that depend on the library
+     * version found at run time, added to `caps` by srv_engine_caps. Any
+     * thread, no server needed.
+     */
+    unsigned (*lib_caps)(void);
     /* Slots above are valid for version 3. */
 };
 

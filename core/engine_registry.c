@@ -62,7 +62,10 @@ const char *srv_engine_name(const srv_engine *engine)
 
 unsigned srv_engine_caps(const srv_engine *engine)
 {
-    return engine != NULL ? engine->caps & ~(unsigned)SRV_ENGINE_CAPS_INTERNAL : 0;
+    if (engine == NULL)
+        return 0;
+    unsigned caps = engine->caps | (engine->lib_caps != NULL ? engine->lib_caps() : 0);
+    return caps & ~(unsigned)SRV_ENGINE_CAPS_INTERNAL;
 }
 
 size_t srv_engine_count(void)

@@ -36,6 +36,19 @@
 #include <time.h>
 #include <unistd.h>
 
+/* MHD_OPTION_CLIENT_DISCIPLINE_LVL (libmicrohttpd 0.9.77.1 and later),
+ * named also when built against an older header: the running library
+ * decides (emhd_lib_version). */
+#if MHD_VERSION >= 0x00097701
+#define EMHD_OPTION_CLIENT_DISCIPLINE_LVL MHD_OPTION_CLIENT_DISCIPLINE_LVL
+#else
+#define EMHD_OPTION_CLIENT_DISCIPLINE_LVL ((enum MHD_OPTION)38)
+#endif
+
+/* libmicrohttpd 1.0.0: a new HTTP/1 parser (read in v1.0.0's and v1.0.1's
+ * connection.c; 0.9.76 and 0.9.77 still have 0.9.75's). */
+#define EMHD_LIB_1_0 0x01000000u
+
 /* stop: how long the loops get to write the last answers before
  * MHD_stop_daemon closes every connection (threadpool gives the same). */
 #define EMHD_STOP_WRITE_MS 2000
@@ -235,8 +248,7 @@ typedef struct emhd_server {
     long long header_ms;     /* a head must arrive within this */
     long long keepalive_ms;  /* idle time allowed between requests */
     size_t swallow_limit;    /* body bytes discarded after a 413 */
-    size_t pool_size;        /* a connection's pool as MHD allocates it (page-rounded) */
-    size_t room_serve;       /* pool room a head must leave to be served (emhd_pool_room) */
+    unsigned lib;            /* MHD_get_version() as MHD_VERSION's 0xMMmmpp00 */
     bool quiesced;           /* controlling thread only */
     bool log_all;            /* SRV_MHD_LOG=1: print MHD's messages */
     atomic_bool running;     /* MHD_start_daemon returned */
@@ -790,8 +802,9 @@ static void emhd_log(void *cls, const char *fmt, va_list ap)
      * from it. 0.9.75 queues its 431 and then loses it (it goes on reading
      * a head it has discarded), and the connection would wait for its
      * header deadline. The watchdog answers it soon unless MHD wrote
-     * meanwhile (a libmicrohttpd that sends its 431). */
-    if (emhd_splitting != NULL && text != NULL &&
+     * meanwhile. 1.0.0 and later send their 431 (read in v1.0.1's
+     * connection_add_header): nothing to watch there. */
+    if (emhd_splitting != NULL && es->lib < EMHD_LIB_1_0 && text != NULL &&
         strstr(text, "Not enough memory in pool to allocate header record") != NULL) {
         emhd_conn *ec = emhd_splitting->ec;
         emhd_splitting = NULL;
@@ -1582,14 +1595,17 @@ static void emhd_notify_completed(void *cls, struct MHD_Connection *conn, void *
     if (er->sbody && er->req != NULL)
         emhd_sbody_closed(er, conn, toe == MHD_REQUEST_TERMINATED_WITH_ERROR);
     bool ready = atomic_load(&er->hand) == EMHD_HAND_READY;
-    /* MHD could not build the head of an answer it was given after all
-     * (emhd_pool_room cannot see empty lines before the request line or
-     * pipelined bytes already read): it wrote nothing, so in cleartext the
-     * engine writes the core's answer before MHD closes. */
+    /* MHD could not build the head of an answer in what its connection
+     * pool had left behind a big head (it logged "failed to create response
+     * header", on this thread, in the call that reports the request): it
+     * wrote nothing, so in cleartext the engine writes the core's answer
+     * before MHD closes. The room itself is not public: no estimate
+     * beforehand. Over TLS (only MHD writes) it stays a close. */
     if (head_failed && toe == MHD_REQUEST_TERMINATED_WITH_ERROR && ready && !es->tls &&
         er->phase == EMHD_REQ_ANSWERED && er->req != NULL && !er->sbody &&
         !srv__response_streamed(er->req) && er->ec != NULL && er->ec->fd >= 0) {
         er->closes = true;
+        srv__request_set_close(er->req); /* before its head is framed */
         emhd_write_raw(er->ec->fd, er->req, EMHD_RAW_WRITE_MS);
     }
     if (er->phase != EMHD_REQ_ANSWERED) {
@@ -1641,136 +1657,6 @@ static void emhd_notify_completed(void *cls, struct MHD_Connection *conn, void *
     free(er);
 }
 
-/* ------------------------------------------------------------------ */
-/* Room for the response head in MHD's connection pool                 */
-/* ------------------------------------------------------------------ */
-
-/*
- * libmicrohttpd 0.9.75 builds a response head in what is left of the
- * connection's fixed pool (MHD_OPTION_CONNECTION_MEMORY_LIMIT, rounded up
- * to pages), and when it does not fit it closes the connection without a
- * byte ("failed to create response header"). Read in its memorypool.c and
- * connection.c, and measured (docs/ENGINES.md, mhd "Heads that fill the pool"):
- * - from the front: the request's bytes up to the end of its head (which
- *   MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE reports) and of its trailers,
- *   then the read buffer, shrunk to the unread bytes before the reply;
- * - from the end: one struct MHD_HTTP_Header per header, cookie, query
- *   argument and trailer (seven words, EMHD_POOL_ENTRY with the pool's
- *   alignment), and a copy of the Cookie value;
- * - everything is rounded to EMHD_POOL_ALIGN (2 * sizeof(void *)).
- * The response head is then written into all the room left. MHD has no
- * call for that room, so emhd_pool_room computes it from those counts.
- * Not counted (unknown to the engine): empty lines before the request
- * line and pipelined bytes already read behind the request; for those
- * emhd_notify_completed writes the answer itself when MHD still fails.
- */
-#define EMHD_POOL_ALIGN (2 * sizeof(void *))
-#define EMHD_POOL_ENTRY \
-    ((7 * sizeof(void *) + EMHD_POOL_ALIGN - 1) / EMHD_POOL_ALIGN * EMHD_POOL_ALIGN)
-
-/* What MHD's build_header_response adds besides the status line, our
- * fields, the length line and the Connection line: "Date: ...\r\n" (37,
- * and it wants one byte more) and the empty line. The Connection line is
- * ours, "Connection: close\r\n", on an answer that closes, else at most
- * MHD's "Connection: Keep-Alive\r\n". */
-#define EMHD_HEAD_FIXED (38 + 2)
-#define EMHD_HEAD_CLOSE (sizeof "Connection: close\r\n" - 1)
-#define EMHD_HEAD_KEEP (sizeof "Connection: Keep-Alive\r\n" - 1)
-
-/* A chunked response's body goes through the same room: MHD closes when
- * less than 128 bytes are left for a chunk (try_ready_chunked_body). */
-#define EMHD_CHUNK_ROOM 128
-
-static size_t emhd_pool_align(size_t n)
-{
-    return (n + EMHD_POOL_ALIGN - 1) / EMHD_POOL_ALIGN * EMHD_POOL_ALIGN;
-}
-
-typedef struct emhd_trailers {
-    size_t bytes;
-} emhd_trailers;
-
-static enum MHD_Result emhd_trailer_bytes(void *cls, enum MHD_ValueKind kind, const char *key,
-                                          size_t key_size, const char *value, size_t value_size)
-{
-    emhd_trailers *t = cls;
-    (void)kind;
-    (void)key;
-    (void)value;
-    t->bytes += key_size + value_size + 4; /* "name: value\r\n" */
-    return MHD_YES;
-}
-
-/* The pool room MHD will have for this request's response head. */
-static size_t emhd_pool_room(const emhd_server *es, struct MHD_Connection *conn)
-{
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
-    if (ci == NULL)
-        return es->pool_size; /* not parsed yet: nothing to judge by */
-    size_t front = ci->header_size;
-    emhd_trailers t = {0};
-    if (MHD_get_connection_values_n(conn, MHD_FOOTER_KIND, emhd_trailer_bytes, &t) > 0)
-        front += t.bytes + 2;
-    int n = MHD_get_connection_values(conn,
-                                      (enum MHD_ValueKind)(MHD_HEADER_KIND | MHD_COOKIE_KIND |
-                                                           MHD_POSTDATA_KIND |
-                                                           MHD_GET_ARGUMENT_KIND | MHD_FOOTER_KIND),
-                                      NULL, NULL);
-    size_t end = n > 0 ? (size_t)n * EMHD_POOL_ENTRY : 0;
-    const char *cookie = NULL;
-    size_t cookie_len = 0;
-    if (MHD_lookup_connection_value_n(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_COOKIE,
-                                      sizeof MHD_HTTP_HEADER_COOKIE - 1, &cookie,
-                                      &cookie_len) == MHD_YES)
-        end += emhd_pool_align(cookie_len + 1);
-    size_t used = emhd_pool_align(front) + end;
-    return used < es->pool_size ? es->pool_size - used : 0;
-}
-
-/* "Content-Length: N\r\n" for a length, or "Transfer-Encoding: chunked\r\n". */
-static size_t emhd_length_line(int64_t length)
-{
-    size_t digits = 1;
-    for (uint64_t v = (uint64_t)length; length >= 0 && v >= 10; v /= 10)
-        digits++;
-    return length >= 0 ? sizeof "Content-Length: \r\n" - 1 + digits
-                       : sizeof "Transfer-Encoding: chunked\r\n" - 1;
-}
-
-/* The bytes of MHD's head for `status` with `fields` (our header lines,
- * "name: value\r\n" each, the Connection line included) and `length_line`. */
-static size_t emhd_head_size(unsigned status, size_t fields, size_t length_line)
-{
-    size_t reason = MHD_get_reason_phrase_len_for(status);
-    if (reason == 0)
-        reason = sizeof "Non-Standard Status" - 1;
-    return sizeof "HTTP/1.1 200 \r\n" - 1 + reason + fields + length_line + EMHD_HEAD_FIXED;
-}
-
-/* The most MHD can write for req's response head (bare: without the
- * core's non-framing headers; closes: the answer says Connection: close)
- * and, streamed, its first chunk. Does not decide keep-alive
- * (srv__response_keep_alive caches its answer). */
-static size_t emhd_head_need(const srv_request *req, bool bare, bool closes)
-{
-    size_t fields = closes ? EMHD_HEAD_CLOSE : EMHD_HEAD_KEEP;
-    size_t count = bare ? 0 : srv__response_header_count(req);
-    for (size_t i = 0; i < count; i++) {
-        const char *value = NULL;
-        const char *name = srv__response_header_at(req, i, &value);
-        if (name != NULL && value != NULL)
-            fields += strlen(name) + strlen(value) + 4;
-    }
-    bool streamed = srv__response_streamed(req);
-    int64_t length = streamed ? srv__response_stream_length(req)
-                              : (int64_t)srv__response_content_length(req);
-    size_t need = emhd_head_size((unsigned)srv__response_status(req), fields,
-                                 emhd_length_line(length));
-    if (streamed && need < EMHD_CHUNK_ROOM)
-        need = EMHD_CHUNK_ROOM;
-    return need;
-}
 
 /* Write req's whole answer (the core's framing) on a cleartext socket,
  * waiting at most wait_ms for a slow reader (0: what the socket takes
@@ -1867,50 +1753,6 @@ static enum MHD_Result emhd_queue(emhd_req *er, struct MHD_Connection *conn, srv
     return ret;
 }
 
-/*
- * er->req's answer does not fit in what MHD's pool has left (`room`), so
- * MHD would close without a byte. In cleartext the engine writes the
- * core's answer itself and lets MHD close. Over TLS (only MHD can write)
- * or for a stream: the core's answer to bad input goes with its framing
- * headers only; an application's answer is replaced by the core's 500.
- * When not even that fits, MHD_NO: a close.
- */
-static enum MHD_Result emhd_no_room(emhd_req *er, struct MHD_Connection *conn, size_t room)
-{
-    emhd_server *es = er->es;
-    srv_request *req = er->req;
-    er->closes = true;
-    if (!es->tls && !srv__response_streamed(req)) {
-        const union MHD_ConnectionInfo *ci =
-            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        if (ci != NULL) {
-            srv__request_set_close(req); /* before its head is framed */
-            emhd_write_raw(ci->connect_fd, req, EMHD_RAW_WRITE_MS);
-        }
-        return MHD_NO;
-    }
-    if (er->failed) /* its answer closes (srv__request_fail) */
-        return emhd_head_need(req, true, true) <= room
-                   ? emhd_queue(er, conn, req, true, false)
-                   : MHD_NO;
-    /* A new request of the core's carries the 500 (counted and logged
-     * as one): er->req stays claimed by the application's answer. */
-    srv_request *alt = emhd_request_new(es, conn);
-    if (alt == NULL)
-        return MHD_NO;
-    emhd_req ea = {.es = es, .conn = conn}; /* not suspended: respond only marks it */
-    srv__request_set_engine_data(alt, &ea);
-    (void)srv__request_set_target(alt, er->target, er->target_len); /* for the log only */
-    srv__request_fail(alt, 500);
-    enum MHD_Result ret = MHD_NO;
-    if (emhd_head_need(alt, false, true) <= room)
-        ret = emhd_queue(er, conn, alt, false, true);
-    else if (emhd_head_need(alt, true, true) <= room)
-        ret = emhd_queue(er, conn, alt, true, true);
-    srv__request_release(alt);
-    return ret;
-}
-
 /* Queue the response the core finished for er->req. MHD frames it (status
  * line, Date, Content-Length, Connection); the body stays owned by the
  * request, which lives until MHD_OPTION_NOTIFY_COMPLETED. */
@@ -1919,9 +1761,6 @@ static enum MHD_Result emhd_stream_send(emhd_req *er, struct MHD_Connection *con
 static enum MHD_Result emhd_send(emhd_req *er, struct MHD_Connection *conn)
 {
     srv_request *req = er->req;
-    size_t room = emhd_pool_room(er->es, conn);
-    if (emhd_head_need(req, false, er->failed) > room)
-        return emhd_no_room(er, conn, room);
     if (srv__response_streamed(req))
         return emhd_stream_send(er, conn);
     return emhd_queue(er, conn, req, false, false);
@@ -2068,6 +1907,32 @@ static enum MHD_Result emhd_walk_header(void *cls, enum MHD_ValueKind kind, cons
     return w->ok ? MHD_YES : MHD_NO;
 }
 
+/* The running library's version (MHD_get_version(), "1.0.1") in
+ * MHD_VERSION's form, 0x01000100; 0 when it does not parse. */
+static unsigned emhd_lib_version(void)
+{
+    unsigned a = 0, b = 0, c = 0;
+    const char *v = MHD_get_version();
+    if (v == NULL || sscanf(v, "%u.%u.%u", &a, &b, &c) < 2)
+        return 0;
+    return (a & 0xffu) << 24 | (b & 0xffu) << 16 | (c & 0xffu) << 8;
+}
+
+/* srv_engine.lib_caps: what this libmicrohttpd does differently. From
+ * 1.0.0 (read in v1.0.1's connection.c, up to its git master of 2025-04):
+ * a chunk line with an extension is taken up to its LF but not past it,
+ * so the LF opens the chunk's data and the chunk's end is malformed: MHD's
+ * 400, whatever the discipline level. An unknown Transfer-Encoding gets
+ * MHD's 400 before any callback (0.9.75 let it through to the core's 501).
+ * obs-fold is unfolded at discipline level 0 (0.9.x: emhd_head_intact's
+ * 400). */
+static unsigned emhd_lib_caps(void)
+{
+    return emhd_lib_version() >= EMHD_LIB_1_0
+               ? SRV_CAP_LIB_CHUNK_EXT_400 | SRV_CAP_LIB_TE_400 | SRV_CAP_LIB_OBS_FOLD
+               : 0;
+}
+
 /*
  * MHD 0.9.75 parses the head in place as C strings, so a NUL byte silently
  * cuts a method, target or header value short ("X-User: admin\0junk" reads
@@ -2085,7 +1950,6 @@ static bool emhd_head_intact(emhd_req *er, struct MHD_Connection *conn, const ch
     if (ci == NULL || method == NULL || version == NULL || er->uri == NULL)
         return false;
     const char *end = method + ci->header_size;
-    er->wire = ci->header_size;
     const char *m_end = method + strlen(method);
     /* "METHOD\0 *target\0HTTP/x.y" */
     if (!(m_end < er->uri && er->uri + er->target_len + 1 == version && version + 8 <= end))
@@ -2112,7 +1976,13 @@ static enum MHD_Result emhd_begin(emhd_server *es, emhd_req *er, struct MHD_Conn
     atomic_fetch_add(&es->held, 1);
     srv__request_set_engine_data(er->req, er);
 
-    int st = emhd_head_intact(er, conn, method, version) ? 0 : 400;
+    /* 1.0's parser refuses a NUL itself, unfolds obs-fold, and no longer
+     * splits the head in place. */
+    /* The head's bytes from its request line (quiesce's count: emhd_handed). */
+    const union MHD_ConnectionInfo *hs =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+    er->wire = hs != NULL ? hs->header_size : 0;
+    int st = es->lib >= EMHD_LIB_1_0 || emhd_head_intact(er, conn, method, version) ? 0 : 400;
     if (st == 0)
         st = srv__request_set_method(er->req, method, strlen(method));
     if (st == 0)
@@ -2143,11 +2013,6 @@ static enum MHD_Result emhd_begin(emhd_server *es, emhd_req *er, struct MHD_Conn
         if (st == 0 && (h.chunked || (h.length != NULL && strtoull(h.length, NULL, 10) > 0)))
             er->wire = 0;
     }
-    /* A head that leaves MHD's pool too little room for the core's own
-     * 500 head is refused now, as too large for this engine, rather than
-     * closed without a byte once answered (emhd_pool_room). */
-    if (st == 0 && emhd_pool_room(es, conn) < es->room_serve)
-        st = 431;
     if (st != 0)
         return emhd_fail(er, conn, st);
     if (srv__request_streams_body(er->req))
@@ -2655,8 +2520,8 @@ static int emhd_loops_start(emhd_server *es, unsigned n, const emhd_daemon_opts 
              * so emhd_closing can still answer and linger on it (over TLS: no
              * close_notify, as h2o's quiet close; every answer is framed). */
             o->flags, 0, NULL, NULL, emhd_access, es,
+            MHD_OPTION_EXTERNAL_LOGGER, emhd_log, es, /* first: 1.0 warns otherwise */
             MHD_OPTION_ARRAY, o->tls_opts,
-            MHD_OPTION_EXTERNAL_LOGGER, emhd_log, es,
             MHD_OPTION_CONNECTION_LIMIT, o->limit,
             MHD_OPTION_CONNECTION_TIMEOUT, o->idle_s,
             MHD_OPTION_CONNECTION_MEMORY_LIMIT, o->pool,
@@ -2664,12 +2529,6 @@ static int emhd_loops_start(emhd_server *es, unsigned n, const emhd_daemon_opts 
             MHD_OPTION_UNESCAPE_CALLBACK, emhd_unescape, es,
             MHD_OPTION_NOTIFY_COMPLETED, emhd_notify_completed, es,
             MHD_OPTION_NOTIFY_CONNECTION, emhd_notify_connection, es,
-#if MHD_VERSION >= 0x01000000
-            /* Bare LF ends no line (chunk framing included): MHD's 400, as
-             * the core's everywhere. 0.9.75 has no such option (the gate
-             * looks at a first request's framing instead). */
-            MHD_OPTION_CLIENT_DISCIPLINE_LVL, 1,
-#endif
             MHD_OPTION_END);
         if (l->daemon == NULL) {
             srv__server_set_error(es->srv, "mhd: cannot start the daemon: %s",
@@ -2754,30 +2613,16 @@ static int emhd_start(srv_server *srv, void **state)
     /* The connection's memory pool holds the read buffer (the whole head),
      * the header table and the response head. Head limit + 4 KiB leaves
      * room for a head at the limits with a few dozen headers, so the core
-     * answers 431/414 by its exact rules; bigger heads, or ~100 headers
-     * (MHD's table takes EMHD_POOL_ENTRY bytes each), MHD cuts itself with
-     * the same 431/414, and a head that would leave no room for the response
-     * head the core refuses with 431 (emhd_begin, emhd_pool_room). The pool
-     * is per connection, so its size is what keeps
-     * 2700 waiting connections under 50 MB (24 KiB pools took 86 MB). */
+     * answers 431/414 by its exact rules; bigger heads or many headers MHD
+     * cuts itself with the same 431/414, and an answer whose head no longer
+     * fits is written by hand in cleartext (emhd_notify_completed). The
+     * pool is per connection, so its size is what keeps 2700 waiting
+     * connections under 50 MB (24 KiB pools took 86 MB). */
     size_t head = cfg->max_header_bytes > cfg->max_uri_bytes ? cfg->max_header_bytes
                                                              : cfg->max_uri_bytes;
     size_t pool = head + 4096;
     if (pool < 8192)
         pool = 8192;
-    /* MHD maps the pool in whole pages (MHD_pool_create). */
-    long page = sysconf(_SC_PAGESIZE);
-    size_t pg = page > 0 ? (size_t)page : 4096;
-    es->pool_size = (pool + pg - 1) / pg * pg;
-    /* A head is served when the pool keeps room for the core's 500 (what
-     * an answer too big for the pool is replaced with over TLS), with
-     * its Content-Type and Server lines. */
-    size_t server = cfg->server_name[0] != '\0'
-                        ? sizeof "Server: \r\n" - 1 + strlen(cfg->server_name)
-                        : 0;
-    es->room_serve = emhd_head_size(
-        500, EMHD_HEAD_CLOSE + sizeof "Content-Type: text/plain; charset=utf-8\r\n" - 1 + server,
-        emhd_length_line((int64_t)sizeof "500 Internal Server Error\n" - 1));
     /* MHD's idle timeout only backs up the watchdog, and is the send
      * timeout of a client that does not read its response. */
     unsigned idle_ms = cfg->header_timeout_ms > cfg->keepalive_timeout_ms
@@ -2808,7 +2653,18 @@ static int emhd_start(srv_server *srv, void **state)
     /* No MHD thread: emhd_loop_main runs each daemon (emhd_loop). */
     unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
                      MHD_USE_TURBO | MHD_USE_NO_LISTEN_SOCKET;
-    struct MHD_OptionItem tls_opts[5] = {{MHD_OPTION_END, 0, NULL}};
+    struct MHD_OptionItem tls_opts[6] = {{MHD_OPTION_END, 0, NULL}};
+    size_t n = 0;
+    es->lib = emhd_lib_version();
+    if (es->lib >= 0x00097701)
+        /* MHD's default level, pinned: a NUL or whitespace in a field name
+         * gets MHD's 400; obs-fold becomes a space and a bare LF ends a
+         * line (RFC 9112 allows both). Level 1 would refuse those too, but
+         * also closes at a second empty line before a request line, which
+         * the core skips. 0.9.75 has no such option (emhd_head_intact). The
+         * library that runs decides, not the header built against (one
+         * soname). */
+        tls_opts[n++] = (struct MHD_OptionItem){EMHD_OPTION_CLIENT_DISCIPLINE_LVL, 0, NULL};
     if (srv__tls_enabled(srv)) {
         es->tls_start = srv__tls_gnutls(srv, NULL);
         if (es->tls_start == NULL || MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES ||
@@ -2820,7 +2676,6 @@ static int emhd_start(srv_server *srv, void **state)
         }
         es->tls = true;
         flags |= MHD_USE_TLS;
-        size_t n = 0;
         tls_opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_CERT_CALLBACK, 0,
                                                 (void *)(uintptr_t)emhd_tls_cert};
         tls_opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_PRIORITIES, 0,
@@ -3059,4 +2914,5 @@ const srv_engine srv_engine_mhd = {
     .quiesce = emhd_quiesce,
     .stop = emhd_stop,
     .destroy = emhd_destroy,
+    .lib_caps = emhd_lib_caps,
 };

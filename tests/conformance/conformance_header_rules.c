@@ -39,6 +39,29 @@ void test_hr_obs_fold(void **state)
     bad_input_str(f, "obs-fold with a tab",
                   "GET /hello HTTP/1.1\r\n" HOST "X-A: one\r\n\ttwo\r\n\r\n", 400,
                   BAD_STATUS);
+    /* In a later request of a kept-alive connection: the same 400, but an
+     * engine with SRV_CAP_LIB_OBS_FOLD (mhd on libmicrohttpd 1.0.x) serves
+     * it unfolded: 1.0.1 makes the CR and the LF a space each and keeps the
+     * blank (documented). */
+    const char *what = "obs-fold in a second request";
+    rc_conn *c = conn_open(f, what);
+    conn_send_str(c, what, "GET /hello HTTP/1.1\r\n" HOST "\r\n");
+    conn_expect(c, what, 0, 200, "hello", NULL);
+    conn_send_str(c, what,
+                  "GET /inspect HTTP/1.1\r\n" HOST "X-Probe-Header: one\r\n two\r\n\r\n");
+    if (engine_caps() & SRV_CAP_LIB_OBS_FOLD) {
+        rc_response r;
+        conn_expect(c, what, 0, 200, NULL, &r);
+        int ok = r.body != NULL && strstr(r.body, "probe=one   two\n") != NULL;
+        if (!ok)
+            fprintf(stderr, "[%s] body: %s\n", what, r.body ? r.body : "(none)");
+        rc_response_free(&r);
+        CHECK(ok, "[%s] the value unfolded to \"one   two\"", what);
+    } else {
+        conn_expect(c, what, 0, 400, NULL, NULL);
+        conn_expect_closed(c, what, 3000);
+    }
+    rc_close(c);
 }
 
 /* RFC 9112 3.2: HTTP/1.1 needs exactly one non-empty Host; HTTP/1.0 may
@@ -139,25 +162,31 @@ static void big_head(sbuf *b, const char *target, size_t total, int n)
     sb_add(b, "\r\n");
 }
 
-/* mhd keeps a head in a fixed pool (max_header_bytes + 4 KiB = 12 KiB
- * here), with a 64-byte record per header at its end, and must build the
- * response head in what is left; it serves a head only while that room
- * holds the core's 500 head (172 bytes with the default Server), and
- * otherwise answers 431 before the handler runs. Other engines serve
- * every head within the core's limits. Returns what mhd has left (< 0:
- * MHD's own 431 while parsing). */
-static long mhd_room(size_t total, int n)
+/* mhd keeps a head in libmicrohttpd's fixed pool (max_header_bytes +
+ * 4 KiB here) with its header records, and builds the response head in
+ * what is left. Measured, the same on libmicrohttpd 0.9.75 and 1.0.1
+ * (docs/ENGINES.md, mhd "Heads that fill the pool"): 8,000 or 8,192 bytes
+ * in 97 or 98 lines fill the pool while MHD parses (its own 431); in cleartext every
+ * other head gets the core's answer (written by the engine when MHD cannot
+ * build its head); over TLS, where only MHD writes, an answer whose head
+ * does not fit behind these heads is a close. */
+static int mhd_lib_431(size_t total, int n)
 {
-    return 12288L - (long)((total + 15) / 16 * 16) - 64L * n;
+    (void)total;
+    return strcmp(g_engine_name, "mhd") == 0 && (n == 97 || n == 98);
+}
+
+static int mhd_tls_close(size_t total, int n)
+{
+    return strcmp(g_engine_name, "mhd") == 0 && g_tls &&
+           ((total == 8192 && n == 62) || (total == 8300 && (n == 60 || n == 62)));
 }
 
 static int big_head_status(size_t total, int n)
 {
     /* the core counts the request line and header lines, not the empty line */
-    if (n > 100 || total - 2 > 8192)
+    if (n > 100 || total - 2 > 8192 || mhd_lib_431(total, n))
         return 431;
-    if (strcmp(g_engine_name, "mhd") == 0 && mhd_room(total, n) < 172)
-        return 431; /* documented: mhd only (docs/ENGINES.md) */
     return 200;
 }
 
@@ -182,11 +211,11 @@ void test_hr_big_heads(void **state)
             free(b.p);
             rc_response r;
             int rc = rc_read_response(c, &r, 0, 4000);
-            /* Over TLS mhd can only close when its pool keeps less than
-             * its smallest 431 head (125 bytes): only MHD writes there. */
-            long room = mhd_room(total, n);
-            if (mhd && g_tls && want == 431 && room >= 0 && room < 125 &&
-                (rc == RC_CLOSED || rc == RC_RESET)) {
+            if (mhd_tls_close(total, n)) { /* documented: mhd over TLS */
+                if (rc == RC_OK)
+                    rc_response_free(&r);
+                CHECK(rc == RC_CLOSED || rc == RC_RESET,
+                      "[%s] expected a close (mhd over TLS), got %s", what, rc_strerror(rc));
                 rc_close(c);
                 continue;
             }
@@ -218,10 +247,11 @@ void test_hr_big_heads(void **state)
             rc_close(c);
         }
 
-    /* A Cookie costs mhd twice: 0.9.75 copies its value into the pool to
-     * split it, and when that copy does not fit it answers 431 itself (and
-     * then fails to build that answer's head: the engine writes the core's
-     * 431 in cleartext; over TLS the close is documented). */
+    /* A Cookie costs mhd twice: libmicrohttpd copies its value into the
+     * pool to split it, and when that copy does not fit it answers 431
+     * itself (measured on 0.9.75 and 1.0.1: the second case; 0.9.75 then
+     * fails to build that answer's head: the engine writes the core's 431
+     * in cleartext; over TLS the close is documented). */
     static const struct {
         size_t total, cookie;
         int n;
@@ -239,8 +269,7 @@ void test_hr_big_heads(void **state)
             sb_add(&b, "X-P%03zu: %0*d\r\n", j, (int)(rest / k + (j < rest % k) - 10), 0);
         sb_add(&b, "\r\n");
         CHECK(b.n == cookies[i].total, "[%s] built %zu bytes", what, b.n);
-        /* mhd: the copy needs the Cookie's length in what the pool has left */
-        int lib_431 = mhd && mhd_room(cookies[i].total, cookies[i].n) < (long)clen + 64;
+        int lib_431 = mhd && i == 1;
         rc_conn *c = conn_open(f, what);
         conn_send(c, what, b.p, b.n);
         free(b.p);
@@ -262,21 +291,24 @@ void test_hr_big_heads(void **state)
 
 /* A big head (8,000 bytes in 30 lines, served everywhere) whose answer
  * has 4 KB of application headers: more than mhd's pool keeps free. The
- * client still gets an answer: the application's everywhere but on mhd
- * over TLS, where only MHD can write and the core's 500 replaces it. */
+ * client gets the application's answer everywhere but on mhd over TLS,
+ * where only MHD can write: a close (SRV_CAP_TLS_CLOSES_RAW). */
 void test_hr_big_head_big_answer(void **state)
 {
     fx *f = *state;
     const char *what = "an 8000-byte head whose answer has 4 KB of headers";
-    int tls_500 = strcmp(g_engine_name, "mhd") == 0 && g_tls; /* documented: mhd */
     sbuf b = {0};
     big_head(&b, "/big-answer", 8000, 30);
     rc_conn *c = conn_open(f, what);
     conn_send(c, what, b.p, b.n);
     free(b.p);
-    rc_response r;
-    conn_expect(c, what, 0, tls_500 ? 500 : 200, tls_500 ? NULL : "big", &r);
-    if (!tls_500) {
+    rc_response r = {0};
+    int tls_close = strcmp(g_engine_name, "mhd") == 0 && g_tls; /* documented: mhd */
+    if (tls_close)
+        conn_expect_closed(c, what, 3000);
+    else
+        conn_expect(c, what, 0, 200, "big", &r);
+    if (!tls_close) {
         char value[BIG_ANSWER_LEN + 1];
         memset(value, 'a', BIG_ANSWER_LEN);
         value[BIG_ANSWER_LEN] = '\0';

@@ -118,6 +118,18 @@ void test_raw_post(void **state)
 void test_raw_chunked_extensions_trailers(void **state)
 {
     fx *f = *state;
+    if (engine_caps() & SRV_CAP_LIB_CHUNK_EXT_400) {
+        /* Documented (mhd on libmicrohttpd 1.0.x): its library's 400 and a
+         * close, for one extension as for many. */
+        bad_input_str(f, "a chunk with an extension (library's 400)",
+                      "POST /echo HTTP/1.1\r\n" HOST "Transfer-Encoding: chunked\r\n\r\n"
+                      "5;ext=1\r\nhello\r\n0\r\n\r\n", 400, BAD_STATUS);
+        bad_input_str(f, "chunks with extensions and trailers (library's 400)",
+                      "POST /echo HTTP/1.1\r\n" HOST "Transfer-Encoding: chunked\r\n\r\n"
+                      "5\r\nhello\r\n6;name=\"quoted value\";flag\r\n world\r\n"
+                      "0;last=yes\r\nX-Trailer: one\r\n\r\n", 400, BAD_STATUS);
+        return;
+    }
     rc_conn *c = conn_open(f, "chunked with extensions and trailers");
     conn_send_str(c, "chunked with extensions and trailers",
                   "POST /echo HTTP/1.1\r\n" HOST
@@ -403,9 +415,13 @@ void test_raw_content_length_and_te(void **state)
 void test_raw_unknown_transfer_coding(void **state)
 {
     fx *f = *state;
+    /* Over TLS an engine with SRV_CAP_LIB_TE_400 (mhd on libmicrohttpd
+     * 1.0.x) gives its library's 400; in cleartext the first head is the
+     * core's (mhd's gate). */
+    int lib = g_tls && (engine_caps() & SRV_CAP_LIB_TE_400);
     bad_input_str(f, "Transfer-Encoding: gzip",
                   "POST /echo HTTP/1.1\r\n" HOST
-                  "Transfer-Encoding: gzip\r\n\r\nabc", 501, BAD_STATUS);
+                  "Transfer-Encoding: gzip\r\n\r\nabc", lib ? 400 : 501, BAD_STATUS);
 }
 
 void test_raw_bad_content_length(void **state)

@@ -152,8 +152,13 @@ static void answered_with_bodies(rc_conn *c, const char *what)
     conn_expect(c, what, 0, 200, "hello", NULL);
     conn_send_str(c, what, "GET /hello HTTP/1.1\r\n" HOST "\r\n");
     conn_expect(c, what, 0, 200, "hello", NULL);
-    conn_send_str(c, what, "POST /echo HTTP/1.1\r\n" HOST "Transfer-Encoding: chunked\r\n\r\n"
-                           "3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n");
+    /* A chunk extension only where the engine takes one (the stop is what
+     * is tested here; test_raw_chunked_extensions_trailers pins the rest). */
+    conn_send_str(c, what, (engine_caps() & SRV_CAP_LIB_CHUNK_EXT_400)
+                               ? "POST /echo HTTP/1.1\r\n" HOST "Transfer-Encoding: chunked\r\n\r\n"
+                                 "3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"
+                               : "POST /echo HTTP/1.1\r\n" HOST "Transfer-Encoding: chunked\r\n\r\n"
+                                 "3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n");
     conn_expect(c, what, 0, 200, "abcde", NULL);
     conn_send_str(c, what, "GET /hello HTTP/1.1\r\n" HOST "X-Pad: 0123456789\r\n\r\n");
     conn_expect(c, what, 0, 200, "hello", NULL);

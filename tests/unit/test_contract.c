@@ -986,6 +986,23 @@ static void test_stream_body_route_refused_without_cap(void **state)
     fake_finish(f);
 }
 
+/* srv_engine_caps adds the bits an engine finds at run time (lib_caps) to
+ * its table's, and still hides the engine-only ones. */
+static unsigned fake_lib_caps(void)
+{
+    return SRV_CAP_LIB_CHUNK_EXT_400 | SRV_ENGINE_CAP_TLS_GNUTLS;
+}
+
+static void test_engine_caps_add_lib_caps(void **state)
+{
+    fake *f = *state;
+    f->engine.caps = SRV_ENGINE_CAP_STREAM;
+    assert_int_equal(srv_engine_caps(&f->engine), SRV_CAP_STREAM);
+    f->engine.lib_caps = fake_lib_caps;
+    assert_int_equal(srv_engine_caps(&f->engine), SRV_CAP_STREAM | SRV_CAP_LIB_CHUNK_EXT_400);
+    assert_int_equal(srv_engine_caps(NULL), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1020,6 +1037,7 @@ int main(void)
         T(test_engine_missing_slot_rejected),
         T(test_engine_missing_name_rejected),
         T(test_stream_body_route_refused_without_cap),
+        T(test_engine_caps_add_lib_caps),
 #undef T
     };
     return cmocka_run_group_tests_name("contract", tests, NULL, NULL);
