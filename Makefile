@@ -1,7 +1,8 @@
 # Thin wrapper over meson: every target installs what is missing first.
 #   make run    build and start Greetings on the default engine (port 8080)
 #   make test   the whole suite: default build, ASan+UBSan build, each
-#               single-engine build, and an out-of-tree install check
+#               single-engine build, an out-of-tree install check, a fuzz
+#               smoke and (on Debian 12) the suites in a Debian 13 system
 #   make bench  the engine comparison (bench/compare): tables on stdout,
 #               CSV/JSON/charts in bench/results/<date-time>/; pass options
 #               with BENCH_ARGS, e.g. BENCH_ARGS="--engines h2o --no-hello";
