@@ -588,6 +588,27 @@ int srv_server_stop(srv_server *srv, unsigned grace_ms);
 int srv_server_on_stop(srv_server *srv, void (*fn)(srv_server *srv, void *arg), void *arg);
 
 /*
+ * An error body writer: the body of an answer the library makes itself
+ * (the same answers srv_config.error_format covers). Write at most `cap`
+ * bytes into buf, set *content_type (a string that outlives the call, e.g.
+ * a literal) and return the length; return SRV_ERROR_BODY_DEFAULT to leave
+ * this one to error_format. `req` may be partly known (a malformed head:
+ * its method, target or headers may be NULL or missing); read it with the
+ * srv_request_* accessors only. Called on whatever thread answers (an I/O
+ * thread, a worker, the timer): quick, no blocking, no srv_respond.
+ */
+typedef size_t (*srv_error_body_fn)(const srv_request *req, int status, char *buf, size_t cap,
+                                    const char **content_type, void *ctx);
+#define SRV_ERROR_BODY_DEFAULT ((size_t)-1)
+
+/*
+ * srv_server_set_error_body: use fn for the library's error bodies (cap is
+ * 4096 bytes); NULL goes back to error_format. Before srv_server_start
+ * only (SRV_ESTATE after); SRV_EINVAL for a NULL srv.
+ */
+int srv_server_set_error_body(srv_server *srv, srv_error_body_fn fn, void *ctx);
+
+/*
  * srv_server_run: start the server if it is not running, wait for SIGINT or
  * SIGTERM, then srv_server_stop(srv, grace_ms). On SIGHUP a server with TLS
  * reloads its certificate (srv_server_reload_tls; a failure is reported on

@@ -132,7 +132,7 @@ static void srv__cors_allow_origin(const srv__cors *c, srv_request *req, const c
 
 static int srv__cors_refuse(srv_request *req)
 {
-    if (req->srv->cfg.error_format == SRV_ERROR_FORMAT_JSON) {
+    if (req->srv->cfg.error_format == SRV_ERROR_FORMAT_JSON || req->srv->error_body != NULL) {
         char body[SRV__ERROR_BODY_MAX];
         const char *ctype;
         size_t n = srv__error_body(req, 403, body, sizeof body, &ctype);

@@ -11,11 +11,32 @@
 #include <sys/time.h>
 #include <time.h>
 
+int srv_server_set_error_body(srv_server *srv, srv_error_body_fn fn, void *ctx)
+{
+    if (srv == NULL)
+        return SRV_EINVAL;
+    if (atomic_load(&srv->state) != SRV__NEW)
+        return SRV_ESTATE;
+    srv->error_body = fn;
+    srv->error_body_ctx = ctx;
+    return 0;
+}
+
 size_t srv__error_body(const srv_request *req, int status, char *out, size_t cap,
                        const char **content_type)
 {
     const char *reason = srv__status_reason(status);
-    if (req->srv->cfg.error_format != SRV_ERROR_FORMAT_JSON) {
+    srv_server *srv = req->srv;
+    if (srv->error_body != NULL) {
+        const char *ct = NULL;
+        size_t n = srv->error_body(req, status, out, cap - 1, &ct, srv->error_body_ctx);
+        if (n != SRV_ERROR_BODY_DEFAULT && n < cap) {
+            out[n] = '\0';
+            *content_type = ct;
+            return n;
+        }
+    }
+    if (srv->cfg.error_format != SRV_ERROR_FORMAT_JSON) {
         *content_type = "text/plain; charset=utf-8";
         int n = snprintf(out, cap, "%d %s\n", status, reason);
         return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;

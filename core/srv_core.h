@@ -258,6 +258,8 @@ struct srv_server {
     srv__streams streams; /* stream.c's */
     void (*on_stop)(srv_server *srv, void *arg); /* srv_server_on_stop (server.c) */
     void *on_stop_arg;
+    srv_error_body_fn error_body; /* srv_server_set_error_body (error_body.c) */
+    void *error_body_ctx;
 };
 
 /* The server's state, read by every layer (written by server.c only). */

@@ -1305,7 +1305,8 @@ long long trickle(rc_conn *c, const void *first, size_t flen,
         cmocka_unit_test_setup_teardown(test_probe_upload_fin, probe_setup, probe_teardown), \
         cmocka_unit_test_setup_teardown(test_probe_small_differences, probe_setup, probe_teardown), \
         cmocka_unit_test_setup_teardown(test_probe_cookies_forms, probe_setup, probe_teardown), \
-        cmocka_unit_test(test_probe_json_errors)
+        cmocka_unit_test(test_probe_json_errors), \
+        cmocka_unit_test(test_probe_error_hook)
 
 /* Static files (conformance_static.c): their own server and files. The
  * libcurl cases run over HTTP/1.1 and HTTP/2 where the run has it; the

@@ -559,5 +559,6 @@ void test_probe_upload_fin(void **state);
 void test_probe_small_differences(void **state);
 void test_probe_cookies_forms(void **state);
 void test_probe_json_errors(void **state);
+void test_probe_error_hook(void **state);
 
 #endif /* SRV_CONFORMANCE_H */

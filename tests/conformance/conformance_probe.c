@@ -623,3 +623,78 @@ void test_probe_json_errors(void **state)
     CHECK_INT("stop", srv_server_stop(srv, 2000), 0);
     srv_server_free(srv);
 }
+
+/* srv_server_set_error_body's writer for test_probe_error_hook: its own
+ * text for every status but 405, which it leaves to error_format. */
+static size_t p_error_body(const srv_request *req, int status, char *buf, size_t cap,
+                           const char **content_type, void *ctx)
+{
+    (void)ctx;
+    if (status == 405)
+        return SRV_ERROR_BODY_DEFAULT;
+    *content_type = "text/x-error";
+    int n = snprintf(buf, cap, "E%d %s %s", status, srv_request_method(req),
+                     srv_request_path(req));
+    return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap;
+}
+
+/* One answer: status, and (unless its library answered: lib) type and body. */
+static void p_expect(rc_conn *c, const char *what, int status, const char *ctype,
+                     const char *body, int lib)
+{
+    rc_response r;
+    int rc = rc_read_response(c, &r, 0, 5000);
+    CHECK(rc == RC_OK, "[%s] %s", what, rc_strerror(rc));
+    if (rc != RC_OK)
+        return;
+    CHECK_INT(what, r.status, status);
+    if (!lib) {
+        CHECK_STR(what, rc_header_get(&r, "Content-Type"), ctype);
+        CHECK_STR(what, r.body, body);
+    }
+    rc_response_free(&r);
+}
+
+/*
+ * srv_server_set_error_body: the application writes the library's error
+ * bodies on every engine (404 from routing, 413 from the body limit), and
+ * one it declines (405) falls back to error_format. As for the JSON case,
+ * an engine whose library answers itself does so over TLS.
+ */
+void test_probe_error_hook(void **state)
+{
+    (void)state;
+    int lib = g_tls && (engine_caps() & SRV_CAP_LIB_ERRORS);
+    srv_config cfg;
+    srv_config_init(&cfg);
+    cfg.host = "127.0.0.1";
+    cfg.port = 0;
+    cfg.worker_threads = 4;
+    cfg.io_threads = 1;
+    cfg.max_body_bytes = 1024;
+    if (g_tls) {
+        cfg.tls_cert_file = g_tls_cert;
+        cfg.tls_key_file = g_tls_key;
+    }
+    srv_server *srv = srv_server_new(g_engine, &cfg);
+    CHECK(srv != NULL, "srv_server_new");
+    CHECK_INT("route", srv_route(srv, "PUT", "/echo", p_echo, NULL), 0);
+    CHECK_INT("set_error_body", srv_server_set_error_body(srv, p_error_body, NULL), 0);
+    CHECK_INT("start", srv_server_start(srv), 0);
+    CHECK_INT("set_error_body once started", srv_server_set_error_body(srv, NULL, NULL),
+              SRV_ESTATE);
+    pfx f = {srv, srv_server_port(srv)};
+    rc_conn c;
+    p_open(&f, &c, "404");
+    conn_send_str(&c, "404", "GET /no/such HTTP/1.1\r\n" HOST "\r\n");
+    p_expect(&c, "404", 404, "text/x-error", "E404 GET /no/such", 0);
+    conn_send_str(&c, "405", "GET /echo HTTP/1.1\r\n" HOST "\r\n");
+    p_expect(&c, "405", 405, "text/plain; charset=utf-8", "405 Method Not Allowed\n", 0);
+    rc_close(&c);
+    p_open(&f, &c, "413");
+    conn_send_str(&c, "413", "PUT /echo HTTP/1.1\r\n" HOST "Content-Length: 5000\r\n\r\n");
+    p_expect(&c, "413", 413, "text/x-error", "E413 PUT /echo", lib);
+    rc_close(&c);
+    CHECK_INT("stop", srv_server_stop(srv, 2000), 0);
+    srv_server_free(srv);
+}
