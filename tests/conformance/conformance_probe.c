@@ -532,6 +532,31 @@ void test_probe_cookies_forms(void **state)
     free(req.p);
 }
 
+/* A started server for the error-body cases: PUT /echo, a 1 KiB body
+ * limit, `format`, and `fn` as srv_server_set_error_body when not NULL. */
+static srv_server *p_error_server(int format, srv_error_body_fn fn)
+{
+    srv_config cfg;
+    srv_config_init(&cfg);
+    cfg.host = "127.0.0.1";
+    cfg.port = 0;
+    cfg.worker_threads = 4;
+    cfg.io_threads = 1;
+    cfg.max_body_bytes = 1024;
+    cfg.error_format = format;
+    if (g_tls) {
+        cfg.tls_cert_file = g_tls_cert;
+        cfg.tls_key_file = g_tls_key;
+    }
+    srv_server *srv = srv_server_new(g_engine, &cfg);
+    CHECK(srv != NULL, "srv_server_new");
+    CHECK_INT("route", srv_route(srv, "PUT", "/echo", p_echo, NULL), 0);
+    if (fn != NULL)
+        CHECK_INT("set_error_body", srv_server_set_error_body(srv, fn, NULL), 0);
+    CHECK_INT("start", srv_server_start(srv), 0);
+    return srv;
+}
+
 /* One JSON error answer: status, Content-Type and the body's shape. */
 static void p_json_error(rc_conn *c, const char *what, int status, const char *reason,
                          const char *path, int lib)
@@ -576,22 +601,7 @@ void test_probe_json_errors(void **state)
 {
     (void)state;
     int lib = g_tls && (engine_caps() & SRV_CAP_LIB_ERRORS);
-    srv_config cfg;
-    srv_config_init(&cfg);
-    cfg.host = "127.0.0.1";
-    cfg.port = 0;
-    cfg.worker_threads = 4;
-    cfg.io_threads = 1;
-    cfg.max_body_bytes = 1024;
-    cfg.error_format = SRV_ERROR_FORMAT_JSON;
-    if (g_tls) {
-        cfg.tls_cert_file = g_tls_cert;
-        cfg.tls_key_file = g_tls_key;
-    }
-    srv_server *srv = srv_server_new(g_engine, &cfg);
-    CHECK(srv != NULL, "srv_server_new");
-    CHECK_INT("route", srv_route(srv, "PUT", "/echo", p_echo, NULL), 0);
-    CHECK_INT("start", srv_server_start(srv), 0);
+    srv_server *srv = p_error_server(SRV_ERROR_FORMAT_JSON, NULL);
     pfx f = {srv, srv_server_port(srv)};
     rc_conn c;
     p_open(&f, &c, "404");
@@ -665,22 +675,7 @@ void test_probe_error_hook(void **state)
 {
     (void)state;
     int lib = g_tls && (engine_caps() & SRV_CAP_LIB_ERRORS);
-    srv_config cfg;
-    srv_config_init(&cfg);
-    cfg.host = "127.0.0.1";
-    cfg.port = 0;
-    cfg.worker_threads = 4;
-    cfg.io_threads = 1;
-    cfg.max_body_bytes = 1024;
-    if (g_tls) {
-        cfg.tls_cert_file = g_tls_cert;
-        cfg.tls_key_file = g_tls_key;
-    }
-    srv_server *srv = srv_server_new(g_engine, &cfg);
-    CHECK(srv != NULL, "srv_server_new");
-    CHECK_INT("route", srv_route(srv, "PUT", "/echo", p_echo, NULL), 0);
-    CHECK_INT("set_error_body", srv_server_set_error_body(srv, p_error_body, NULL), 0);
-    CHECK_INT("start", srv_server_start(srv), 0);
+    srv_server *srv = p_error_server(SRV_ERROR_FORMAT_TEXT, p_error_body);
     CHECK_INT("set_error_body once started", srv_server_set_error_body(srv, NULL, NULL),
               SRV_ESTATE);
     pfx f = {srv, srv_server_port(srv)};
