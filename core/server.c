@@ -41,6 +41,7 @@ srv_server *srv_server_new(const srv_engine *engine, const srv_config *cfg)
     atomic_init(&srv->state, SRV__NEW);
     atomic_init(&srv->port, srv->cfg.port);
     atomic_init(&srv->admitted, 0);
+    atomic_init(&srv->refusing, 0);
     if (srv__inflight_init(&srv->inflight) != 0)
         goto fail;
     if (srv__pool_init(&srv->pool) != 0) {

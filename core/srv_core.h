@@ -242,6 +242,7 @@ struct srv_server {
     atomic_uint_fast64_t connections_total;
     atomic_uint connections_open;
     atomic_uint admitted; /* max_connections slots taken (connections.c) */
+    atomic_uint refusing; /* connections read to be refused 503 (connections.c) */
 
     struct srv__tls *tls; /* tls.c: NULL when no certificate is configured */
     struct srv__proxies *proxies; /* forwarded.c: NULL when none is trusted */
