@@ -87,6 +87,7 @@ typedef struct srv__conn {
     unsigned char refusing; /* counted in the server's refusals */
     unsigned char arriving; /* counted by srv__request_arriving */
     unsigned char begun;    /* HEAD, REFUSE: a request's bytes came */
+    unsigned char counted_closed; /* srv__conn_count_closed */
 } srv__conn;
 
 /* How srv__conn_open admitted a connection. */
@@ -134,6 +135,12 @@ enum srv__conn_due srv__conn_due(srv__conn *c, uint64_t now, int stopping, int q
 
 /* The status an SRV_CONN_ANSWER answers. */
 static inline int srv__conn_status(const srv__conn *c) { return c->status; }
+
+/* Count the connection closed in srv_stats now, though it is not yet (a
+ * stop gave up waiting for it; its descriptor closes later). Another
+ * thread may call it, under a lock the owner's srv__conn_close also
+ * holds; it touches only this flag and the server's counters. */
+void srv__conn_count_closed(srv__conn *c);
 
 /* The connection is closed: its slot, its counts. Idempotent. */
 void srv__conn_close(srv__conn *c);

@@ -200,6 +200,14 @@ enum srv__conn_due srv__conn_due(srv__conn *c, uint64_t now, int stopping, int q
     return SRV_CONN_WAIT;
 }
 
+void srv__conn_count_closed(srv__conn *c)
+{
+    if (!c->counted_closed) {
+        c->counted_closed = 1;
+        srv__stats_connection_closed(c->srv);
+    }
+}
+
 void srv__conn_close(srv__conn *c)
 {
     if (!c->srv)
@@ -209,6 +217,6 @@ void srv__conn_close(srv__conn *c)
         atomic_fetch_sub(&c->srv->refusing, 1);
     if (c->admitted)
         srv__conn_leave(c->srv);
-    srv__stats_connection_closed(c->srv);
+    srv__conn_count_closed(c);
     c->srv = NULL;
 }

@@ -64,44 +64,18 @@ enum etp_phase etp_get_phase(etp_conn *c)
     return (enum etp_phase)atomic_load_explicit(&c->phase, memory_order_relaxed);
 }
 
-/* How long a write may make no progress. */
+/* How long a blocking write may make no progress (the policy's send rule). */
 static int etp_write_timeout(const etp_state *st)
 {
     unsigned t = st->cfg->header_timeout_ms;
-    return t < ETP_MIN_WRITE_TIMEOUT_MS ? ETP_MIN_WRITE_TIMEOUT_MS : srv__ms_left(t, 0);
+    return t < SRV_SEND_MIN_TIMEOUT_MS ? SRV_SEND_MIN_TIMEOUT_MS : srv__ms_left(t, 0);
 }
 
-/* What a connection waits for; etp_wait_for is the one place that turns
- * it into a deadline (docs/ENGINES.md, "Deadlines"). */
-enum etp_wait {
-    ETP_WAIT_FIRST_HEAD, /* accepted: the whole first head, from the accept */
-    ETP_WAIT_IDLE,       /* kept alive: the first byte of the next request */
-    ETP_WAIT_HEAD,       /* a next request began: its head */
-    ETP_WAIT_BODY,       /* the head is complete: the whole body */
-    ETP_WAIT_REFUSE,     /* over max_connections: the request to refuse */
-    ETP_WAIT_LINGER      /* answered and shut: the client's last bytes */
-};
-
-static void etp_wait_for(etp_conn *c, enum etp_wait w)
+/* What the connection waits for now (the core's policy sets its deadline:
+ * api/srv_conn.h). */
+static void etp_wait_for(etp_conn *c, enum srv__conn_state state)
 {
-    const srv_config *cfg = c->st->cfg;
-    uint64_t ms;
-    switch (w) {
-    case ETP_WAIT_IDLE:
-        ms = cfg->keepalive_timeout_ms;
-        break;
-    case ETP_WAIT_REFUSE:
-        ms = cfg->header_timeout_ms < ETP_REFUSE_WAIT_MS ? cfg->header_timeout_ms
-                                                         : ETP_REFUSE_WAIT_MS;
-        break;
-    case ETP_WAIT_LINGER:
-        ms = ETP_LINGER_MS;
-        break;
-    default: /* a head or a body: header_timeout_ms each, however it trickles */
-        ms = cfg->header_timeout_ms;
-        break;
-    }
-    c->deadline = srv__now_ms() + ms;
+    srv__conn_set(&c->conn, state, srv__now_ms());
 }
 
 /*
@@ -162,7 +136,7 @@ int etp_send2(int fd, int timeout_ms, const void *a, size_t alen, const void *b,
 }
 
 /* Read and discard what the client still sends, for at most `ms` and
- * ETP_LINGER_MAX_BYTES, so that close() does not turn unread input into a
+ * SRV_LINGER_MAX_BYTES, so that close() does not turn unread input into a
  * reset that destroys the response on its way. ms == 0: only what already
  * arrived. */
 static void etp_drain(int fd, unsigned ms)
@@ -170,7 +144,7 @@ static void etp_drain(int fd, unsigned ms)
     char sink[4096];
     size_t total = 0;
     uint64_t end = srv__now_ms() + ms;
-    while (total < ETP_LINGER_MAX_BYTES) {
+    while (total < SRV_LINGER_MAX_BYTES) {
         ssize_t n = recv(fd, sink, sizeof sink, MSG_DONTWAIT);
         if (n == 0)
             return;
@@ -312,26 +286,14 @@ static void etp_answer_now(etp_state *st, etp_conn *c, srv_request *req, int sta
 /* Closing                                                             */
 /* ------------------------------------------------------------------ */
 
-/*
- * srv_server_stop's grace period waits for requests still arriving, so one
- * that completes within it is served: a connection counts from the first
- * byte of a request until a worker runs it, it fails, or the connection
- * goes. Whoever owns the connection calls this.
- */
-static void etp_set_arriving(etp_conn *c, int on)
-{
-    on = on && !c->refuse;
-    if (on == c->arriving)
-        return;
-    c->arriving = on;
-    srv__request_arriving(c->st->srv, on ? 1 : -1);
-}
-
-/* After a feed: arriving while a message is begun or complete but not run. */
+/* After a feed: a request began (srv_server_stop's grace waits for it
+ * until it runs, fails, or the connection goes; the policy counts it). */
 static void etp_note_feed(etp_conn *c, enum srv_http1_event ev)
 {
-    etp_set_arriving(c, ev != SRV_HTTP1_FAIL &&
-                            (ev == SRV_HTTP1_MESSAGE_COMPLETE || !srv__http1_idle(&c->parser)));
+    if (ev == SRV_HTTP1_FAIL)
+        etp_wait_for(c, SRV_CONN_APP); /* answered now: nothing arrives */
+    else if (!srv__http1_idle(&c->parser) && !c->conn.begun)
+        srv__conn_begun(&c->conn, srv__now_ms());
 }
 
 /* Close and forget a connection (not a refused one). The fd is closed only
@@ -342,7 +304,6 @@ static void etp_conn_finish(etp_conn *c, int linger)
 {
     etp_state *st = c->st;
     etp_set_phase(c, ETP_PH_CLOSING);
-    etp_set_arriving(c, 0);
     if (c->req) {
         srv__request_release(c->req);
         c->req = NULL;
@@ -386,7 +347,7 @@ static void etp_conn_finish(etp_conn *c, int linger)
         etp_drain(c->fd, 0); /* stop() writes and shuts through its own fd */
     } else if (linger || c->pend_off < c->pend_len) {
         etp_io_shut_wr(c);
-        etp_drain(c->fd, linger ? ETP_LINGER_MS : 0);
+        etp_drain(c->fd, linger ? SRV_LINGER_MS : 0);
     } else if (!c->io_dead) {
         etp_io_shut_wr(c);
         etp_drain(c->fd, 0);
@@ -394,8 +355,6 @@ static void etp_conn_finish(etp_conn *c, int linger)
     if (c->ssl) /* stop() may hold its own reference (etp_tls_detach) */
         etp_tls_free(c->ssl);
     epoll_ctl(c->p->epfd, EPOLL_CTL_DEL, c->fd, NULL); /* a dup'd fd may live on */
-    if (!c->detached) /* stop() counted it closed when it detached it */
-        srv__stats_connection_closed(st->srv);
     srv__http1_free(&c->parser);
     free(c->pend);
 
@@ -411,8 +370,8 @@ static void etp_conn_finish(etp_conn *c, int linger)
         st->detached--;
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
+    srv__conn_close(&c->conn); /* its slot and counts */
     free(c);
-    srv__conn_leave(st->srv);
     if (--st->open <= st->detached) /* what stop() waits for */
         pthread_cond_broadcast(&st->drained);
     pthread_mutex_unlock(&st->mu);
@@ -462,10 +421,11 @@ static int etp_arm(etp_state *st, etp_conn *c, int op)
 /* Poller: forget a connection it owns and close it. */
 static void etp_poller_close(etp_state *st, etp_conn *c, int linger)
 {
+    (void)st;
     pthread_mutex_lock(&c->p->plock);
     etp_plist_del(c);
     pthread_mutex_unlock(&c->p->plock);
-    if (c->refuse) {
+    if (!c->conn.admitted) {
         epoll_ctl(c->p->epfd, EPOLL_CTL_DEL, c->fd, NULL);
         if (c->req)
             srv__request_release(c->req);
@@ -481,9 +441,8 @@ static void etp_poller_close(etp_state *st, etp_conn *c, int linger)
             close(c->fd);
         pthread_mutex_destroy(&c->mu);
         pthread_cond_destroy(&c->cv);
+        srv__conn_close(&c->conn);
         free(c);
-        atomic_fetch_sub(&st->refusing, 1);
-        srv__stats_connection_closed(st->srv);
         return;
     }
     etp_conn_finish(c, 0);
@@ -491,14 +450,12 @@ static void etp_poller_close(etp_state *st, etp_conn *c, int linger)
 }
 
 /* Poller: the answer is written; shut our side and read what the client
- * still sends for ETP_LINGER_MS without holding anything up. */
+ * still sends (SRV_LINGER_MS at most) without holding anything up. */
 static void etp_poller_linger(etp_state *st, etp_conn *c)
 {
     etp_io_shut_wr(c);
     c->tls_want_write = 0; /* lingering reads the raw socket */
-    c->lingering = 1;
-    c->drained = 0;
-    etp_wait_for(c, ETP_WAIT_LINGER);
+    etp_wait_for(c, SRV_CONN_LINGER);
     if (etp_arm(st, c, EPOLL_CTL_MOD) != 0)
         etp_poller_close(st, c, 0);
 }
@@ -570,6 +527,7 @@ static int etp_inline_write(etp_state *st, etp_conn *c, const char *rest, size_t
         etp_plist_del(c);
         pthread_mutex_unlock(&c->p->plock);
         atomic_store(&c->write_since, srv__now_ms()); /* stop's grace counts from here */
+        etp_wait_for(c, SRV_CONN_SEND);
         etp_set_phase(c, ETP_PH_WQUEUED);
         if (srv__pool_submit(st->srv, &c->job) != 0)
             etp_conn_finish(c, 0);
@@ -587,7 +545,7 @@ static int etp_inline_write(etp_state *st, etp_conn *c, const char *rest, size_t
         etp_poller_linger(st, c);
         return 0;
     }
-    etp_wait_for(c, ETP_WAIT_IDLE);
+    etp_wait_for(c, SRV_CONN_IDLE);
     return 1;
 }
 
@@ -606,7 +564,7 @@ static int etp_inline_run(etp_state *st, etp_conn *c, const char *rest, size_t n
     etp_dispatching = c;
     srv__request_dispatch(req);
     etp_dispatching = NULL;
-    etp_set_arriving(c, 0); /* in flight (counted by dispatch) */
+    etp_wait_for(c, SRV_CONN_APP); /* in flight (counted by dispatch) */
     if (c->inl_answered)
         return etp_inline_write(st, c, rest, n);
     /* Later from another thread, srv_after or the core's timeout. HTTP/1
@@ -692,7 +650,7 @@ static void etp_post(etp_conn *c)
  * with `rest`; 0: the poller is done with the connection for now. */
 static int etp_poller_complete(etp_state *st, etp_conn *c, const char *rest, size_t n)
 {
-    if (c->refuse) { /* over max_connections: read, then refused */
+    if (!c->conn.admitted) { /* over max_connections: read, then refused */
         srv_request *req = c->req;
         c->req = NULL;
         etp_answer_now(st, c, req, 503);
@@ -711,6 +669,7 @@ static int etp_poller_complete(etp_state *st, etp_conn *c, const char *rest, siz
     pthread_mutex_lock(&c->p->plock);
     etp_plist_del(c);
     pthread_mutex_unlock(&c->p->plock);
+    etp_wait_for(c, SRV_CONN_QUEUED);
     etp_set_phase(c, ETP_PH_QUEUED);
     if (srv__pool_submit(st->srv, &c->job) != 0)
         etp_conn_finish(c, 0);
@@ -723,8 +682,7 @@ static void etp_poller_drain(etp_state *st, etp_conn *c)
     for (;;) {
         ssize_t n = recv(c->fd, c->p->rbuf, sizeof c->p->rbuf, MSG_DONTWAIT);
         if (n > 0) {
-            c->drained += (size_t)n;
-            if (c->drained < ETP_LINGER_MAX_BYTES)
+            if (srv__conn_linger_bytes(&c->conn, (size_t)n, srv__now_ms()))
                 continue;
         } else if (n < 0 && errno == EINTR) {
             continue;
@@ -750,7 +708,7 @@ static int etp_poller_feed(etp_state *st, etp_conn *c, const char *d, size_t n)
      * nothing left: a request without a body completes then. */
     while (off < n || ev == SRV_HTTP1_HEAD_READY) {
         if (srv__http1_fresh(&c->parser) && c->served > 0) /* the head's own deadline */
-            etp_wait_for(c, ETP_WAIT_HEAD);
+            etp_wait_for(c, SRV_CONN_HEAD);
         if (!c->req) {
             c->req = srv__request_new(st->srv, (const struct sockaddr *)&c->peer, c->peer_len);
             if (!c->req) {
@@ -768,12 +726,12 @@ static int etp_poller_feed(etp_state *st, etp_conn *c, const char *d, size_t n)
             return 0;
         }
         if (ev == SRV_HTTP1_HEAD_READY) {
-            if (!c->refuse && srv__request_streams_body(c->req)) {
+            if (c->conn.admitted && srv__request_streams_body(c->req)) {
                 etp_body_begin(st, c, d + off, n - off);
                 return 0;
             }
-            etp_wait_for(c, ETP_WAIT_BODY);
-            if (!c->refuse && srv__http1_body_expected(&c->parser) &&
+            etp_wait_for(c, SRV_CONN_BODY);
+            if (c->conn.admitted && srv__http1_body_expected(&c->parser) &&
                 srv__request_expects_continue(c->req)) {
                 static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
                 size_t sent = 0;
@@ -814,7 +772,7 @@ static void etp_poller_read(etp_state *st, etp_conn *c)
         etp_body_step(st, c);
         return;
     }
-    if (c->lingering) {
+    if (c->conn.state == SRV_CONN_LINGER) {
         etp_poller_drain(st, c);
         return;
     }
@@ -848,22 +806,20 @@ static void etp_poller_read(etp_state *st, etp_conn *c)
     }
 }
 
-/* Poller: deadlines. A request that started gets 408; an idle connection
- * (kept alive, or that never sent a byte) closes quietly. */
+/* Poller: deadlines, as the core's policy rules them (api/srv_conn.h): a
+ * request that started gets 408 (503 at a stop); an idle connection
+ * closes quietly. */
 static void etp_poller_scan(etp_poller *p, uint64_t now, int stopping)
 {
     etp_state *st = p->st;
+    int quiescing = atomic_load(&st->quiescing);
     for (;;) {
         etp_conn *due = NULL;
+        enum srv__conn_due what = SRV_CONN_WAIT;
         pthread_mutex_lock(&p->plock);
         for (etp_conn *c = p->plist; c; c = c->pnext) {
-            if (c->awaiting && !stopping)
-                continue; /* the core answers it (its timeout, or stop) */
-            if (c->sreq && !stopping && now < c->deadline)
-                continue; /* streaming: only its send deadline counts */
-            if (c->lingering ? (now >= c->deadline || stopping)
-                             : (now >= c->deadline || stopping ||
-                                (atomic_load(&st->quiescing) && srv__http1_idle(&c->parser)))) {
+            what = srv__conn_due(&c->conn, now, stopping, quiescing);
+            if (what != SRV_CONN_WAIT) {
                 due = c;
                 break;
             }
@@ -871,32 +827,28 @@ static void etp_poller_scan(etp_poller *p, uint64_t now, int stopping)
         pthread_mutex_unlock(&p->plock);
         if (!due)
             return;
-        if (due->sreq) { /* the send deadline, or stop: cut it */
-            due->io_dead = 1;
+        if (what == SRV_CONN_CLOSE) {
+            due->io_dead |= due->sreq != NULL; /* a stream cut: no orderly end */
             etp_poller_close(st, due, 0);
-        } else if (due->bmode && !due->awaiting && !stopping) {
-            /* A streamed body below SRV_BODY_MIN_PACE_BYTES a window: 408
-             * (the core answers, its respond posts c). */
+        } else if (due->conn.state == SRV_CONN_BODY_STREAM && !stopping) {
+            /* A streamed body below the pace: 408 (the core answers, its
+             * respond posts c). */
             due->bmode = ETP_B_OVER;
             due->awaiting = 1;
-            due->deadline = UINT64_MAX;
+            etp_wait_for(due, SRV_CONN_APP);
             srv__body_end(due->inl, 408);
-        } else if (due->lingering || due->awaiting || srv__http1_idle(&due->parser)) {
-            etp_poller_close(st, due, 0);
-        } else if (stopping) {
-            /* Stop began while this request was arriving: the 503 every
-             * engine gives the requests it cannot finish. */
+        } else if (!due->conn.admitted || stopping) {
+            /* A refusal, or a stop while this request was arriving: the 503
+             * every engine gives the requests it cannot finish. */
             srv_request *req = due->req;
             due->req = NULL;
-            etp_answer_now(st, due, req, 503);
-            etp_poller_close(st, due, 1);
-        } else if (due->refuse) {
-            srv_request *req = due->req;
-            due->req = NULL;
-            etp_answer_now(st, due, req, 503);
-            etp_poller_linger(st, due);
+            etp_answer_now(st, due, req, srv__conn_status(&due->conn));
+            if (stopping)
+                etp_poller_close(st, due, 1);
+            else
+                etp_poller_linger(st, due);
         } else {
-            etp_poller_fail(st, due, 408);
+            etp_poller_fail(st, due, srv__conn_status(&due->conn));
         }
     }
 }
@@ -906,12 +858,10 @@ static void etp_poller_scan(etp_poller *p, uint64_t now, int stopping)
 static void etp_refuse_now(etp_state *st, int fd, const struct sockaddr_storage *peer,
                            socklen_t peer_len)
 {
-    srv__stats_connection_opened(st->srv);
     if (srv__tls_enabled(st->srv)) {
         /* No handshake here (it could block): a TLS client cannot read a
          * cleartext 503, so it only sees the close. */
         etp_linger_close(fd, 0);
-        srv__stats_connection_closed(st->srv);
         return;
     }
     srv_request *req = srv__request_new(st->srv, (const struct sockaddr *)peer, peer_len);
@@ -923,6 +873,14 @@ static void etp_refuse_now(etp_state *st, int fd, const struct sockaddr_storage 
         etp_send_refusal(fd);
     }
     etp_linger_close(fd, 0); /* drain what already arrived, never wait */
+}
+
+/* Out of memory for a connection: refused at once, counted all the same. */
+static void etp_refuse_oom(etp_state *st, int fd, const struct sockaddr_storage *peer,
+                           socklen_t peer_len)
+{
+    srv__stats_connection_opened(st->srv);
+    etp_refuse_now(st, fd, peer, peer_len);
     srv__stats_connection_closed(st->srv);
 }
 
@@ -938,24 +896,24 @@ static void etp_accepted(etp_poller *p, int fd, const struct sockaddr_storage *p
 
     etp_conn *c = srv__zalloc(sizeof *c);
     if (!c) {
-        etp_refuse_now(st, fd, peer, peer_len);
+        etp_refuse_oom(st, fd, peer, peer_len);
         return;
     }
     if (pthread_mutex_init(&c->mu, NULL) != 0) {
         free(c);
-        etp_refuse_now(st, fd, peer, peer_len);
+        etp_refuse_oom(st, fd, peer, peer_len);
         return;
     }
     if (pthread_cond_init(&c->cv, NULL) != 0) {
         pthread_mutex_destroy(&c->mu);
         free(c);
-        etp_refuse_now(st, fd, peer, peer_len);
+        etp_refuse_oom(st, fd, peer, peer_len);
         return;
     }
     /* The gate and the count in one step: pollers accept side by side. */
     pthread_mutex_lock(&st->mu);
-    int over = !srv__conn_admit(st->srv); /* the core's gate; st->open follows it */
-    if (!over) {
+    enum srv__conn_admission adm = srv__conn_open(&c->conn, st->srv, srv__now_ms());
+    if (adm == SRV_CONN_ADMITTED) { /* st->open follows the core's gate */
         c->next = st->conns;
         if (st->conns)
             st->conns->prev = c;
@@ -963,12 +921,12 @@ static void etp_accepted(etp_poller *p, int fd, const struct sockaddr_storage *p
         st->open++;
     }
     pthread_mutex_unlock(&st->mu);
-    if (over && atomic_fetch_add(&st->refusing, 1) >= ETP_MAX_REFUSING) {
-        atomic_fetch_sub(&st->refusing, 1);
+    if (adm == SRV_CONN_REFUSE_NOW) {
+        etp_refuse_now(st, fd, peer, peer_len);
+        srv__conn_close(&c->conn);
         pthread_cond_destroy(&c->cv);
         pthread_mutex_destroy(&c->mu);
         free(c);
-        etp_refuse_now(st, fd, peer, peer_len);
         return;
     }
     c->job.run = etp_conn_run;
@@ -980,20 +938,14 @@ static void etp_accepted(etp_poller *p, int fd, const struct sockaddr_storage *p
     atomic_init(&c->phase, ETP_PH_POLL);
     atomic_init(&c->write_since, 0);
     srv__http1_init(&c->parser, st->srv);
-    srv__stats_connection_opened(st->srv);
     if (srv__tls_enabled(st->srv) && etp_tls_attach(p, c) != 0) {
         c->io_dead = 1; /* out of memory: close, nothing to say in TLS yet */
         etp_poller_close(st, c, 0);
         return;
     }
-    if (over) {
-        /* Read its head (bounded in bytes and time) so that the 503 answers
-         * what the client asked, in a protocol it reads. */
-        c->refuse = 1;
-        etp_wait_for(c, ETP_WAIT_REFUSE);
-    } else {
-        etp_wait_for(c, ETP_WAIT_FIRST_HEAD);
-    }
+    /* A refused one (SRV_CONN_REFUSING) has its head read, bounded in bytes
+     * and time, so that the 503 answers what the client asked, in a
+     * protocol it reads. */
     /* Maybe another poller's: listed and armed under its plock, which its
      * scan and its first read take, so it sees c whole (as after a
      * worker's hand-back); never armed, c is still only ours to close. */
@@ -1174,8 +1126,8 @@ static void etp_stream_kick(void *state, srv_request *req)
  * used to wait for input that never came, and was cut at its deadline). */
 static void etp_stream_wait_out(etp_state *st, etp_conn *c, int progress, int yield)
 {
-    if (progress || c->deadline == UINT64_MAX)
-        c->deadline = srv__now_ms() + (uint64_t)etp_write_timeout(st);
+    if (progress || c->conn.state != SRV_CONN_SEND)
+        etp_wait_for(c, SRV_CONN_SEND);
     int want_input = c->ssl && !c->tls_want_write && !yield;
     struct epoll_event ev = {
         .events = (want_input ? EPOLLIN : EPOLLOUT) | EPOLLONESHOT,
@@ -1199,7 +1151,7 @@ static void etp_stream_done(etp_state *st, etp_conn *c)
         etp_poller_linger(st, c);
         return;
     }
-    etp_wait_for(c, ETP_WAIT_IDLE);
+    etp_wait_for(c, SRV_CONN_IDLE);
     char *buf = c->pend; /* pipelined requests wait here meanwhile */
     size_t off = c->pend_off, len = c->pend_len;
     c->pend = NULL;
@@ -1242,7 +1194,7 @@ static void etp_stream_pump(etp_state *st, etp_conn *c)
         size_t len = 0, sent = 0;
         int k = srv__stream_pull(req, &d, &len);
         if (k == SRV__STREAM_WAIT) {
-            c->deadline = UINT64_MAX; /* the application's pace is its own */
+            etp_wait_for(c, SRV_CONN_APP); /* the application's pace is its own */
             return;
         }
         if (k == SRV__STREAM_END) {
@@ -1277,7 +1229,7 @@ static void etp_stream_begin(etp_state *st, etp_conn *c, srv_request *req)
     c->sreq = req;
     c->shsent = 0;
     c->shead_done = 0;
-    c->deadline = UINT64_MAX;
+    etp_wait_for(c, SRV_CONN_APP);
     etp_stream_pump(st, c);
 }
 
@@ -1297,7 +1249,7 @@ static void etp_body_kick(void *state, srv_request *req)
 static void etp_body_park(etp_conn *c)
 {
     c->awaiting = 1;
-    c->deadline = UINT64_MAX;
+    etp_wait_for(c, SRV_CONN_APP);
 }
 
 /* Poller: c's request was answered. A body not read to its end closes
@@ -1328,7 +1280,7 @@ static void etp_body_gone(etp_state *st, etp_conn *c)
 
 /* Poller: feed d[0..n) to the parser in body mode, each piece to the core,
  * until the input runs out or the core says stop/wait. *used: consumed. */
-static void etp_body_feed(etp_state *st, etp_conn *c, const char *d, size_t n, size_t *used)
+static void etp_body_feed(etp_conn *c, const char *d, size_t n, size_t *used)
 {
     srv_request *req = c->inl;
     size_t off = 0;
@@ -1337,11 +1289,7 @@ static void etp_body_feed(etp_state *st, etp_conn *c, const char *d, size_t n, s
         enum srv_http1_event ev = srv__http1_feed(&c->parser, req, d + off, n - off, &u);
         off += u;
         if (ev == SRV_HTTP1_BODY) {
-            c->bwin += c->parser.piece_len;
-            if (c->bwin >= SRV_BODY_MIN_PACE_BYTES) { /* the pace is kept: a new window */
-                c->bwin = 0;
-                c->deadline = srv__now_ms() + st->cfg->header_timeout_ms;
-            }
+            srv__conn_body_bytes(&c->conn, c->parser.piece_len, srv__now_ms());
             int k = srv__body_data(req, c->parser.piece, c->parser.piece_len);
             if (k == SRV__BODY_OVER)
                 c->bmode = ETP_B_OVER;
@@ -1411,7 +1359,7 @@ static void etp_body_step(etp_state *st, etp_conn *c)
         }
         if (c->pend_off < c->pend_len) {
             size_t used = 0;
-            etp_body_feed(st, c, c->pend + c->pend_off, c->pend_len - c->pend_off, &used);
+            etp_body_feed(c, c->pend + c->pend_off, c->pend_len - c->pend_off, &used);
             c->pend_off += used;
             if (c->pend_off == c->pend_len) {
                 free(c->pend);
@@ -1425,10 +1373,8 @@ static void etp_body_step(etp_state *st, etp_conn *c)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             c->awaiting = 0;
-            if (c->deadline == UINT64_MAX) { /* a pace window opens */
-                c->bwin = 0;
-                c->deadline = srv__now_ms() + st->cfg->header_timeout_ms;
-            }
+            if (c->conn.state != SRV_CONN_BODY_STREAM) /* a pace window opens */
+                etp_wait_for(c, SRV_CONN_BODY_STREAM);
             if (etp_arm(st, c, EPOLL_CTL_MOD) != 0)
                 etp_body_gone(st, c);
             return;
@@ -1438,7 +1384,7 @@ static void etp_body_step(etp_state *st, etp_conn *c)
             return;
         }
         size_t used = 0;
-        etp_body_feed(st, c, c->p->rbuf, (size_t)n, &used);
+        etp_body_feed(c, c->p->rbuf, (size_t)n, &used);
         if (used < (size_t)n && etp_keep_rest(c, c->p->rbuf + used, (size_t)n - used) != 0) {
             etp_body_gone(st, c);
             return;
@@ -1463,8 +1409,6 @@ static void etp_body_begin(etp_state *st, etp_conn *c, const char *rest, size_t 
     size_t u = 0; /* no body at all: complete at once */
     if (srv__http1_feed(&c->parser, req, NULL, 0, &u) == SRV_HTTP1_MESSAGE_COMPLETE)
         c->bmode = ETP_B_EOM;
-    c->bwin = 0;
-    c->deadline = UINT64_MAX;
     pthread_mutex_lock(&c->mu);
     c->inl = req;
     c->inl_done = 0;
@@ -1473,7 +1417,7 @@ static void etp_body_begin(etp_state *st, etp_conn *c, const char *rest, size_t 
     etp_dispatching = c;
     srv__request_dispatch(req);
     etp_dispatching = NULL;
-    etp_set_arriving(c, 0); /* in flight (counted by dispatch) */
+    etp_wait_for(c, SRV_CONN_APP); /* in flight (counted by dispatch) */
     etp_body_step(st, c);
 }
 
@@ -1528,7 +1472,7 @@ static int etp_stream_from_worker(etp_conn *c, srv_request *req)
     c->sreq = req;
     c->shsent = 0;
     c->shead_done = 0;
-    c->deadline = UINT64_MAX;
+    etp_wait_for(c, SRV_CONN_APP);
     etp_set_phase(c, ETP_PH_POLL);
     pthread_mutex_lock(&c->p->plock);
     if (c->p->gone) {
@@ -1623,7 +1567,7 @@ static int etp_serve_request(etp_conn *c, srv_request *req)
     pthread_mutex_unlock(&c->mu);
     /* In flight from here (a stop checking between the two sees neither for
      * a moment; its grace loop re-checks every 50 ms). */
-    etp_set_arriving(c, 0);
+    etp_wait_for(c, SRV_CONN_APP);
     srv__request_run(req);
     pthread_mutex_lock(&c->mu);
     c->in_handler = 0;
@@ -1664,7 +1608,7 @@ static int etp_worker_parse(etp_conn *c, const char *d, size_t n, size_t *usedp)
     enum srv_http1_event ev = SRV_HTTP1_HEAD_READY;
     while (off < n || ev == SRV_HTTP1_HEAD_READY) {
         if (srv__http1_fresh(&c->parser))
-            etp_wait_for(c, ETP_WAIT_HEAD);
+            etp_wait_for(c, SRV_CONN_HEAD);
         if (!c->req) {
             c->req = srv__request_new(st->srv, (const struct sockaddr *)&c->peer, c->peer_len);
             if (!c->req) {
@@ -1697,7 +1641,7 @@ static int etp_worker_parse(etp_conn *c, const char *d, size_t n, size_t *usedp)
                 r = 2;
                 break;
             }
-            etp_wait_for(c, ETP_WAIT_BODY);
+            etp_wait_for(c, SRV_CONN_BODY);
             if (srv__http1_body_expected(&c->parser) && srv__request_expects_continue(c->req)) {
                 static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
                 etp_io_send_from(c, etp_write_timeout(st), cont, sizeof cont - 1, NULL, 0, 0);
@@ -1707,6 +1651,7 @@ static int etp_worker_parse(etp_conn *c, const char *d, size_t n, size_t *usedp)
         if (ev == SRV_HTTP1_MESSAGE_COMPLETE) {
             c->ready = c->req;
             c->req = NULL;
+            etp_wait_for(c, SRV_CONN_QUEUED);
             r = 1;
             break;
         }
@@ -1723,7 +1668,7 @@ static int etp_hand_back(etp_conn *c)
     if (srv__http1_idle(&c->parser)) {
         if (atomic_load(&st->quiescing))
             return -1; /* stop closes idle connections */
-        etp_wait_for(c, ETP_WAIT_IDLE);
+        etp_wait_for(c, SRV_CONN_IDLE);
     }
     etp_set_phase(c, ETP_PH_POLL);
     pthread_mutex_lock(&c->p->plock);
@@ -1744,7 +1689,7 @@ static int etp_hand_back(etp_conn *c)
  * poller has it; -1: close it here. */
 static int etp_hand_back_body(etp_conn *c)
 {
-    c->deadline = UINT64_MAX;
+    etp_wait_for(c, SRV_CONN_QUEUED); /* arriving until the poller dispatches it */
     etp_set_phase(c, ETP_PH_POLL);
     pthread_mutex_lock(&c->p->plock);
     if (c->p->gone) {
@@ -1948,7 +1893,6 @@ static int etp_start(srv_server *srv, void **state)
     atomic_init(&st->quiescing, 0);
     atomic_init(&st->stopping, 0);
     atomic_init(&st->next_poller, 0);
-    atomic_init(&st->refusing, 0);
 
     /* Default attributes: these cannot fail on Linux; checked all the same. */
     pthread_condattr_t ca;

@@ -7,6 +7,7 @@
 #ifndef SRV_ENGINE_THREADPOOL_INT_H
 #define SRV_ENGINE_THREADPOOL_INT_H
 
+#include "srv_conn.h"
 #include "srv_engine.h"
 #include "srv_http1.h"
 
@@ -24,22 +25,11 @@
 /* epoll events taken per wait; connections accepted per readiness. */
 #define ETP_EVENTS 256
 #define ETP_ACCEPT_BATCH 64
-/* Lingering close after an error: read and discard for at most this long so
- * the client sees our response instead of a reset. */
-#define ETP_LINGER_MS 1000
-#define ETP_LINGER_MAX_BYTES (4u * 1024u * 1024u)
-/* Past max_connections: at most this many connections are read (their
- * head, for at most ETP_REFUSE_WAIT_MS) to be answered 503; more get the
- * 503 at once. */
-#define ETP_MAX_REFUSING 256
-#define ETP_REFUSE_WAIT_MS 2000
 /* Back-off when accept() fails for lack of descriptors or memory. */
 #define ETP_ACCEPT_BACKOFF_MS 20
 /* A stream writes this many pieces at most before it lets the poller's
  * other connections run. */
 #define ETP_STREAM_BURST 16
-/* Writes that make no progress for this long (at least) give up. */
-#define ETP_MIN_WRITE_TIMEOUT_MS 1000
 /* stop: a response being written gets this long before its connection is
  * shut down; stop looks again this often. */
 #define ETP_STOP_WRITE_GRACE_MS 2000
@@ -109,12 +99,9 @@ typedef struct etp_conn {
     srv_request *ready; /* a complete request for the worker */
     char *pend;         /* bytes read past `ready`: pend[pend_off, pend_len) */
     size_t pend_off, pend_len;
-    uint64_t deadline;  /* poller: when the current wait ends (ms) */
+    srv__conn conn;     /* the core's policy: what it waits for, until when,
+                         * its max_connections slot (admitted: 0 when refused) */
     unsigned served;
-    int refuse;         /* over max_connections: read the head, answer 503 */
-    int arriving;       /* counted by srv__request_arriving (etp_set_arriving) */
-    int lingering;      /* answered and shut for writing; draining input */
-    size_t drained;
     int io_dead;        /* a write failed: close without answering */
     int rcvtimeo;       /* SO_RCVTIMEO set for ETP_KEEP_WAIT_MS */
 
@@ -142,7 +129,6 @@ typedef struct etp_conn {
     int bcont;        /* "100 Continue" sent, or not due */
     int bhead;        /* a worker parsed a streamed-body head: c->req */
     int inl_done;     /* c->inl was answered from another thread (c->mu) */
-    uint64_t bwin;    /* body bytes since the pace window opened */
 
     /* TLS (engines/threadpool_tls.c); ssl is NULL on a cleartext server,
      * and every I/O call below checks it first. Owned like the parser. */
@@ -189,7 +175,6 @@ typedef struct etp_state {
     unsigned npollers; /* io_threads */
     etp_poller *pollers;
     atomic_uint next_poller; /* round robin for accepted connections */
-    atomic_uint refusing;    /* connections read to be refused */
     int quiesced; /* controlling thread only */
     atomic_int quiescing;
     atomic_int stopping;

@@ -43,7 +43,7 @@ static void etp_count_detached(etp_state *st, etp_conn *c)
 {
     c->shut = 1;
     st->detached++;
-    srv__stats_connection_closed(st->srv);
+    srv__conn_count_closed(&c->conn);
 }
 
 /* st->mu held. Claims the connection's answer (its worker then keeps off

@@ -117,7 +117,7 @@ int etp_tls_handshake(etp_conn *c)
 
 unsigned etp_tls_events(etp_conn *c)
 {
-    if (c->lingering) /* reads the raw socket now */
+    if (c->conn.state == SRV_CONN_LINGER) /* reads the raw socket now */
         return EPOLLIN;
     if (c->tls_want_write)
         return EPOLLOUT;
