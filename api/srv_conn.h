@@ -118,6 +118,19 @@ void srv__conn_set(srv__conn *c, enum srv__conn_state state, uint64_t now);
  * answer. */
 void srv__conn_begun(srv__conn *c, uint64_t now);
 
+/* The body pace alone, for an engine whose timers are its library's: n body
+ * bytes came into the window *paced. 1 when the window holds
+ * SRV_BODY_MIN_PACE_BYTES: a new one opens, and the body's deadline moves
+ * header_timeout_ms on from now. */
+static inline int srv__pace_bytes(uint64_t *paced, size_t n)
+{
+    *paced += n;
+    if (*paced < SRV_BODY_MIN_PACE_BYTES)
+        return 0;
+    *paced = 0;
+    return 1;
+}
+
 /* SRV_CONN_BODY or SRV_CONN_BODY_STREAM: n body bytes came. A window that reaches
  * SRV_BODY_MIN_PACE_BYTES opens a new one. */
 void srv__conn_body_bytes(srv__conn *c, size_t n, uint64_t now);

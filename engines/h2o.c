@@ -454,8 +454,7 @@ void eh2o_on_conn_close(void *data)
         eh2o_linger(t, c->h1.linger_fd);
     h2o_linklist_unlink(&c->link);
     t->nconns--;
-    srv__conn_leave(t->server->srv);
-    srv__stats_connection_closed(t->server->srv);
+    srv__conn_close(&c->conn);
     free(c);
 }
 
@@ -464,6 +463,7 @@ void eh2o_refusal_close(eh2o_refusal *r)
     h2o_timeout_unlink(&r->timeout);
     h2o_linklist_unlink(&r->link);
     h2o_socket_close(r->sock);
+    srv__conn_close(&r->conn);
     free(r->out);
     free(r);
 }
@@ -493,7 +493,7 @@ static void eh2o_refusal_on_written(h2o_socket_t *sock, const char *err)
     h2o_socket_read_start(sock, eh2o_refusal_on_drain);
     r->answered = 1;
     h2o_timeout_unlink(&r->timeout);
-    h2o_timeout_link(r->thread->loop, &r->thread->refuse_timeout, &r->timeout);
+    h2o_timeout_link(r->thread->loop, &r->thread->linger_timeout, &r->timeout);
 }
 
 static void eh2o_refusal_send(eh2o_refusal *r, const void *data, size_t len)
@@ -601,14 +601,14 @@ static void eh2o_refusal_on_timeout(h2o_timeout_entry_t *entry)
         eh2o_refusal_close(r);
         return;
     }
-    h2o_timeout_link(r->thread->loop, &r->thread->refuse_timeout, &r->timeout);
+    h2o_timeout_link(r->thread->loop, &r->thread->linger_timeout, &r->timeout);
     eh2o_refusal_answer(r);
 }
 
 /* A connection h2o closed with unread input (a streamed body cut short by its answer): the
  * client may still be sending, and closing with unread bytes would reset the connection and
  * could destroy the answer before the client reads it. fd (a dup of the connection's) is
- * half-closed and drained for EH2O_REFUSE_LINGER_MS at most, as a refusal after its 503. */
+ * half-closed and drained for SRV_LINGER_MS at most, as a refusal after its 503. */
 void eh2o_linger(eh2o_thread *t, int fd)
 {
     eh2o_refusal *r = calloc(1, sizeof *r);
@@ -624,19 +624,40 @@ void eh2o_linger(eh2o_thread *t, int fd)
     sock->data = r;
     h2o_linklist_insert(&t->refusals, &r->link);
     r->timeout.cb = eh2o_refusal_on_timeout;
-    h2o_timeout_link(t->loop, &t->refuse_timeout, &r->timeout);
+    h2o_timeout_link(t->loop, &t->linger_timeout, &r->timeout);
     shutdown(fd, SHUT_WR);
     h2o_socket_read_start(sock, eh2o_refusal_on_drain);
 }
 
-/* Past max_connections: read the head (at most EH2O_REFUSE_LINGER_MS), answer 503, close. */
-static void eh2o_refuse(eh2o_thread *t, h2o_socket_t *sock)
+/* Refused past SRV_REFUSE_MAX being read (or out of memory): the 503 at once, in cleartext
+ * only (a TLS client cannot read it before a handshake), what came drained, closed. */
+static void eh2o_refuse_now(eh2o_thread *t, h2o_socket_t *sock, srv__conn *adm)
 {
-    eh2o_refusal *r = calloc(1, sizeof *r);
+    int fd = h2o_socket_get_fd(sock);
+    if (!srv__tls_enabled(t->server->srv)) {
+        size_t len = 0;
+        const char *answer = srv__refusal_503(&len);
+        ssize_t w = send(fd, answer, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+        (void)w;
+    }
+    shutdown(fd, SHUT_WR);
+    char sink[4096];
+    while (recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0)
+        ;
+    h2o_socket_close(sock);
+    srv__conn_close(adm);
+}
+
+/* Past max_connections: read the head (the policy's bounds), answer 503, close. */
+static void eh2o_refuse(eh2o_thread *t, h2o_socket_t *sock, srv__conn *adm,
+                        enum srv__conn_admission how)
+{
+    eh2o_refusal *r = how == SRV_CONN_REFUSING ? calloc(1, sizeof *r) : NULL;
     if (r == NULL) {
-        h2o_socket_close(sock);
+        eh2o_refuse_now(t, sock, adm);
         return;
     }
+    r->conn = *adm;
     r->sock = sock;
     r->thread = t;
     sock->data = r;
@@ -681,16 +702,19 @@ static void eh2o_on_accept(h2o_socket_t *listener, const char *err)
             }
             break;
         }
-        if (!srv__conn_admit(s->srv)) {
-            eh2o_refuse(t, sock);
+        srv__conn adm;
+        enum srv__conn_admission how = srv__conn_open(&adm, s->srv, srv__now_ms());
+        if (how != SRV_CONN_ADMITTED) {
+            eh2o_refuse(t, sock, &adm, how);
             continue;
         }
         eh2o_conn *c = srv__zalloc(sizeof *c); /* zeroed: h2o_linklist_insert asserts unlinked */
         if (c == NULL) {
-            srv__conn_leave(s->srv);
+            srv__conn_close(&adm);
             h2o_socket_close(sock);
             continue;
         }
+        c->conn = adm;
         c->sock = sock;
         c->thread = t;
         c->calm.cb = eh2o_on_calm;
@@ -698,7 +722,6 @@ static void eh2o_on_accept(h2o_socket_t *listener, const char *err)
         t->nconns++;
         sock->on_close.cb = eh2o_on_conn_close; /* survives h2c / prior-knowledge upgrades */
         sock->on_close.data = c;
-        srv__stats_connection_opened(s->srv);
         if (eh2o_tls_accept(t, c)) /* HTTPS: handshake first (engines/h2o_tls.c) */
             continue;
         h2o_accept(&t->accept_ctx, sock);
@@ -855,6 +878,7 @@ static void eh2o_thread_teardown(eh2o_thread *t)
     eh2o_stream_thread_dispose(t);
     eh2o_body_thread_dispose(t);
     h2o_timeout_dispose(t->loop, &t->refuse_timeout);
+    h2o_timeout_dispose(t->loop, &t->linger_timeout);
     h2o_timeout_dispose(t->loop, &t->accept_pause);
     h2o_timeout_unlink(&t->dispatch_entry);
     h2o_timeout_dispose(t->loop, &t->zero);
@@ -890,7 +914,10 @@ static void *eh2o_thread_main(void *arg)
     h2o_multithread_register_receiver(t->ctx.queue, &t->receiver, eh2o_on_messages);
     eh2o_stream_thread_init(t);
     eh2o_body_thread_init(t);
-    h2o_timeout_init(t->loop, &t->refuse_timeout, EH2O_REFUSE_LINGER_MS);
+    unsigned refuse_ms = s->cfg->header_timeout_ms;
+    h2o_timeout_init(t->loop, &t->refuse_timeout,
+                     refuse_ms < SRV_REFUSE_WAIT_MS ? refuse_ms : SRV_REFUSE_WAIT_MS);
+    h2o_timeout_init(t->loop, &t->linger_timeout, SRV_LINGER_MS);
     h2o_timeout_init(t->loop, &t->accept_pause, EH2O_ACCEPT_PAUSE_MS);
     t->accept_resume.cb = eh2o_on_accept_resume;
     h2o_timeout_init(t->loop, &t->zero, 0);

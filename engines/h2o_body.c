@@ -212,9 +212,7 @@ static void eh2o_body_release(eh2o_body *b)
 
 static void eh2o_body_paced(eh2o_body *b, size_t n)
 {
-    b->win += n;
-    if (b->win >= SRV_BODY_MIN_PACE_BYTES) { /* the pace is kept: a new window */
-        b->win = 0;
+    if (srv__pace_bytes(&b->win, n)) { /* the pace is kept: a new window */
         h2o_timeout_unlink(&b->pace);
         h2o_timeout_link(b->thread->loop, &b->thread->send_timeout, &b->pace);
     }

@@ -145,7 +145,7 @@ static void eh2o_h1_on_answer_written(h2o_socket_t *sock, const char *err)
     h2o_buffer_consume(&sock->input, sock->input->size);
     h2o_socket_read_start(sock, eh2o_h1_on_linger_read);
     c->h1.linger.cb = eh2o_h1_linger_timeout;
-    h2o_timeout_link(c->thread->loop, &c->thread->refuse_timeout, &c->h1.linger);
+    h2o_timeout_link(c->thread->loop, &c->thread->linger_timeout, &c->h1.linger);
 }
 
 /* A client that reads nothing (pipelining without reading the answers) must not hold the

@@ -6,6 +6,7 @@
 #ifndef SRV_ENGINES_H2O_INTERNAL_H
 #define SRV_ENGINES_H2O_INTERNAL_H
 
+#include "srv_conn.h"
 #include "srv_engine.h"
 
 #include <h2o.h>
@@ -154,7 +155,6 @@ void h2o_http2_encode_window_update_frame(h2o_buffer_t **buf, uint32_t stream_id
 #define EH2O_LOOP_FDS         3    /* a loop's own descriptors: epoll + the queue's pipe */
 #define EH2O_MAX_HEADERS      100  /* H2O_MAX_HEADERS: h2o refuses more itself */
 #define EH2O_ACCEPT_BATCH     16   /* accepts per listener wake-up, so loops share them */
-#define EH2O_REFUSE_LINGER_MS 1000 /* a refused connection drains this long at most */
 #define EH2O_ACCEPT_PAUSE_MS  100  /* out of fds: wait this long before accepting again */
 #define EH2O_STOP_POLL_MS     10   /* loop tick while stopping */
 #define EH2O_STOP_FORCE_MS    250  /* stop: then shutdown() the connections still open */
@@ -191,6 +191,7 @@ typedef struct eh2o_conn {
     h2o_linklist_t link; /* eh2o_thread.conns */
     h2o_socket_t *sock;
     eh2o_thread *thread;
+    srv__conn conn; /* the core's policy: its max_connections slot and counts */
     /* HTTP/2 only, set by its first request: */
     eh2o_h2conn *h2; /* NULL unless its layout checked out */
     int h2_checked;
@@ -270,6 +271,7 @@ typedef struct eh2o_refusal {
     eh2o_thread *thread;
     char *out;    /* the core's 503 being written */
     int answered; /* the answer is out (or given up): the timeout closes */
+    srv__conn conn; /* a refusal's counts (none for a linger: srv NULL) */
     int tls_hs;   /* in its TLS handshake (engines/h2o_tls.c) */
 } eh2o_refusal;
 
@@ -309,7 +311,8 @@ struct eh2o_thread {
     h2o_multithread_receiver_t stream_receiver; /* stream kicks (engines/h2o_stream.c) */
     h2o_multithread_receiver_t body_receiver;   /* body kicks (engines/h2o_body.c) */
     unsigned streams; /* streamed responses not yet freed; loop thread only */
-    h2o_timeout_t refuse_timeout;
+    h2o_timeout_t refuse_timeout; /* a refused head: min(header_timeout_ms, SRV_REFUSE_WAIT_MS) */
+    h2o_timeout_t linger_timeout; /* a lingering close: SRV_LINGER_MS */
     h2o_timeout_t accept_pause; /* out of file descriptors: the listener rests */
     h2o_timeout_entry_t accept_resume;
     /* HTTP/2 requests are handed to the core after the read that parsed them, so a

@@ -225,7 +225,7 @@ void eh2o_tls_close(eh2o_conn *c)
 
 /* Past max_connections over TLS: the handshake, then the core's 503 inside
  * TLS as in the clear (a TLS client cannot read a cleartext one), like
- * threadpool. The refusal's deadline (EH2O_REFUSE_LINGER_MS) covers the
+ * threadpool. The refusal's deadline (the thread's refuse_timeout) covers the
  * handshake and the head. */
 static void eh2o_tls_on_refusal_handshake(h2o_socket_t *sock, const char *err)
 {

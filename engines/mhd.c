@@ -3,6 +3,7 @@
  * core's worker pool while the connection is suspended (respond resumes it); a watchdog
  * thread enforces header/keep-alive deadlines. HTTPS through libmicrohttpd's own GnuTLS
  * (MHD_USE_TLS), with the core's GnuTLS contexts. */
+#include "srv_conn.h"
 #include "srv_engine.h"
 
 #include "mhd_gate.h"
@@ -61,7 +62,7 @@
 enum {
     EMHD_IDLE,  /* no request yet, or between requests */
     EMHD_HEAD,  /* request line received, head not complete */
-    EMHD_BODY,  /* head complete, body arriving (deadline: EMHD_BODY_RATE) */
+    EMHD_BODY,  /* head complete, body arriving (deadline: the body pace) */
     EMHD_ACTIVE, /* request complete: handler (request_timeout_ms) */
     EMHD_SEND,   /* response queued, MHD writing it (deadline: no progress) */
     EMHD_REFUSED, /* stop answered 503 while it arrived: MHD closes it */
@@ -69,18 +70,12 @@ enum {
                   * arriving); deadline: the pace window, cut with 408 */
 };
 
-/* A body must arrive within header_timeout_ms of the head, plus 1 s per
- * EMHD_BODY_RATE bytes received (a minimum average rate, as Jetty's
- * minRequestDataRate): a trickle cannot hold a connection forever. */
-#define EMHD_BODY_RATE 16384
-
-/* Lingering close (nginx's lingering_close): a connection MHD closes
- * while the client may still be sending keeps a duplicate of its socket,
- * write side shut, and is drained until EOF for at most EMHD_LINGER_MS, so
- * the kernel does not answer unread bytes with a reset that destroys the
- * response. At most EMHD_LINGER_MAX at once; past that, closed at once. */
-#define EMHD_LINGER_MS 2000
-#define EMHD_LINGER_MAX 1024
+/* Lingering close (the core's policy, api/srv_conn.h): a connection MHD
+ * closes while the client may still be sending keeps a duplicate of its
+ * socket, write side shut, and is drained until EOF within SRV_LINGER_MS
+ * and SRV_LINGER_MAX_BYTES, so the kernel does not answer unread bytes
+ * with a reset that destroys the response. At most SRV_LINGER_MAX_CONNS
+ * at once; past that, closed at once. */
 
 /* TLS: the most a client may send before its handshake is done. A real
  * one is a few KB, a client certificate chain tens of KB (GnuTLS's own
@@ -91,6 +86,7 @@ enum {
 typedef struct emhd_linger {
     int fd;
     long long until;
+    size_t drained;
 } emhd_linger;
 
 /* One per accepted connection (MHD's socket_context), listed so the
@@ -262,7 +258,7 @@ typedef struct emhd_server {
     bool watchdog_started;
     bool wd_stop;
     pthread_cond_t wd_cond;
-    emhd_linger linger[EMHD_LINGER_MAX];
+    emhd_linger linger[SRV_LINGER_MAX_CONNS];
     unsigned lingering;
     atomic_bool stopping;    /* emhd_stop began: MHD closes everything */
     atomic_bool quiescing;   /* emhd_quiesce began: idle connections close */
@@ -329,7 +325,7 @@ typedef struct emhd_req {
     bool failed;      /* req holds the core's answer to bad input (emhd_fail) */
     bool closes;      /* the answer queued closes the connection whatever req says */
     atomic_int sstate; /* a streamed response's suspend hand-over (EMHD_S_*) */
-    long long body_from; /* ms: head complete (the body deadline's start) */
+    long long body_due;  /* ms: the body's deadline (the pace window's end) */
     size_t body_bytes;   /* body bytes received so far */
     /* Its head's bytes (from the method, as MHD counts them) when it has no
      * body; 0 otherwise or not parsed: then emhd_handed samples TCP's
@@ -404,8 +400,12 @@ static void emhd_linger_drain(emhd_server *es, long long now)
         bool done = now >= l->until;
         for (int n = 0; !done && n < 64; n++) { /* at most 1 MiB a tick */
             ssize_t r = recv(l->fd, sink, sizeof sink, MSG_DONTWAIT);
-            if (r > 0)
+            if (r > 0 && (l->drained += (size_t)r) < SRV_LINGER_MAX_BYTES)
                 continue;
+            if (r > 0) { /* the budget is spent */
+                done = true;
+                break;
+            }
             done = r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
             break;
         }
@@ -1014,13 +1014,13 @@ static void emhd_closing(emhd_server *es, struct MHD_Connection *conn, emhd_conn
 }
 
 /* Linger on fd (ours: a duplicate of MHD's socket, or the gate's): write
- * side shut, drained by the watchdog, closed at EOF or in EMHD_LINGER_MS. */
+ * side shut, drained by the watchdog, closed at EOF or in SRV_LINGER_MS. */
 static void emhd_linger_add(emhd_server *es, int fd)
 {
     shutdown(fd, SHUT_WR);
     pthread_mutex_lock(&es->lock);
-    if (es->lingering < EMHD_LINGER_MAX && !es->wd_stop) {
-        es->linger[es->lingering++] = (emhd_linger){fd, emhd_now_ms() + EMHD_LINGER_MS};
+    if (es->lingering < SRV_LINGER_MAX_CONNS && !es->wd_stop) {
+        es->linger[es->lingering++] = (emhd_linger){fd, emhd_now_ms() + SRV_LINGER_MS, 0};
         fd = -1;
         pthread_cond_signal(&es->wd_cond); /* drain at a 10 ms pace from now */
     }
@@ -1473,10 +1473,11 @@ static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void 
             es->conns = ec;
             ec->over_limit = ++es->open > es->max_connections;
             /* The first head is due header_timeout after the accept (like
-             * Tomcat's connectionTimeout); one we will refuse, within 1 s. */
+             * Tomcat's connectionTimeout); one we will refuse, within the
+             * policy's SRV_REFUSE_WAIT_MS. */
             long long wait = es->header_ms;
-            if (ec->over_limit && wait > 1000)
-                wait = 1000;
+            if (ec->over_limit && wait > SRV_REFUSE_WAIT_MS)
+                wait = SRV_REFUSE_WAIT_MS;
             if (h.arriving) {
                 /* Bytes of a request came while the server stops: the
                  * grace waits for it (the count moves to the connection). */
@@ -2031,9 +2032,9 @@ static enum MHD_Result emhd_body(emhd_server *es, emhd_req *er, struct MHD_Conne
     *size = 0;
     if (er->phase != EMHD_REQ_ANSWERED) {
         er->body_bytes += n;
-        if (!emhd_phase_from(er->ec, EMHD_BODY, EMHD_BODY,
-                             er->body_from + es->header_ms +
-                                 (long long)(er->body_bytes / EMHD_BODY_RATE) * 1000))
+        if (srv__pace_bytes(&er->bwin, n)) /* the pace is kept: a new window */
+            er->body_due = emhd_now_ms() + es->header_ms;
+        if (!emhd_phase_from(er->ec, EMHD_BODY, EMHD_BODY, er->body_due))
             return MHD_NO;
     }
     if (er->body_status == 0) {
@@ -2207,8 +2208,7 @@ static enum MHD_Result emhd_sbody(emhd_server *es, emhd_req *er, struct MHD_Conn
             er->bstarted = true;
             if (er->ec != NULL && atomic_load(&er->ec->phase) != EMHD_SBODY)
                 emhd_b_window(es, er);
-            er->bwin += n;
-            if (er->bwin >= SRV_BODY_MIN_PACE_BYTES)
+            if (srv__pace_bytes(&er->bwin, n))
                 emhd_b_window(es, er);
             int st = n > 0 ? srv__body_data(er->req, data, n) : k;
             if (cut) {
@@ -2313,8 +2313,8 @@ static enum MHD_Result emhd_access(void *cls, struct MHD_Connection *conn, const
     switch (er->phase) {
     case EMHD_REQ_HEAD:
         /* Head complete: the body (if any) has its own deadline. */
-        er->body_from = emhd_now_ms();
-        if (!emhd_phase_from(er->ec, EMHD_HEAD, EMHD_BODY, er->body_from + es->header_ms))
+        er->body_due = emhd_now_ms() + es->header_ms;
+        if (!emhd_phase_from(er->ec, EMHD_HEAD, EMHD_BODY, er->body_due))
             return MHD_NO;
         return emhd_begin(es, er, conn, method, version); /* -> BODY or ANSWERED */
     case EMHD_REQ_BODY:

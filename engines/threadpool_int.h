@@ -192,11 +192,22 @@ typedef struct etp_state {
 
 #define ETP_CONN_OF(j) ((etp_conn *)((char *)(j) - offsetof(etp_conn, job)))
 
-/* engines/threadpool.c */
-enum etp_phase etp_get_phase(etp_conn *c);
+static inline enum etp_phase etp_get_phase(etp_conn *c)
+{
+    return (enum etp_phase)atomic_load_explicit(&c->phase, memory_order_relaxed);
+}
+
+/* engines/threadpool_io.c: socket I/O (no other engine file below it) */
 int etp_send_some(int fd, const void *a, size_t alen, const void *b, size_t blen,
                   size_t *sent);
+/* Write a and then b fully from `sent` bytes in, waiting at most timeout_ms
+ * for each bit of progress. 0, or -1 when the client is gone or stalled. */
+int etp_send_from(int fd, int timeout_ms, const void *a, size_t alen, const void *b,
+                  size_t blen, size_t sent);
 int etp_send2(int fd, int timeout_ms, const void *a, size_t alen, const void *b, size_t blen);
+/* Drop what the client sends for at most ms (0: what already came) and
+ * SRV_LINGER_MAX_BYTES. */
+void etp_drain(int fd, unsigned ms);
 void etp_linger_close(int fd, unsigned ms);
 
 /*
