@@ -2,10 +2,12 @@
 # Install what building, testing and benchmarking libsrv needs, by the names
 # the running Debian release has (/etc/os-release):
 #   Debian 12 (bookworm): clang-14 + libclang-rt-14-dev, libh2o-evloop-dev
-#                         (the h2o engine), OpenJDK 17 for the peers
-#   Debian 13 (trixie):   clang-19 + libclang-rt-19-dev, no libh2o (h2o left
-#                         Debian with 13: meson's engine=auto skips h2o),
-#                         OpenJDK 21 for the peers
+#                         (the h2o engine), OpenJDK 17 and the standalone
+#                         h2o server for the peers
+#   Debian 13 (trixie):   clang-19 + libclang-rt-19-dev, no libh2o and no
+#                         h2o server (h2o left Debian with 13: meson's
+#                         engine=auto skips h2o, bench/compare its reference
+#                         row), OpenJDK 21 for the peers
 #   another release:      Debian 13's names are tried (and it says so)
 # A package the release has no candidate for is skipped with a message,
 # never asked of apt. (clang and libclang-rt: libFuzzer for tests/fuzz,
@@ -16,14 +18,16 @@
 #   scripts/install-deps.sh --peers   also the reference servers that
 #                                     `bench/compare --peers` runs: embedded
 #                                     Tomcat 10.1 and Jetty 9.4 (Debian's jars,
-#                                     compiled against with javac) and nginx with
-#                                     the echo module. Never needed by make run
+#                                     compiled against with javac), nginx with
+#                                     the echo module and (Debian 12) the
+#                                     standalone h2o, hello's reference row for
+#                                     the h2o engine. Never needed by make run
 #                                     or make test.
 set -eu
 
 case "${1:-}" in
     ""|--peers) ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "install-deps: unknown option '$1': give nothing or --peers" >&2; exit 2 ;;
 esac
 
@@ -39,15 +43,15 @@ case "$os_id:$os_version:$os_codename" in
 esac
 
 # Debian 12 and 13 differ in: clang's version (the libFuzzer runtime is
-# per version), libh2o (12 only), the JDK (17 on 12; 21 on 13, which has no
-# 17). Jetty: bench/compare compiles against jetty9's jars, which 13 still
-# has beside jetty12.
+# per version), libh2o and the h2o server (12 only), the JDK (17 on 12; 21
+# on 13, which has no 17). Jetty: bench/compare compiles against jetty9's
+# jars, which 13 still has beside jetty12.
 case $release in
-    12) clang_v=14; jdk=openjdk-17-jdk-headless; h2o=libh2o-evloop-dev ;;
-    13) clang_v=19; jdk=openjdk-21-jdk-headless; h2o="" ;;
+    12) clang_v=14; jdk=openjdk-17-jdk-headless; h2o=libh2o-evloop-dev; h2o_server=h2o ;;
+    13) clang_v=19; jdk=openjdk-21-jdk-headless; h2o=""; h2o_server="" ;;
     *)  echo "install-deps: ${os_id:-unknown} ${os_version:-?} (${os_codename:-?}, $osr)" \
              "is not Debian 12 or 13: trying Debian 13's package names" >&2
-        clang_v=19; jdk=openjdk-21-jdk-headless; h2o="" ;;
+        clang_v=19; jdk=openjdk-21-jdk-headless; h2o=""; h2o_server="" ;;
 esac
 
 PACKAGES="build-essential meson ninja-build pkg-config curl
@@ -57,8 +61,11 @@ hey nghttp2-client gnuplot-nox valgrind wrk procps python3-prometheus-client
 clang-$clang_v libclang-rt-$clang_v-dev"
 
 # libjakarta-annotation-api-java: Tomcat fails at context start without it.
+# nginx and h2o are peers, not build tools: each package starts its system
+# service on port 80 where services start (not in a container whose
+# policy-rc.d forbids it); the bench runs its own instances.
 PEER_PACKAGES="$jdk libtomcat10-embed-java libjakarta-annotation-api-java
-libjetty9-java libservlet-api-java nginx libnginx-mod-http-echo"
+libjetty9-java libservlet-api-java nginx libnginx-mod-http-echo $h2o_server"
 
 [ "${1:-}" = --peers ] && PACKAGES="$PACKAGES $PEER_PACKAGES"
 
