@@ -217,6 +217,8 @@ static int h1_request_line(srv_http1 *p, srv_request *req)
         rc = srv__request_set_target(req, t, (size_t)(sp2 - t));
     if (rc != 0)
         return rc;
+    if (v[5] != '1') /* HTTP/2.0 in an HTTP/1 line too, where the engine speaks HTTP/2 */
+        return 505;
     srv__request_set_version(req, v[5] - '0', v[7] - '0');
     return 0;
 }

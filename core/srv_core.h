@@ -383,6 +383,9 @@ struct srv_request {
     bool is_head;
     bool counted; /* in srv->inflight.in_flight */
     void *engine_data;
+    /* core/h1conn.c: the connection that read it (NULL: the engine's own);
+     * set before dispatch, read by the respond and kick slots. */
+    struct srv__h1conn *h1;
     const srv__route *route;
     srv__routing routing; /* router.c (lookup), dispatch.c (next_filter) */
     uint64_t started_ms;

@@ -1,8 +1,8 @@
 /*
- * The "h2o" engine (Undertow's place): libh2o-evloop 2.2.5, HTTP/1.1 and cleartext HTTP/2.
- * Threads: io_threads event loops (one h2o_evloop + h2o_context each) accept, parse and write;
- * handlers run on the core's worker pool; responses come back to the owning loop as
- * h2o_multithread messages.
+ * The "h2o" engine (Undertow's place): libh2o-evloop 2.2.5's event loops, sockets, TLS and
+ * HTTP/2; HTTP/1 is the core's (engines/h2o_h1.c). Threads: io_threads event loops (one
+ * h2o_evloop + h2o_context each) accept, parse and write; handlers run on the core's worker
+ * pool; responses come back to the owning loop as h2o_multithread messages.
  */
 #include "h2o_internal.h"
 
@@ -111,11 +111,6 @@ static int eh2o_send_response(eh2o_thread *t, h2o_req_t *req, srv_request *sreq)
         h2o_add_header_by_str(&req->pool, &req->res.headers, lc, nlen, 1, name,
                               eh2o_pool_strndup(&req->pool, value, vlen, 0), vlen);
     }
-    /* The core decides keep-alive (h2o 2.2.5 would close an HTTP/1.1 connection whose request
-     * had any Connection header without "keep-alive", e.g. "Connection: TE"). */
-    if (!http2)
-        req->http1_is_persistent = srv__response_keep_alive(sreq) && !t->quiesced;
-
     if (srv__response_streamed(sreq)) {
         if (eh2o_stream_start(t, req, sreq) == 0)
             return 1;
@@ -132,32 +127,9 @@ static int eh2o_send_response(eh2o_thread *t, h2o_req_t *req, srv_request *sreq)
         memcpy(buf.base, body, blen);
         buf.len = blen;
     }
-    /* HTTP/1: h2o's write callback is wrapped after the send (eh2o_h1_after). */
-    eh2o_conn *c = NULL;
-    if (!http2 && req->conn->callbacks->get_socket != NULL) {
-        h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
-        c = sock != NULL ? eh2o_sock_conn(sock) : NULL;
-        if (c != NULL && c->h1.reqread == NULL)
-            c = NULL;
-    }
-    int closed = 0, *outer = NULL;
-    if (c != NULL) {
-        outer = c->h1.closed;
-        c->h1.closed = &closed;
-    }
     h2o_start_response(req, &generator);
     /* May dispose req before it returns. */
     h2o_send(req, &buf, blen != 0 ? 1 : 0, H2O_SEND_STATE_FINAL);
-    if (c != NULL) {
-        if (closed) {
-            if (outer != NULL)
-                *outer = 1;
-        } else {
-            c->h1.closed = outer;
-            c->h1.responded++; /* the request no longer waits for its handler */
-            eh2o_h1_after(c);
-        }
-    }
     return 0;
 }
 
@@ -174,9 +146,7 @@ void eh2o_complete(eh2o_thread *t, eh2o_ticket *tk)
         tk->conn->h2_with_us--;
     tk->done = 1;
     /* The guard may fire inside eh2o_send_response: this reference keeps tk alive. */
-    if (tk->raw != NULL)
-        eh2o_h1_write_answer(tk->raw, sreq);
-    else if (tk->refusal != NULL)
+    if (tk->refusal != NULL)
         eh2o_refusal_write_answer(tk->refusal, sreq);
     else if (tk->h2_stop != NULL)
         eh2o_h2_write_answer(tk->h2_stop, tk->h2_stream, sreq);
@@ -209,6 +179,8 @@ static void eh2o_on_messages(h2o_multithread_receiver_t *receiver, h2o_linklist_
 static void eh2o_respond(void *state, srv_request *sreq)
 {
     (void)state;
+    if (srv__h1conn_respond(sreq)) /* HTTP/1: the core's connection takes it */
+        return;
     eh2o_ticket *tk = srv__request_engine_data(sreq);
     if (tk->thread == eh2o_self)
         eh2o_complete(tk->thread, tk);
@@ -220,41 +192,7 @@ static void eh2o_respond(void *state, srv_request *sreq)
 /* Requests: h2o_req_t -> srv_request                                  */
 /* ------------------------------------------------------------------ */
 
-static int eh2o_raw_head(h2o_req_t *req, eh2o_head *h)
-{
-    if (req->version >= 0x200 || req->conn->callbacks->get_socket == NULL)
-        return 0;
-    h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
-    if (sock == NULL || sock->input == NULL || sock->input->size == 0)
-        return 0;
-    h->nheaders = EH2O_MAX_HEADERS;
-    if (phr_parse_request(sock->input->bytes, sock->input->size, &h->method, &h->method_len,
-                          &h->target, &h->target_len, &h->minor, h->headers, &h->nheaders, 0) <= 0)
-        return 0;
-    return h->method_len == req->input.method.len &&
-           memcmp(h->method, req->input.method.base, h->method_len) == 0 &&
-           h->target_len == req->input.path.len &&
-           memcmp(h->target, req->input.path.base, h->target_len) == 0;
-}
-
-int eh2o_fill_raw(srv_request *sreq, const eh2o_head *h)
-{
-    int st;
-    if ((st = srv__request_set_method(sreq, h->method, h->method_len)) != 0 ||
-        (st = srv__request_set_target(sreq, h->target, h->target_len)) != 0)
-        return st;
-    srv__request_set_version(sreq, 1, h->minor);
-    for (size_t i = 0; i < h->nheaders; i++) {
-        if (h->headers[i].name == NULL) /* obs-fold continuation line */
-            return 400;
-        if ((st = srv__request_add_header(sreq, h->headers[i].name, h->headers[i].name_len,
-                                          h->headers[i].value, h->headers[i].value_len)) != 0)
-            return st;
-    }
-    return 0;
-}
-
-/* HTTP/2 (and the fallback): h2o's parsed view. Host is :authority; HTTP/2's content-length
+/* HTTP/2: h2o's parsed view. Host is :authority; HTTP/2's content-length
  * was checked against the DATA frames by h2o and taken out, so it is given back as the length. */
 int eh2o_fill_parsed(srv_request *sreq, h2o_req_t *req)
 {
@@ -283,16 +221,11 @@ int eh2o_fill_parsed(srv_request *sreq, h2o_req_t *req)
     return 0;
 }
 
-/* built: the guard built the head already (eh2o_h1_take_ready); only the body is left. */
-static int eh2o_fill(srv_request *sreq, h2o_req_t *req, int built)
+static int eh2o_fill(srv_request *sreq, h2o_req_t *req)
 {
-    eh2o_head head;
-    int st = 0;
-    if (!built) {
-        st = eh2o_raw_head(req, &head) ? eh2o_fill_raw(sreq, &head) : eh2o_fill_parsed(sreq, req);
-        if (st == 0)
-            st = srv__request_headers_done(sreq);
-    }
+    int st = eh2o_fill_parsed(sreq, req);
+    if (st == 0)
+        st = srv__request_headers_done(sreq);
     if (st == 0 && req->entity.base != NULL && req->entity.len != 0)
         st = srv__request_append_body(sreq, req->entity.base, req->entity.len);
     return st;
@@ -302,118 +235,49 @@ static int eh2o_on_req(h2o_handler_t *self, h2o_req_t *req)
 {
     eh2o_server *s = ((eh2o_handler *)self)->server;
     eh2o_thread *t = H2O_STRUCT_FROM_MEMBER(eh2o_thread, ctx, req->conn->ctx);
-    int http2 = req->version >= 0x200;
-    eh2o_body *body = NULL; /* a streamed body's head: the guard built its request */
-    srv_request *sreq = NULL;
-    if (http2) {
-        eh2o_conn *c = eh2o_h2_conn(req);
-        if (c != NULL && c->h2_bodies != NULL && eh2o_body_h2_ready(c, req)) {
-            c->recv_since = 0; /* its END_STREAM: the core has had it since its HEADERS */
-            return 0;
-        }
-    } else if (req->conn->callbacks->get_socket != NULL) {
-        /* h2o has its view of the head now: give the core the bytes the client sent. */
-        h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
-        eh2o_conn *c = sock != NULL ? eh2o_sock_conn(sock) : NULL;
-        if (c != NULL && c->h1.write_failed)
-            return 0; /* closing (eh2o_h1_on_written): the close disposes req */
-        if (c != NULL)
-            c->h1.served++;
-        if (c != NULL && (body = eh2o_body_take(c)) == NULL)
-            sreq = eh2o_h1_take_ready(c); /* puts the head's hidden bytes back first */
+    /* Only HTTP/2 comes here: HTTP/1 is the core's (engines/h2o_h1.c). */
+    eh2o_conn *c = eh2o_h2_conn(req);
+    if (c != NULL && c->h2_bodies != NULL && eh2o_body_h2_ready(c, req)) {
+        c->recv_since = 0; /* its END_STREAM: the core has had it since its HEADERS */
+        return 0;
     }
-    /* The guard's request for these very bytes (or a streamed body's): built already. */
-    int built = sreq != NULL || body != NULL;
-    if (body != NULL) {
-        sreq = eh2o_body_request(body);
-    } else if (sreq == NULL) {
-        struct sockaddr_storage peer;
-        socklen_t plen = req->conn->callbacks->get_peername(req->conn, (struct sockaddr *)&peer);
-        sreq = srv__request_new(s->srv, plen != 0 ? (struct sockaddr *)&peer : NULL, plen);
-    }
+    struct sockaddr_storage peer;
+    socklen_t plen = req->conn->callbacks->get_peername(req->conn, (struct sockaddr *)&peer);
+    srv_request *sreq = srv__request_new(s->srv, plen != 0 ? (struct sockaddr *)&peer : NULL, plen);
     eh2o_ticket *tk = sreq != NULL ? srv__zalloc(sizeof *tk) : NULL;
     if (tk == NULL) {
-        if (sreq != NULL && body == NULL)
-            srv__request_release(sreq); /* a body's stays the guard's: the close frees it */
-        h2o_send_error_503(req, "Service Unavailable", "out of memory",
-                           H2O_SEND_ERROR_HTTP1_CLOSE_CONNECTION);
+        if (sreq != NULL)
+            srv__request_release(sreq);
+        h2o_send_error_503(req, "Service Unavailable", "out of memory", 0);
         return 0;
     }
     tk->thread = t;
     tk->sreq = sreq;
     tk->req = req;
     tk->refs = 2;
-    if (http2) {
-        tk->conn = eh2o_h2_conn(req);
-        if (tk->conn != NULL) {
-            tk->conn->h2_with_us++;
-            tk->conn->recv_since = 0; /* a request completed: the receive deadline restarts */
-        }
+    tk->conn = c;
+    if (c != NULL) {
+        c->h2_with_us++;
+        c->recv_since = 0; /* a request completed: the receive deadline restarts */
     }
-    if (body != NULL)
-        eh2o_body_dispatched(body, tk); /* the ticket has the request now */
     *(eh2o_ticket **)h2o_mem_alloc_shared(&req->pool, sizeof tk, eh2o_on_guard_dispose) = tk;
     t->live++;
     srv__request_set_engine_data(sreq, tk);
     if (t->quiesced)
         srv__request_set_close(sreq);
 
-    /* A streamed body's head passed the core's rules in the guard already; its body is
-     * the streamed one, never h2o's entity. */
-    int st = body != NULL ? 0 : eh2o_fill(sreq, req, built);
-    if (http2)
-        eh2o_h2_drop_body(tk->conn, req); /* the core has its copy now */
+    int st = eh2o_fill(sreq, req);
+    eh2o_h2_drop_body(c, req); /* the core has its copy now */
     if (st != 0) {
         srv__request_fail(sreq, st); /* calls respond: the ticket is posted */
-    } else if (http2) {
+    } else {
         h2o_linklist_insert(&t->to_dispatch, &tk->pending);
-        if (tk->conn != NULL)
-            tk->conn->h2_to_dispatch++; /* arriving until dispatched (eh2o_h2_note) */
+        if (c != NULL)
+            c->h2_to_dispatch++; /* arriving until dispatched (eh2o_h2_note) */
         if (!h2o_timeout_is_linked(&t->dispatch_entry))
             h2o_timeout_link(t->loop, &t->zero, &t->dispatch_entry);
-    } else {
-        srv__request_dispatch(sreq);
     }
     return 0; /* the response may already be written: req must not be touched here */
-}
-
-/*
- * h2o answers an unknown Transfer-Encoding with its own 400 before on_req; the core
- * (srv__request_headers_done, docs/ENGINES.md "Header rules") says 501. h2o sends that
- * error through the host's fallback path, so a filter there turns it into 501 when the raw head confirms the cause, with the
- * core's precedence: Content-Length as well stays 400, a repeated coding is 501.
- */
-static int eh2o_te_not_implemented(h2o_req_t *req)
-{
-    eh2o_head h;
-    if (!eh2o_raw_head(req, &h))
-        return 0;
-    const struct eh2o_phr_header *te = NULL;
-    int nte = 0, cl = 0;
-    for (size_t i = 0; i < h.nheaders; i++) {
-        const struct eh2o_phr_header *x = &h.headers[i];
-        if (x->name == NULL)
-            continue;
-        if (h2o_lcstris(x->name, x->name_len, H2O_STRLIT("transfer-encoding"))) {
-            te = x;
-            nte++;
-        } else if (h2o_lcstris(x->name, x->name_len, H2O_STRLIT("content-length"))) {
-            cl = 1;
-        }
-    }
-    if (te == NULL || cl)
-        return 0;
-    return nte > 1 || !h2o_lcstris(te->value, te->value_len, H2O_STRLIT("chunked"));
-}
-
-static void eh2o_on_setup_ostream(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t **slot)
-{
-    (void)self;
-    if (req->res.status == 400 && eh2o_te_not_implemented(req)) {
-        req->res.status = 501;
-        req->res.reason = "Not Implemented";
-    }
-    h2o_setup_next_ostream(req, slot);
 }
 
 /* ------------------------------------------------------------------ */
@@ -428,30 +292,16 @@ void eh2o_on_conn_close(void *data)
     h2o_timeout_unlink(&c->calm);
     h2o_timeout_unlink(&c->h2_hold_entry);
     h2o_timeout_unlink(&c->h2_after_entry);
-    h2o_timeout_unlink(&c->h1.linger);
-    h2o_timeout_unlink(&c->h1.send);
-    if (c->h1.closed != NULL)
-        *c->h1.closed = 1;
-    if (c->h1.arriving) /* abandoned: no longer arriving */
-        srv__request_arriving(t->server->srv, -1);
+    if (c->closed != NULL)
+        *c->closed = 1;
+    eh2o_h1_closed(c); /* HTTP/1: the core's connection lets go */
     if (c->h2_arriving != 0) /* HTTP/2 streams and requests counted by eh2o_h2_note */
         srv__request_arriving(t->server->srv, -(int)c->h2_arriving);
-    free(c->h1.head);
-    free(c->h1.out);
-    if (c->h1.req != NULL)
-        srv__request_release(c->h1.req);
-    eh2o_h1_ready_clear(c);
-    if (c->h1.bad_req != NULL)
-        srv__request_release(c->h1.bad_req);
-    if (c->h1.sb != NULL)
-        eh2o_body_conn_closed(c);
     c->h2_held_back = 0; /* the socket is gone: nothing to read again */
     eh2o_body_h2_conn_closed(c);
     h2o_timeout_unlink(&c->h2_hold_entry);
-    h2o_timeout_unlink(&c->h1.inject);
-    free(c->h1.held);
-    if (c->h1.lingers) /* h2o closed its descriptor: the dup drains what the client sends */
-        eh2o_linger(t, c->h1.linger_fd);
+    h2o_timeout_unlink(&c->inject);
+    free(c->held);
     h2o_linklist_unlink(&c->link);
     t->nconns--;
     srv__conn_close(&c->conn);
@@ -605,10 +455,10 @@ static void eh2o_refusal_on_timeout(h2o_timeout_entry_t *entry)
     eh2o_refusal_answer(r);
 }
 
-/* A connection h2o closed with unread input (a streamed body cut short by its answer): the
- * client may still be sending, and closing with unread bytes would reset the connection and
- * could destroy the answer before the client reads it. fd (a dup of the connection's) is
- * half-closed and drained for SRV_LINGER_MS at most, as a refusal after its 503. */
+/* A connection closed with unread input: the client may still be sending, and closing with
+ * unread bytes would reset the connection and could destroy the answer before the client
+ * reads it. fd (a dup of the connection's) is half-closed and drained for SRV_LINGER_MS at
+ * most, as a refusal after its 503. */
 void eh2o_linger(eh2o_thread *t, int fd)
 {
     eh2o_refusal *r = calloc(1, sizeof *r);
@@ -720,16 +570,12 @@ static void eh2o_on_accept(h2o_socket_t *listener, const char *err)
         c->calm.cb = eh2o_on_calm;
         h2o_linklist_insert(&t->conns, &c->link);
         t->nconns++;
-        sock->on_close.cb = eh2o_on_conn_close; /* survives h2c / prior-knowledge upgrades */
+        sock->on_close.cb = eh2o_on_conn_close; /* survives the switch to HTTP/2 */
         sock->on_close.data = c;
         if (eh2o_tls_accept(t, c)) /* HTTPS: handshake first (engines/h2o_tls.c) */
             continue;
-        h2o_accept(&t->accept_ctx, sock);
-        if (sock->_cb.read != NULL) { /* HTTP/1 reading: the framing guard reads first */
-            c->h1.reqread = sock->_cb.read;
-            sock->_cb.read = eh2o_h1_on_read;
-            eh2o_h1_bound_input(c);
-        }
+        gettimeofday(&c->connected_at, NULL);
+        eh2o_h1_start(c, 1); /* HTTP/1, or h2c's preface to HTTP/2 */
     }
 }
 
@@ -739,18 +585,19 @@ static void eh2o_on_accept(h2o_socket_t *listener, const char *err)
 
 /*
  * While quiescing, after each loop turn: HTTP/1 connections waiting for a next request close
- * (h2o's own path), and HTTP/2 connections with no stream open get their last GOAWAY and
+ * (the core's policy), and HTTP/2 connections with no stream open get their last GOAWAY and
  * close. One whose request is arriving keeps being read: it is served (with Connection: close
  * on HTTP/1) if it completes before the stop, answered 503 at the stop otherwise.
  */
 static void eh2o_thread_close_idle(eh2o_thread *t)
 {
+    eh2o_h1_time(t, 0, 1);
     for (h2o_linklist_t *n = t->conns.next, *next; n != &t->conns; n = next) {
         next = n->next; /* closing frees c */
         eh2o_conn *c = H2O_STRUCT_FROM_MEMBER(eh2o_conn, link, n);
-        if (eh2o_h1_idle(c))
-            eh2o_h1_close(c);
-        else if (eh2o_h2_idle(c))
+        if (c->hc != NULL)
+            continue;
+        if (eh2o_h2_idle(c))
             eh2o_h2_close_idle(c);
         else if (eh2o_tls_handshaking(c))
             eh2o_tls_close(c);
@@ -760,10 +607,11 @@ static void eh2o_thread_close_idle(eh2o_thread *t)
 /* The stop slot, on the loop: requests still arriving get 503 (HTTP/1 and HTTP/2). */
 static void eh2o_thread_stop_arriving(eh2o_thread *t)
 {
+    eh2o_h1_time(t, 1, 1); /* HTTP/1: the core's 503, or the close of an idle one */
     for (h2o_linklist_t *n = t->conns.next, *next; n != &t->conns; n = next) {
         next = n->next;
         eh2o_conn *c = H2O_STRUCT_FROM_MEMBER(eh2o_conn, link, n);
-        if (!eh2o_h1_stop_arriving(c))
+        if (c->hc == NULL)
             eh2o_h2_stop_arriving(c); /* queues frames only: c stays */
     }
 }
@@ -794,8 +642,13 @@ static void eh2o_thread_quiesce(eh2o_thread *t)
  * closes them through its own paths (there is no public force-close). */
 static void eh2o_thread_force_close(eh2o_thread *t)
 {
-    for (h2o_linklist_t *n = t->conns.next; n != &t->conns; n = n->next) {
+    for (h2o_linklist_t *n = t->conns.next, *next; n != &t->conns; n = next) {
+        next = n->next; /* closing frees c */
         eh2o_conn *c = H2O_STRUCT_FROM_MEMBER(eh2o_conn, link, n);
+        if (c->hc != NULL) { /* HTTP/1's socket is ours to close */
+            h2o_socket_close(c->sock);
+            continue;
+        }
         int fd = h2o_socket_get_fd(c->sock);
         if (fd >= 0)
             shutdown(fd, SHUT_RDWR);
@@ -810,6 +663,7 @@ static void eh2o_thread_run(eh2o_thread *t)
     for (;;) {
         int stopping = atomic_load(&s->stop_req);
         h2o_evloop_run(t->loop, stopping ? EH2O_STOP_POLL_MS : INT32_MAX);
+        eh2o_h1_take_posts(t); /* HTTP/1 answers and kicks from other threads */
         if (!t->quiesced && (atomic_load(&s->quiesce_req) || atomic_load(&s->stop_req)))
             eh2o_thread_quiesce(t);
         else if (t->quiesced)
@@ -877,6 +731,7 @@ static void eh2o_thread_teardown(eh2o_thread *t)
     h2o_multithread_unregister_receiver(t->ctx.queue, &t->receiver);
     eh2o_stream_thread_dispose(t);
     eh2o_body_thread_dispose(t);
+    eh2o_h1_thread_dispose(t);
     h2o_timeout_dispose(t->loop, &t->refuse_timeout);
     h2o_timeout_dispose(t->loop, &t->linger_timeout);
     h2o_timeout_dispose(t->loop, &t->accept_pause);
@@ -914,6 +769,7 @@ static void *eh2o_thread_main(void *arg)
     h2o_multithread_register_receiver(t->ctx.queue, &t->receiver, eh2o_on_messages);
     eh2o_stream_thread_init(t);
     eh2o_body_thread_init(t);
+    eh2o_h1_thread_init(t);
     unsigned refuse_ms = s->cfg->header_timeout_ms;
     h2o_timeout_init(t->loop, &t->refuse_timeout,
                      refuse_ms < SRV_REFUSE_WAIT_MS ? refuse_ms : SRV_REFUSE_WAIT_MS);
@@ -1008,30 +864,21 @@ static int eh2o_start(srv_server *srv, void **state)
 
     h2o_config_init(&s->globalconf);
     s->globalconf.server_name = h2o_iovec_init("", 0); /* the core sends its own Server */
-    /* h2o has one HTTP/1 timer from the end of a response (or the connect) to the end of the
-     * next head: it is both the keep-alive and the header timeout. Use the stricter one. */
-    s->globalconf.http1.req_timeout = cfg->header_timeout_ms < cfg->keepalive_timeout_ms
-                                          ? cfg->header_timeout_ms
-                                          : cfg->keepalive_timeout_ms;
     s->globalconf.http2.idle_timeout = cfg->keepalive_timeout_ms;
-    s->globalconf.http1.upgrade_to_http2 = 1;
-    /* h2o buffers whole bodies (1 GiB by default) before on_req. HTTP/1 gets the core's 413
-     * from the framing guard first (h2o refuses a body of exactly its limit, the core allows
-     * it: hence + 1); HTTP/2 gets RST_STREAM (REFUSED_STREAM) from h2o past it, documented in
-     * docs/ENGINES.md. */
+    /* h2o buffers whole HTTP/2 bodies (1 GiB by default) before on_req, and refuses a body
+     * of exactly its limit where the core allows it (hence + 1); past it RST_STREAM
+     * (REFUSED_STREAM), documented in docs/ENGINES.md. */
     s->globalconf.max_request_entity_size = cfg->max_body_bytes + 1;
     h2o_hostconf_t *host =
         h2o_config_register_host(&s->globalconf, h2o_iovec_init(H2O_STRLIT("default")), 65535);
-    /* Every request reaches the core: "/..." through the path, "*" and the rest through
-     * the fallback, where h2o's own early errors pass too (hence the filter). */
+    /* Every HTTP/2 request reaches the core: "/..." through the path, the rest through the
+     * fallback. */
     h2o_pathconf_t *paths[] = {h2o_config_register_path(host, "/", 0), &host->fallback_path};
     for (size_t i = 0; i < 2; i++) {
         eh2o_handler *handler = (eh2o_handler *)h2o_create_handler(paths[i], sizeof *handler);
         handler->super.on_req = eh2o_on_req;
         handler->server = s;
     }
-    h2o_create_filter(&host->fallback_path, sizeof(h2o_filter_t))->on_setup_ostream =
-        eh2o_on_setup_ostream;
 
     int rc = srv__listen(srv, SRV__LISTEN_NONBLOCK);
     if (rc < 0)
@@ -1151,13 +998,12 @@ static void eh2o_destroy(void *state)
 const srv_engine srv_engine_h2o = {
     .version = SRV_ENGINE_VERSION,
     .name = "h2o",
-    /* The HTTP/1 guard answers an unknown version with 505 before h2o's parser (which would
-     * say 400), garbage request lines with 400, and an HTTP/2 preface past max_connections
-     * with GOAWAY. */
+    /* HTTP/1 is the core's (505 for an unknown version, 400 for garbage, GOAWAY for an
+     * HTTP/2 preface past max_connections); streams are framed by the core on HTTP/1 and
+     * by h2o in DATA frames on HTTP/2. */
     .caps = SRV_ENGINE_CAP_HTTP2 | SRV_ENGINE_CAP_VERSION_505 | SRV_ENGINE_CAP_GARBAGE_400 |
             SRV_ENGINE_CAP_H2_PREFACE_GOAWAY | SRV_ENGINE_CAP_TLS | SRV_ENGINE_CAP_TLS_HTTP2 |
-            SRV_ENGINE_CAP_TLS_QUIET_CLOSE | SRV_ENGINE_CAP_STREAM | SRV_ENGINE_CAP_LIB_FRAMING |
-            SRV_ENGINE_CAP_STREAM_BODY,
+            SRV_ENGINE_CAP_TLS_QUIET_CLOSE | SRV_ENGINE_CAP_STREAM | SRV_ENGINE_CAP_STREAM_BODY,
     .start = eh2o_start,
     .respond = eh2o_respond,
     .stream_kick = eh2o_stream_kick,

@@ -1,18 +1,13 @@
 /*
- * The h2o engine's streamed request bodies (SRV_ROUTE_STREAM_BODY) over HTTP/1, on the loop
+ * The h2o engine's streamed request bodies (SRV_ROUTE_STREAM_BODY) over HTTP/2, on the loop
  * threads. libh2o 2.2.5 buffers a body whole before it calls a handler and has no way to
- * read it piece by piece, so h2o never sees such a body: the framing guard (h2o_h1guard.c)
- * finds the streamed route at the head, shows h2o the head as a bodiless request
- * ("Content-Length: 0" written over the framing header, Expect and Upgrade hidden), and
- * hands every byte after the head to the object here. The core's HTTP/1 parser in body mode
- * de-chunks it; the pieces go to srv__body_data while srv__body_state says GO, and the
- * socket is read only then (TCP back-pressure when the application pauses). h2o takes the
- * connection back when the answer is written: after a complete body the bytes that followed
- * it (pipelined requests) go through the guard then; a body cut short by its answer closes
- * the connection after it, lingering so the client reads the answer.
+ * read it piece by piece, so the walk (eh2o_h2_expect, engines/h2o_http2.c) takes such a
+ * stream's DATA frames before h2o parses them and gives them to the object here: the pieces
+ * go to srv__body_data while srv__body_state says GO, and the stream's flow-control window
+ * is given back only for what the application took (back-pressure). HTTP/1's streamed bodies
+ * are the core's (core/h1conn.c).
  */
 #include "h2o_internal.h"
-#include "srv_http1.h"
 
 
 struct eh2o_body {
@@ -23,22 +18,16 @@ struct eh2o_body {
     eh2o_conn *conn;   /* NULL once released */
     srv_request *sreq; /* ours until dispatched, then the ticket's */
     eh2o_ticket *tk;
-    unsigned seq;      /* the head's number among the connection's (c->h1.seq) */
     int dispatched;    /* on_req gave it to the core */
     int released;      /* answered or the connection closed: the engine is done with it */
-    srv_http1 parser;  /* body mode */
     char *pend;        /* body bytes read while the application did not want them */
     size_t pend_off, pend_len, pend_cap;
     int eom;           /* the body's end was parsed */
     int ended;         /* srv__body_end called */
     int stopped;       /* an error, the deadline, or the application stopped reading */
-    int cont;          /* 100 Continue decided */
-    int cont_writing;  /* its write is in flight */
-    eh2o_ticket *answer; /* the answer came while the 100 was being written */
+    eh2o_ticket *answer; /* an answer that waits for the END_STREAM */
     uint64_t win;      /* bytes in the current pace window */
     h2o_timeout_entry_t pace;
-    /* HTTP/2 (eh2o_h2_expect takes the stream's DATA frames before h2o parses them): */
-    int h2;
     uint32_t stream_id;
     eh2o_body *next;    /* c->h2_bodies, while the walk takes its DATA (listed) */
     int listed;
@@ -58,14 +47,12 @@ void eh2o_body_unref(eh2o_body *b)
 {
     if (atomic_fetch_sub(&b->refs, 1) == 1) { /* on the loop (a kick's reference too) */
         h2o_timeout_unlink(&b->pace);
-        srv__http1_free(&b->parser);
         free(b->pend);
         free(b);
     }
 }
 
 static void eh2o_body_on_pace(h2o_timeout_entry_t *entry);
-static int eh2o_body_h2_answered(eh2o_ticket *tk);
 static void eh2o_body_uncount(eh2o_body *b);
 
 /* HTTP/2: out of the connection's list; the walk passes its frames to h2o from now on. */
@@ -86,31 +73,7 @@ static void eh2o_body_unlist(eh2o_body *b)
     eh2o_body_unref(b); /* the list's */
 }
 
-int eh2o_body_begin(eh2o_conn *c, srv_request *sreq, int chunked, uint64_t length)
-{
-    eh2o_body *b = calloc(1, sizeof *b);
-    if (b == NULL)
-        return -1;
-    atomic_init(&b->refs, 1);
-    b->thread = c->thread;
-    b->conn = c;
-    b->sreq = sreq;
-    b->seq = c->h1.seq;
-    b->pace.cb = eh2o_body_on_pace;
-    srv__http1_init(&b->parser, c->thread->server->srv);
-    srv__http1_body_begin(&b->parser, chunked, length);
-    c->h1.sb = b;
-    if (chunked || length > EH2O_BODY_RCVBUF) {
-        /* The guard's fixed 128 KB receive buffer (eh2o_h1_bound_input) bounds what a
-         * pipelining client makes h2o hold; a streamed body is read only as fast as the
-         * application takes it, so a larger window costs nothing and speeds uploads. */
-        int size = EH2O_BODY_RCVBUF;
-        setsockopt(h2o_socket_get_fd(c->sock), SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
-    }
-    return 0;
-}
-
-int eh2o_body_hold(eh2o_body *b, const char *p, size_t n)
+static int eh2o_body_hold(eh2o_body *b, const char *p, size_t n)
 {
     if (b->pend_off != 0) { /* keep only what is still due */
         memmove(b->pend, b->pend + b->pend_off, b->pend_len - b->pend_off);
@@ -138,18 +101,7 @@ static void eh2o_body_pend_drop(eh2o_body *b)
     b->pend_off = b->pend_len = b->pend_cap = 0;
 }
 
-eh2o_body *eh2o_body_take(eh2o_conn *c)
-{
-    eh2o_body *b = c->h1.sb;
-    return b != NULL && !b->dispatched && b->seq == c->h1.served ? b : NULL;
-}
-
-srv_request *eh2o_body_request(eh2o_body *b)
-{
-    return b->sreq;
-}
-
-void eh2o_body_dispatched(eh2o_body *b, eh2o_ticket *tk)
+static void eh2o_body_dispatched(eh2o_body *b, eh2o_ticket *tk)
 {
     b->dispatched = 1;
     b->tk = tk;
@@ -157,29 +109,14 @@ void eh2o_body_dispatched(eh2o_body *b, eh2o_ticket *tk)
     atomic_fetch_add(&b->refs, 1); /* the ticket's: kicks find b through it */
 }
 
-/* Read the socket (and run the pace deadline) only while the application takes the body. */
+/* The pace deadline runs only while the application takes the body (the connection reads
+ * on for the other streams: flow control paces this one). */
 static void eh2o_body_reading(eh2o_body *b, int on)
 {
-    if (b->h2) { /* the connection reads on for the other streams: flow control paces */
-        if (!on)
-            h2o_timeout_unlink(&b->pace);
-        else if (!h2o_timeout_is_linked(&b->pace))
-            h2o_timeout_link(b->thread->loop, &b->thread->send_timeout, &b->pace);
-        return;
-    }
-    h2o_socket_t *sock = b->conn->sock;
-    if (on) {
-        if (sock->_cb.read == NULL)
-            h2o_socket_read_start(sock, eh2o_h1_on_read);
-        if (!h2o_timeout_is_linked(&b->pace)) {
-            b->win = 0;
-            h2o_timeout_link(b->thread->loop, &b->thread->send_timeout, &b->pace);
-        }
-    } else {
-        if (sock->_cb.read != NULL)
-            h2o_socket_read_stop(sock);
+    if (!on)
         h2o_timeout_unlink(&b->pace);
-    }
+    else if (!h2o_timeout_is_linked(&b->pace))
+        h2o_timeout_link(b->thread->loop, &b->thread->send_timeout, &b->pace);
 }
 
 /* The engine is done with the body: the answer came (or the connection closed). */
@@ -188,26 +125,14 @@ static void eh2o_body_release(eh2o_body *b)
     if (b->released)
         return;
     b->released = 1;
-    eh2o_conn *c = b->conn;
-    if (!b->h2) /* HTTP/2: the walk may still discard the stream's DATA, on this deadline */
-        h2o_timeout_unlink(&b->pace);
-    else if (c != NULL)
-        eh2o_h2_hold_later(c); /* its bytes go below */
-    if (!b->h2 && c != NULL) {
-        if (c->sock->_cb.read == eh2o_h1_on_read)
-            h2o_socket_read_stop(c->sock); /* h2o reads again after its answer */
-        c->h1.sb = NULL;
-        eh2o_h1_body_done(c, b->eom);
-        b->conn = NULL;
-    }
+    if (b->conn != NULL) /* the walk may still discard the stream's DATA, on the deadline */
+        eh2o_h2_hold_later(b->conn); /* its bytes go below */
     eh2o_body_pend_drop(b);
     /* No kick after it; a reader not at the end gets on_end(SRV_ECLOSED). */
     srv__body_detach(b->sreq);
     if (!b->dispatched)
         srv__request_release(b->sreq); /* never reached the core */
-    b->sreq = NULL;
-    if (!b->h2)
-        eh2o_body_unref(b); /* the connection's (HTTP/2: the list's, at eh2o_body_unlist) */
+    b->sreq = NULL; /* the list's reference goes at eh2o_body_unlist */
 }
 
 static void eh2o_body_paced(eh2o_body *b, size_t n)
@@ -218,63 +143,30 @@ static void eh2o_body_paced(eh2o_body *b, size_t n)
     }
 }
 
-/* Feed d[0..n) to the body parser while the application takes the pieces. Returns the bytes
- * used. The application's callbacks run here: the body may be released meanwhile. */
+/* DATA payloads d[0..n) to the application while it takes them: the bytes used. The
+ * application's callbacks run here: the body may be released meanwhile. */
 static size_t eh2o_body_feed(eh2o_body *b, const char *d, size_t n)
 {
-    static const char none[1];
-    if (d == NULL)
-        d = none;
     size_t off = 0;
-    if (b->h2) { /* DATA payloads: the body's bytes as they are */
-        while (!b->released && !b->stopped && off < n) {
-            size_t piece = n - off < 65536 ? n - off : 65536;
-            eh2o_body_paced(b, piece);
-            int k = srv__body_data(b->sreq, d + off, piece);
-            off += piece;
-            b->ungranted += piece;
-            if (k == SRV__BODY_OVER)
-                b->stopped = 1;
-            if (k != SRV__BODY_GO)
-                break;
-        }
-        return off;
-    }
-    while (!b->released && !b->eom && !b->stopped) {
-        size_t used = 0;
-        enum srv_http1_event ev = srv__http1_feed(&b->parser, b->sreq, d + off, n - off, &used);
-        off += used;
-        if (ev == SRV_HTTP1_BODY) {
-            eh2o_body_paced(b, b->parser.piece_len);
-            int k = srv__body_data(b->sreq, b->parser.piece, b->parser.piece_len);
-            if (k == SRV__BODY_OVER)
-                b->stopped = 1; /* the core answers 413, or the application stopped */
-            if (k != SRV__BODY_GO)
-                break;
-        } else if (ev == SRV_HTTP1_MESSAGE_COMPLETE) {
-            b->eom = 1;
-        } else if (ev == SRV_HTTP1_FAIL) {
-            b->stopped = 1; /* on_end, then the core's 400/413/431 */
-            srv__body_end(b->sreq, srv__http1_status(&b->parser));
-        } else {
-            break; /* NEED_MORE: all of it taken */
-        }
+    while (!b->released && !b->stopped && off < n) {
+        size_t piece = n - off < 65536 ? n - off : 65536;
+        eh2o_body_paced(b, piece);
+        int k = srv__body_data(b->sreq, d + off, piece);
+        off += piece;
+        b->ungranted += piece;
+        if (k == SRV__BODY_OVER)
+            b->stopped = 1;
+        if (k != SRV__BODY_GO)
+            break;
     }
     return off;
 }
-
-/*
- * Move the body on: the 100 Continue when the application first wants the body, the bytes
- * kept from earlier reads, the end, or reading the socket. Runs after every read and kick;
- * each looks at everything again.
- */
-static void eh2o_body_on_continue(h2o_socket_t *sock, const char *err);
 
 /* HTTP/2: give the stream's window back for what the application took (discarded bytes at
  * once), in steps of EH2O_H2_GRANT_BYTES; or reset a stream whose client ignored it. */
 static void eh2o_body_h2_grant(eh2o_body *b)
 {
-    if (!b->h2 || !b->listed)
+    if (!b->listed)
         return;
     if (b->flow_error) {
         eh2o_h2_cancel_stream(b->conn, b->stream_id, H2O_HTTP2_ERROR_FLOW_CONTROL);
@@ -285,10 +177,12 @@ static void eh2o_body_h2_grant(eh2o_body *b)
     }
 }
 
+/* Move the body on: the bytes the walk kept, the end, an error. Runs after every read and
+ * kick; each looks at everything again. */
 static void eh2o_body_step(eh2o_body *b)
 {
     atomic_fetch_add(&b->refs, 1); /* the application's callbacks may release it */
-    while (!b->released && !b->cont_writing) {
+    while (!b->released) {
         if (b->fail != 0 && !b->ended) {
             b->ended = 1;
             eh2o_body_reading(b, 0);
@@ -306,33 +200,10 @@ static void eh2o_body_step(eh2o_body *b)
             eh2o_body_reading(b, 0); /* no deadline while the application paces itself */
             break;
         }
-        if (!b->cont) {
-            b->cont = 1; /* HTTP/2: clients do not wait for a 100 */
-            if (!b->h2 && !b->eom && b->pend_len == b->pend_off &&
-                srv__request_expects_continue(b->sreq) &&
-                srv__http1_body_expected(&b->parser)) {
-                /* Asked only now that the application reads (h2o never saw the Expect). */
-                static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-                h2o_iovec_t buf = h2o_iovec_init(cont, sizeof cont - 1);
-                b->cont_writing = 1;
-                h2o_socket_write(b->conn->sock, &buf, 1, eh2o_body_on_continue);
-                break;
-            }
-        }
-        if (b->pend_off < b->pend_len) {
+        if (b->pend_off < b->pend_len) { /* HTTP/2 clients do not wait for a 100 */
             b->pend_off += eh2o_body_feed(b, b->pend + b->pend_off, b->pend_len - b->pend_off);
-            if (!b->released && b->pend_off == b->pend_len) {
+            if (!b->released && b->pend_off == b->pend_len)
                 eh2o_body_pend_drop(b);
-            }
-            if (b->h2 || b->released || !b->eom || b->pend_len == 0)
-                continue;
-            /* Bytes after the body's end: the next requests, for the guard. */
-            char *rest = b->pend + b->pend_off;
-            size_t nrest = b->pend_len - b->pend_off;
-            eh2o_conn *c = b->conn;
-            if (eh2o_h1_hold_append(c, rest, nrest) != 0)
-                srv__request_set_close(b->sreq); /* out of memory: they are lost, so close */
-            eh2o_body_pend_drop(b);
             continue;
         }
         if (b->eom) {
@@ -343,71 +214,12 @@ static void eh2o_body_step(eh2o_body *b)
             }
             break;
         }
-        if (b->h2) {
-            eh2o_body_reading(b, 1); /* the walk brings more */
-            break;
-        }
-        eh2o_body_feed(b, NULL, 0); /* an end that needs no byte (a zero length) */
-        if (b->released || b->eom || b->stopped)
-            continue;
-        eh2o_body_reading(b, 1);
+        eh2o_body_reading(b, 1); /* the walk brings more */
         break;
     }
     eh2o_body_h2_grant(b);
-    if (b->h2 && b->listed) /* took some: read the connection again? */
+    if (b->listed) /* took some: read the connection again? */
         eh2o_h2_hold_later(b->conn);
-    eh2o_body_unref(b);
-}
-
-static void eh2o_body_on_continue(h2o_socket_t *sock, const char *err)
-{
-    eh2o_conn *c = eh2o_sock_conn(sock);
-    eh2o_body *b = c->h1.sb;
-    b->cont_writing = 0;
-    if (b->answer != NULL) { /* it waited for this write: now it goes out */
-        eh2o_ticket *tk = b->answer;
-        b->answer = NULL;
-        eh2o_complete(b->thread, tk);
-        return;
-    }
-    if (err != NULL) {
-        eh2o_h1_close(c); /* through h2o: the request is cancelled */
-        return;
-    }
-    eh2o_body_step(b);
-}
-
-/* The guard's reader while the body streams: n new bytes at the end of the input. */
-void eh2o_body_on_read(eh2o_conn *c, size_t n)
-{
-    eh2o_body *b = c->h1.sb;
-    h2o_buffer_t *in = c->sock->input;
-    const char *d = in->bytes + in->size - n;
-    /* Out of h2o's input at once (it holds only the head, until the answer). The bytes stay
-     * where they are until the next read: nothing here reads the socket. */
-    in->size -= n;
-    atomic_fetch_add(&b->refs, 1);
-    if (b->dispatched && !b->stopped && !b->eom && b->pend_off == b->pend_len &&
-        !b->cont_writing && srv__body_state(b->sreq) == SRV__BODY_GO) {
-        size_t used = eh2o_body_feed(b, d, n);
-        d += used;
-        n -= used;
-    }
-    if (!b->released && n > 0) {
-        int rc = 0;
-        if (b->eom && b->pend_off == b->pend_len)
-            rc = eh2o_h1_hold_append(c, d, n);
-        else if (!b->stopped)
-            rc = eh2o_body_hold(b, d, n); /* the application is behind: reading stops */
-        if (rc != 0) {
-            b->stopped = 1;
-            srv__body_end(b->sreq, 500);
-        }
-    }
-    if (!b->released && b->dispatched)
-        eh2o_body_step(b);
-    else if (!b->released)
-        eh2o_body_reading(b, 0); /* not with the core yet: h2o dispatches it first */
     eh2o_body_unref(b);
 }
 
@@ -415,7 +227,7 @@ void eh2o_body_on_read(eh2o_conn *c, size_t n)
 static void eh2o_body_on_pace(h2o_timeout_entry_t *entry)
 {
     eh2o_body *b = H2O_STRUCT_FROM_MEMBER(eh2o_body, pace, entry);
-    if (b->h2 && b->released && b->listed) { /* an early answer waits for an END_STREAM */
+    if (b->released && b->listed) { /* an early answer waits for an END_STREAM */
         eh2o_h2_cancel_stream(b->conn, b->stream_id, H2O_HTTP2_ERROR_CANCEL);
         return;
     }
@@ -428,23 +240,6 @@ static void eh2o_body_on_pace(h2o_timeout_entry_t *entry)
     eh2o_body_unref(b);
 }
 
-int eh2o_body_answered(eh2o_ticket *tk)
-{
-    eh2o_body *b = tk->body;
-    if (b->h2)
-        return eh2o_body_h2_answered(tk);
-    if (b->released)
-        return 0;
-    if (b->cont_writing && b->conn != NULL) {
-        b->answer = tk; /* h2o writes one thing at a time: after the 100 */
-        return 1;
-    }
-    if (!b->eom)
-        srv__request_set_close(b->sreq); /* unread body bytes are never parsed as a request */
-    eh2o_body_release(b);
-    return 0;
-}
-
 /*
  * HTTP/2. h2o 2.2.5 cannot answer a stream before its END_STREAM, so an answer that comes
  * earlier is written by hand (HEADERS, DATA, RST_STREAM NO_ERROR: eh2o_h2_write_answer, as the
@@ -452,7 +247,7 @@ int eh2o_body_answered(eh2o_ticket *tk)
  * the body discarded (its window given back so the client gets there), and the stream is
  * cancelled at the pace deadline if the client stops sending.
  */
-static int eh2o_body_h2_answered(eh2o_ticket *tk)
+int eh2o_body_answered(eh2o_ticket *tk)
 {
     eh2o_body *b = tk->body;
     if (b->answer == tk)
@@ -476,14 +271,6 @@ static int eh2o_body_h2_answered(eh2o_ticket *tk)
     return 0;
 }
 
-void eh2o_body_conn_closed(eh2o_conn *c)
-{
-    eh2o_body *b = c->h1.sb;
-    c->h1.sb = NULL;
-    b->conn = NULL;
-    eh2o_body_release(b);
-}
-
 /* The receiver of kicks, on the loop. */
 static void eh2o_body_on_messages(h2o_multithread_receiver_t *receiver, h2o_linklist_t *messages)
 {
@@ -502,6 +289,8 @@ static void eh2o_body_on_messages(h2o_multithread_receiver_t *receiver, h2o_link
 void eh2o_body_kick(void *state, srv_request *sreq)
 {
     (void)state;
+    if (srv__h1conn_body_kick(sreq)) /* HTTP/1: the core's connection */
+        return;
     eh2o_ticket *tk = srv__request_engine_data(sreq);
     eh2o_body *b = tk->body;
     if (atomic_exchange(&b->kick_queued, 1) != 0)
@@ -521,7 +310,7 @@ void eh2o_body_thread_dispose(eh2o_thread *t)
 }
 
 /* ------------------------------------------------------------------ */
-/* HTTP/2 (the DATA frames come from eh2o_h2_expect, engines/h2o_http2.c) */
+/* The DATA frames come from eh2o_h2_expect (engines/h2o_http2.c)      */
 /* ------------------------------------------------------------------ */
 
 static void eh2o_body_uncount(eh2o_body *b)
@@ -540,12 +329,10 @@ eh2o_body *eh2o_body_begin_h2(eh2o_conn *c, eh2o_ticket *tk, uint32_t id, uint64
     b->thread = c->thread;
     b->conn = c;
     b->sreq = tk->sreq;
-    b->h2 = 1;
-    b->cont = 1;
     b->stream_id = id;
     b->expected = expected;
     b->window = H2O_HTTP2_SETTINGS_HOST.initial_window_size; /* h2o's SETTINGS to the client */
-    /* As for HTTP/1 (eh2o_body_begin): flow control paces the stream, not the kernel. */
+    /* Flow control paces the stream, not the kernel: a larger receive buffer costs nothing. */
     int size = EH2O_BODY_RCVBUF;
     setsockopt(h2o_socket_get_fd(c->sock), SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
     b->pace.cb = eh2o_body_on_pace;
@@ -654,8 +441,6 @@ int eh2o_body_h2_ready(eh2o_conn *c, h2o_req_t *req)
 void eh2o_body_stream_gone(eh2o_ticket *tk)
 {
     eh2o_body *b = tk->body;
-    if (!b->h2)
-        return;
     eh2o_ticket *answer = b->answer;
     b->answer = NULL;
     atomic_fetch_add(&b->refs, 1);

@@ -8,6 +8,64 @@
 
 static void eh2o_h2_wrap_expect(eh2o_conn *c);
 static void eh2o_h2_on_read(h2o_socket_t *sock, const char *err);
+static size_t eh2o_h2_unhold(eh2o_conn *c, size_t n);
+
+/* ------------------------------------------------------------------ */
+/* The start: frames held until the walk is in place                   */
+/* ------------------------------------------------------------------ */
+
+/* Hold n bytes after the held ones. -1 when out of memory. */
+static int eh2o_h2_hold(eh2o_conn *c, const char *p, size_t n)
+{
+    char *nb = realloc(c->held, c->held_off + c->held_len + n);
+    if (nb == NULL)
+        return -1;
+    memcpy(nb + c->held_off + c->held_len, p, n);
+    c->held = nb;
+    c->held_len += n;
+    return 0;
+}
+
+/* The held bytes into the input before its last n bytes, which came after them. The new
+ * bytes' count, or SIZE_MAX out of memory. */
+static size_t eh2o_h2_unhold(eh2o_conn *c, size_t n)
+{
+    size_t k = c->held_len;
+    if (h2o_buffer_reserve(&c->sock->input, k).base == NULL)
+        return SIZE_MAX;
+    char *at = c->sock->input->bytes + c->sock->input->size - n;
+    memmove(at + k, at, n);
+    memcpy(at, c->held + c->held_off, k);
+    c->sock->input->size += k;
+    free(c->held);
+    c->held = NULL;
+    c->held_off = c->held_len = 0;
+    return n + k;
+}
+
+void eh2o_h2_accept(eh2o_conn *c, size_t keep)
+{
+    h2o_socket_t *sock = c->sock;
+    eh2o_thread *t = c->thread;
+    c->http2 = 1;
+    /* h2o parses what follows at once, before the walk of streamed bodies is in place
+     * (eh2o_h2_begin gives it the held frames): h2o sees only the preface (h2c) or nothing
+     * (TLS: the frames that came with the Finished). */
+    if (sock->input->size > keep && srv__server_streams_bodies(t->server->srv) &&
+        eh2o_h2_hold(c, sock->input->bytes + keep, sock->input->size - keep) == 0)
+        sock->input->size = keep;
+    int closed = 0, *outer = c->closed;
+    c->closed = &closed;
+    h2o_socket_read_stop(sock);
+    h2o_http2_accept(&t->accept_ctx, sock, c->connected_at);
+    if (closed) { /* c is freed */
+        if (outer != NULL)
+            *outer = 1;
+        return;
+    }
+    c->closed = outer;
+    eh2o_h2_begin(c); /* streams still arriving count for the stop's grace */
+}
 
 /* Take the h2o HTTP/2 connection behind c once, if its layout checks out (see the mirror). */
 static void eh2o_h2_adopt(eh2o_conn *c, h2o_conn_t *conn)
@@ -73,15 +131,15 @@ void eh2o_h2_note(eh2o_conn *c)
 /* h2o's HTTP/2 reader; 0 when the connection closed inside it (c is freed). */
 static int eh2o_h2_call(eh2o_conn *c, const char *err)
 {
-    int closed = 0, *outer = c->h1.closed;
-    c->h1.closed = &closed;
+    int closed = 0, *outer = c->closed;
+    c->closed = &closed;
     c->h2_on_read(c->sock, err);
     if (closed) {
         if (outer != NULL)
             *outer = 1;
         return 0;
     }
-    c->h1.closed = outer;
+    c->closed = outer;
     return 1;
 }
 
@@ -213,9 +271,9 @@ void eh2o_h2_after_read_later(eh2o_conn *c)
 static void eh2o_h2_on_read(h2o_socket_t *sock, const char *err)
 {
     eh2o_conn *c = eh2o_sock_conn(sock);
-    if (err == NULL && c->h1.held_len != 0) { /* held at the switch to HTTP/2: they came first */
+    if (err == NULL && c->held_len != 0) { /* held at the switch to HTTP/2: they came first */
         size_t n = sock->bytes_read <= sock->input->size ? sock->bytes_read : 0;
-        if (eh2o_h1_unhold(c, n) == SIZE_MAX)
+        if (eh2o_h2_unhold(c, n) == SIZE_MAX)
             err = "out of memory";
     }
     if (eh2o_h2_call(c, err))
@@ -259,10 +317,10 @@ void eh2o_h2_hold_check(eh2o_conn *c, size_t held)
  * TLS): through eh2o_h2_expect now that it is in place. */
 static void eh2o_h2_on_inject(h2o_timeout_entry_t *entry)
 {
-    eh2o_conn *c = H2O_STRUCT_FROM_MEMBER(eh2o_conn, h1.inject, entry);
-    if (c->h1.held_len == 0 || c->sock->_cb.read != eh2o_h2_on_read)
+    eh2o_conn *c = H2O_STRUCT_FROM_MEMBER(eh2o_conn, inject, entry);
+    if (c->held_len == 0 || c->sock->_cb.read != eh2o_h2_on_read)
         return;
-    size_t n = eh2o_h1_unhold(c, 0);
+    size_t n = eh2o_h2_unhold(c, 0);
     eh2o_h2_on_read(c->sock, n == SIZE_MAX ? "out of memory" : NULL);
 }
 
@@ -359,16 +417,16 @@ void eh2o_h2_begin(eh2o_conn *c)
 {
     h2o_socket_t *sock = c->sock;
     h2o_socket_cb cb = sock->_cb.read;
-    if (cb == NULL || cb == eh2o_h1_on_read || cb == c->h1.reqread || cb == eh2o_h2_on_read)
-        return; /* not (yet) h2o's HTTP/2 reader */
+    if (cb == NULL || cb == eh2o_h2_on_read)
+        return; /* not h2o's HTTP/2 reader */
     c->h2_on_read = cb;
     sock->_cb.read = eh2o_h2_on_read;
     if (c->h2 == NULL && !c->h2_checked && sock->data != NULL)
         eh2o_h2_adopt(c, sock->data); /* HTTP/2 sets sock->data to its connection */
-    if (c->h1.held_len != 0) { /* held back at the switch: through the walk, after this turn */
-        h2o_timeout_unlink(&c->h1.inject);
-        c->h1.inject.cb = eh2o_h2_on_inject;
-        h2o_timeout_link(c->thread->loop, &c->thread->zero, &c->h1.inject);
+    if (c->held_len != 0) { /* held back at the switch: through the walk, after this turn */
+        h2o_timeout_unlink(&c->inject);
+        c->inject.cb = eh2o_h2_on_inject;
+        h2o_timeout_link(c->thread->loop, &c->thread->zero, &c->inject);
     }
     eh2o_h2_note(c);
 }
@@ -470,8 +528,8 @@ void eh2o_on_dispatch(h2o_timeout_entry_t *entry)
         int closed = 0, *outer = NULL;
         if (c != NULL) {
             c->h2_to_dispatch--;
-            outer = c->h1.closed;
-            c->h1.closed = &closed;
+            outer = c->closed;
+            c->closed = &closed;
         }
         eh2o_body *body = tk->body != NULL ? eh2o_body_h2_dispatching(tk) : NULL;
         srv__request_dispatch(tk->sreq); /* may respond (and dispose other state) at once */
@@ -480,7 +538,7 @@ void eh2o_on_dispatch(h2o_timeout_entry_t *entry)
         if (c != NULL && closed && outer != NULL)
             *outer = 1;
         if (c != NULL && !closed) {
-            c->h1.closed = outer;
+            c->closed = outer;
             eh2o_h2_note(c);
         }
     }
@@ -536,7 +594,7 @@ void eh2o_count_reset(eh2o_conn *c)
  * answered) and nothing queued for the core. */
 int eh2o_h2_idle(eh2o_conn *c)
 {
-    if (!c->h1.off || c->h2_on_read == NULL || h2o_timeout_is_linked(&c->calm))
+    if (!c->http2 || c->h2_on_read == NULL || h2o_timeout_is_linked(&c->calm))
         return 0;
     if (c->h2 == NULL && !c->h2_checked && c->sock->data != NULL)
         eh2o_h2_adopt(c, c->sock->data);
@@ -666,7 +724,7 @@ void eh2o_h2_stop_arriving(eh2o_conn *c)
 {
     eh2o_h2conn *h2 = c->h2;
     eh2o_thread *t = c->thread;
-    if (!c->h1.off || h2 == NULL || h2->state != EH2O_H2_OPEN || h2o_timeout_is_linked(&c->calm))
+    if (!c->http2 || h2 == NULL || h2->state != EH2O_H2_OPEN || h2o_timeout_is_linked(&c->calm))
         return;
     const struct eh2o_khash_streams *h = h2->streams;
     uint32_t *ids = malloc(((size_t)h->size + 1) * sizeof *ids), nids = 0;

@@ -8,6 +8,7 @@
 
 #include "srv_conn.h"
 #include "srv_engine.h"
+#include "srv_h1conn.h"
 
 #include <h2o.h>
 #include <h2o/http2.h>
@@ -168,24 +169,6 @@ void h2o_http2_encode_window_update_frame(h2o_buffer_t **buf, uint32_t stream_id
 typedef struct eh2o_server eh2o_server;
 typedef struct eh2o_thread eh2o_thread;
 
-/* An HTTP/1 head the guard scanned, waiting for h2o to reach it in on_req: its bytes as the
- * client sent them and, for the first EH2O_H1_READY_REQS waiting on a connection, the request
- * the guard built and checked from them (else on_req builds one from the copy). Each head is
- * copied once, and only while it waits; past max_header_bytes of copies waiting (h1.ready_bytes)
- * the guard scans no further and holds the rest of the read (eh2o_h1_scan). */
-typedef struct eh2o_ready {
-    struct eh2o_ready *next;
-    srv_request *req;
-    unsigned seq; /* its h1.seq */
-    int nmask;    /* an HTTP/1.0 head's Upgrade/Expect hidden from h2o: on_req puts them back */
-    size_t mask_at[2]; /* offsets in the head (h2o's input starts with it in on_req) */
-    char mask_ch[2];
-    size_t len;
-    char head[];
-} eh2o_ready;
-
-#define EH2O_H1_READY_REQS 4
-
 /* One connection being served; found again through sock->on_close. */
 typedef struct eh2o_conn {
     h2o_linklist_t link; /* eh2o_thread.conns */
@@ -205,52 +188,22 @@ typedef struct eh2o_conn {
     uint64_t recv_since;       /* since when some request has been arriving (0: none) */
     uint64_t sent_since;       /* last time h2o issued a write (or had none due) */
     size_t sent_mark;          /* sock->bytes_written then */
-    struct { /* HTTP/1 framing guard (see eh2o_h1_on_read) */
-        h2o_socket_cb reqread;  /* h2o's HTTP/1 read callback; NULL: not guarded */
-        h2o_socket_cb wrote;    /* h2o's callback of the write in flight */
-        int *closed;            /* set when the connection closes under eh2o_h1_call */
-        int off;                /* HTTP/2 now: hands off */
-        int answering;          /* the guard writes its own answer, then closes */
-        int write_failed;       /* a write failed: no more requests, the connection closes */
-        int preface;            /* the bad request is an HTTP/2 preface after HTTP/1 requests */
-        int phase;              /* EH2O_H1_* */
-        char *head;             /* the head being received (max_header_bytes + 4) */
-        size_t head_len, line;
-        uint64_t left;          /* Content-Length or chunk bytes still to come */
-        uint64_t body;          /* chunk data so far */
-        int digits;
-        int cr;                 /* a CR before the request line, its LF not yet read */
-        unsigned empty_lines;   /* empty lines before this request line (taken out) */
-        int arriving;           /* counted in srv__request_arriving (eh2o_h1_note) */
-        unsigned completed;     /* requests completed in the current read */
-        unsigned seq, served;   /* heads scanned, and reached on_req */
-        unsigned responded;     /* of those, answers handed to h2o (eh2o_send_response) */
-        int rcvbuf_set;         /* its kernel receive buffer is fixed (eh2o_h1_bound_input) */
-        srv_request *req;       /* the request whose body is scanned (to answer with) */
-        /* The guard built and checked each head's request already: complete heads not yet
-         * reached on_req wait for it here in order (eh2o_h1_take_ready), each with a copy of
-         * its bytes as the client sent them, so that on_req gets those very bytes with the
-         * client's spelling of header names (h2o lower-cases them in its input). */
-        eh2o_ready *scan;       /* the copy of the head whose body is scanned (h1.req's) */
-        eh2o_ready *ready;      /* the waiting heads, oldest first */
-        eh2o_ready *ready_last;
-        unsigned ready_reqs;    /* how many of them keep their request */
-        size_t ready_bytes;     /* what they take (sizeof (eh2o_ready) + len each) */
-        int bad;                /* status for a bad request queued behind good ones */
-        srv_request *bad_req;
-        char *out;              /* the guard's answer being written */
-        h2o_timeout_entry_t linger;
-        h2o_timeout_entry_t send; /* a write that has not completed in header_timeout_ms */
-        struct eh2o_body *sb;   /* the streamed request body of the last head scanned, until
-                                 * its answer (engines/h2o_body.c) */
-        char *held;             /* bytes not scanned yet (eh2o_h1_hold_append): held_len of them
-                                 * from held + held_off, scanned a piece at a time once h2o
-                                 * waits for a request (eh2o_h1_on_inject) */
-        size_t held_off, held_len;
-        h2o_timeout_entry_t inject;
-        int linger_fd;          /* with lingers: a dup() of the socket kept past h2o's close, */
-        int lingers;            /* half-closed and drained (a body cut short by its answer) */
-    } h1;
+    /* HTTP/1 (engines/h2o_h1.c): the core serves it (core/h1conn.c); NULL once HTTP/2 has
+     * the connection, or in a TLS handshake. */
+    srv__h1conn *hc;
+    int sniff;                /* cleartext: the first bytes may be HTTP/2's preface */
+    int http2;                /* h2o's HTTP/2 has it (eh2o_h2_accept) */
+    struct timeval connected_at;
+    h2o_timeout_entry_t h1_feed; /* input h2o holds, offered again when the core reads */
+    int h1_reading;           /* the core wants input (srv__h1io.read) */
+    int h1_queued;            /* on eh2o_thread.h1_posted (h1_mu) */
+    struct eh2o_conn *h1_next;
+    int *closed;              /* set when the connection closes under a call that may close it */
+    /* HTTP/2's start: frames that came with the preface, held until the walk of streamed
+     * bodies is in place (engines/h2o_http2.c): held_len bytes at held + held_off. */
+    char *held;
+    size_t held_off, held_len;
+    h2o_timeout_entry_t inject;
     struct eh2o_body *h2_bodies; /* HTTP/2 streams whose body streams (engines/h2o_body.c) */
     /* h2o's _read_expect while eh2o_h2_expect takes its place (streamed bodies) */
     ssize_t (*h2_expect)(void *conn, const uint8_t *src, size_t len, const char **err);
@@ -286,7 +239,6 @@ typedef struct eh2o_ticket {
     srv_request *sreq;
     h2o_req_t *req; /* NULL once h2o disposed it (HTTP/2 reset, connection gone) */
     eh2o_conn *conn; /* HTTP/2: the connection, to count resets (valid while req is) */
-    eh2o_conn *raw;  /* an answer of the HTTP/1 guard: no h2o_req_t, we write it */
     struct eh2o_refusal *refusal; /* the 503 of a connection past max_connections */
     eh2o_conn *h2_stop;           /* the stop's 503 to a stream still arriving, */
     uint32_t h2_stream;           /* written by us on this stream */
@@ -320,7 +272,11 @@ struct eh2o_thread {
     h2o_timeout_t zero;
     h2o_timeout_entry_t dispatch_entry;
     h2o_timeout_t sweep; /* HTTP/2 deadlines (eh2o_h2_check) */
-    h2o_timeout_t send_timeout; /* HTTP/1 writes: header_timeout_ms, as threadpool's */
+    h2o_timeout_t send_timeout; /* streamed bodies' pace window: header_timeout_ms */
+    h2o_timeout_t h1_tick;        /* HTTP/1 deadlines (srv__h1conn_time), every 50 ms */
+    h2o_timeout_entry_t h1_tick_entry;
+    pthread_mutex_t h1_mu;        /* h1_posted */
+    struct eh2o_conn *h1_posted;  /* HTTP/1 connections another thread woke (eh2o_h1_wake) */
     h2o_timeout_entry_t sweep_entry;
     h2o_linklist_t to_dispatch;
     h2o_linklist_t conns;
@@ -353,59 +309,26 @@ struct eh2o_server {
 };
 
 
-/*
- * HTTP/1: h2o takes Host, Content-Length, Transfer-Encoding, Expect and Upgrade out of
- * req->headers, so the core could not apply its rules (400 for Content-Length together with
- * Transfer-Encoding, above all). The head is still at the start of the socket's input buffer
- * while h2o handles the request (it consumes it after the response), so parse it again with
- * h2o's own picohttpparser. Used only when the result matches what h2o parsed.
- */
-typedef struct eh2o_head {
-    const char *method, *target;
-    size_t method_len, target_len, nheaders;
-    int minor;
-    struct eh2o_phr_header headers[EH2O_MAX_HEADERS];
-} eh2o_head;
-
 /* engines/h2o.c */
-int eh2o_fill_raw(srv_request *sreq, const eh2o_head *h);
 int eh2o_fill_parsed(srv_request *sreq, h2o_req_t *req);
 void eh2o_on_guard_dispose(void *p); /* the ticket's hook on the h2o_req_t's pool */
 void eh2o_complete(eh2o_thread *t, eh2o_ticket *tk); /* on the loop: the answer */
 void eh2o_linger(eh2o_thread *t, int fd); /* half-close fd, drain it briefly, close it */
 void eh2o_on_conn_close(void *data); /* sock->on_close.cb of every tracked connection */
 
-/* engines/h2o_h1guard.c */
+/* engines/h2o_h1.c: HTTP/1 through the core */
 eh2o_conn *eh2o_sock_conn(h2o_socket_t *sock); /* NULL when not a tracked connection */
-void eh2o_h1_on_read(h2o_socket_t *sock, const char *err);
-void eh2o_h1_after(eh2o_conn *c);
-void eh2o_h1_bound_input(eh2o_conn *c); /* also at accept: fixes the receive buffer */
-void eh2o_h1_write_answer(eh2o_conn *c, srv_request *sreq);
-void eh2o_h1_note(eh2o_conn *c);
-void eh2o_h1_close(eh2o_conn *c); /* through h2o's read-error path: c is freed */
-srv_request *eh2o_h1_take_ready(eh2o_conn *c); /* on_req: the guard's request, or NULL */
-void eh2o_ready_free(eh2o_ready *e);
-void eh2o_h1_ready_clear(eh2o_conn *c); /* the connection closes */
-int eh2o_h1_idle(eh2o_conn *c);
-int eh2o_h1_stop_arriving(eh2o_conn *c);
-void eh2o_h1_body_done(eh2o_conn *c, int complete); /* the streamed body's answer came */
-/* Put c->h1.held back into the input before its last n bytes: the new count, or SIZE_MAX. */
-size_t eh2o_h1_unhold(eh2o_conn *c, size_t n);
-int eh2o_h1_hold_append(eh2o_conn *c, const char *p, size_t n); /* after the held; -1: ENOMEM */
+void eh2o_h1_start(eh2o_conn *c, int sniff); /* serve c's HTTP/1 (sniff: or h2c's preface) */
+void eh2o_h1_closed(eh2o_conn *c);            /* from eh2o_on_conn_close */
+void eh2o_h1_take_posts(eh2o_thread *t);      /* on the loop: the wakes other threads posted */
+void eh2o_h1_time(eh2o_thread *t, int stopping, int quiescing); /* every HTTP/1 connection */
+void eh2o_h1_thread_init(eh2o_thread *t);
+void eh2o_h1_thread_dispose(eh2o_thread *t);
 
-/* engines/h2o_body.c: streamed request bodies (SRV_ROUTE_STREAM_BODY) */
+/* engines/h2o_body.c: streamed request bodies (SRV_ROUTE_STREAM_BODY) over HTTP/2 */
 #define EH2O_BODY_RCVBUF (1024 * 1024) /* SO_RCVBUF while a body streams; the kernel doubles it */
-#define EH2O_H1_RCVBUF   (128 * 1024)  /* an HTTP/1 connection's otherwise (eh2o_h1_bound_input) */
 typedef struct eh2o_body eh2o_body;
-/* The guard found a streamed-body head: c->h1.sb takes sreq. -1 when out of memory. */
-int eh2o_body_begin(eh2o_conn *c, srv_request *sreq, int chunked, uint64_t length);
-int eh2o_body_hold(eh2o_body *b, const char *p, size_t n); /* body bytes read with its head */
-eh2o_body *eh2o_body_take(eh2o_conn *c); /* on_req: the request of c->h1.sb's head, or NULL */
-srv_request *eh2o_body_request(eh2o_body *b);
-void eh2o_body_dispatched(eh2o_body *b, eh2o_ticket *tk);
-void eh2o_body_on_read(eh2o_conn *c, size_t n); /* n new bytes at the end of the input */
 int eh2o_body_answered(eh2o_ticket *tk); /* eh2o_complete: 1 when it must wait */
-void eh2o_body_conn_closed(eh2o_conn *c);
 void eh2o_body_unref(eh2o_body *b);
 void eh2o_body_kick(void *state, srv_request *sreq);
 /* HTTP/2: the walk (engines/h2o_http2.c) takes a streamed body's DATA frames */
@@ -451,6 +374,10 @@ void eh2o_stream_thread_init(eh2o_thread *t);
 void eh2o_stream_thread_dispose(eh2o_thread *t);
 
 eh2o_conn *eh2o_h2_conn(h2o_req_t *req);
+/* Give c to h2o's HTTP/2 (prior knowledge or ALPN "h2"): its input starts with the preface
+ * (keep: its length, shown to h2o at once) or the first frames (keep 0). c may be closed
+ * (freed) when it returns. */
+void eh2o_h2_accept(eh2o_conn *c, size_t keep);
 void eh2o_h2_begin(eh2o_conn *c); /* the connection speaks HTTP/2 now: wrap its reads */
 void eh2o_h2_note(eh2o_conn *c);
 int eh2o_h2_idle(eh2o_conn *c);

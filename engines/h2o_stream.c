@@ -2,8 +2,8 @@
  * The h2o engine's streamed responses (libh2o-evloop 2.2.5), on the loop threads: a generator
  * whose proceed callback pulls the next piece from the core (srv__stream_pull), and a second
  * multithread receiver that brings the core's stream_kick (data, end or cut after a wait)
- * from any thread to the loop that owns the request. h2o frames the body: chunked for HTTP/1.1
- * without a length, the close for HTTP/1.0, DATA frames for HTTP/2.
+ * from any thread to the loop that owns the request: HTTP/2's, in DATA frames (HTTP/1's
+ * streams are the core's, core/h1conn.c).
  */
 #include "h2o_internal.h"
 
@@ -29,42 +29,14 @@ static void eh2o_stream_unref(eh2o_stream *s)
     }
 }
 
-/* The HTTP/1 connection whose write callbacks the guard wraps (NULL for HTTP/2). */
-static eh2o_conn *eh2o_stream_h1(h2o_req_t *req)
-{
-    if (req->version >= 0x200 || req->conn->callbacks->get_socket == NULL)
-        return NULL;
-    h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
-    eh2o_conn *c = sock != NULL ? eh2o_sock_conn(sock) : NULL;
-    return c != NULL && c->h1.reqread != NULL ? c : NULL;
-}
-
-/* h2o_send, with the HTTP/1 guard's bookkeeping around it (as eh2o_send_response): its
- * write callback wrapped again, so the send deadline covers the write. May dispose req. */
+/* h2o_send (DATA frames); the first one starts the response. May dispose req. */
 static void eh2o_stream_send(eh2o_stream *s, h2o_iovec_t *buf, size_t n, h2o_send_state_t st,
                              int first)
 {
     h2o_req_t *req = s->req;
-    eh2o_conn *c = eh2o_stream_h1(req);
-    int closed = 0, *outer = NULL;
-    if (c != NULL) {
-        outer = c->h1.closed;
-        c->h1.closed = &closed;
-    }
     if (first)
         h2o_start_response(req, &s->gen);
     h2o_send(req, buf, n, st);
-    if (c != NULL) {
-        if (closed) {
-            if (outer != NULL)
-                *outer = 1;
-        } else {
-            c->h1.closed = outer;
-            if (first)
-                c->h1.responded++; /* the request no longer waits for its handler */
-            eh2o_h1_after(c);
-        }
-    }
 }
 
 /* On the loop: send what the core has, unless h2o still holds a piece. */
@@ -92,20 +64,11 @@ static void eh2o_stream_pump(eh2o_stream *s, int first)
         h2o_iovec_t buf = h2o_iovec_init(d, len);
         eh2o_stream_send(s, &buf, 1, H2O_SEND_STATE_IN_PROGRESS, first);
     } else {
-        /* END: the body is complete; CUT: h2o closes the HTTP/1 connection without the last
-         * chunk, or resets the HTTP/2 stream. */
+        /* END: the body is complete; CUT: h2o resets the stream. */
         s->finished = 1;
         s->detached = 1;
         srv__stream_detach(s->sreq);
         h2o_send_state_t st = k == SRV__STREAM_END ? H2O_SEND_STATE_FINAL : H2O_SEND_STATE_ERROR;
-        eh2o_conn *c = eh2o_stream_h1(s->req);
-        if (k == SRV__STREAM_CUT && c != NULL) {
-            /* h2o 2.2.5's chunked encoder writes stray bytes for ERROR: shut the socket and
-             * let the last chunk's write fail instead, so h2o closes the connection itself
-             * and the client sees the body end without it. */
-            shutdown(h2o_socket_get_fd(c->sock), SHUT_RDWR);
-            st = H2O_SEND_STATE_FINAL;
-        }
         eh2o_stream_send(s, NULL, 0, st, first);
     }
     eh2o_stream_unref(s);
@@ -164,6 +127,8 @@ static void eh2o_stream_on_messages(h2o_multithread_receiver_t *receiver, h2o_li
 void eh2o_stream_kick(void *state, srv_request *sreq)
 {
     (void)state;
+    if (srv__h1conn_stream_kick(sreq)) /* HTTP/1: the core's connection */
+        return;
     eh2o_stream *s = srv__request_engine_data(sreq);
     /* The core arms one kick per WAIT, but the loop may pull again (a proceed) and wait
      * anew before it has taken the first kick's message off its queue: a second kick then

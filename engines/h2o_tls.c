@@ -2,15 +2,12 @@
  * The h2o engine over TLS, with libh2o's own OpenSSL integration: the
  * handshake is h2o_socket_ssl_handshake on the accepted socket, with the
  * core's SSL_CTX (certificate, versions, ciphers, ALPN "h2" then
- * "http/1.1"); once it completes, ALPN picks h2o's HTTP/2 or HTTP/1
- * connection, and HTTP/1 gets the same framing guard as in the clear.
- * This is h2o_accept's TLS path, done here so that the handshake has the
- * header deadline, stop closes connections still in it, and the guard is
- * installed after it.
+ * "http/1.1"); once it completes, ALPN picks h2o's HTTP/2 or the core's
+ * HTTP/1 (engines/h2o_h1.c), as in the clear. This is h2o_accept's TLS
+ * path, done here so that the handshake has the header deadline and stop
+ * closes connections still in it.
  */
 #include "h2o_internal.h"
-
-#include <h2o/http1.h>
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -124,46 +121,12 @@ static void eh2o_tls_on_handshake(h2o_socket_t *sock, const char *err)
         h2o_socket_close(sock); /* eh2o_on_conn_close frees c */
         return;
     }
+    c->connected_at = connected_at;
     h2o_iovec_t proto = h2o_socket_ssl_get_selected_protocol(sock);
-    if (proto.len == 2 && memcmp(proto.base, "h2", 2) == 0) {
-        c->h1.off = 1; /* HTTP/2 from the start: the HTTP/2 checks adopt it */
-        /* Frames that came with the Finished: h2o would parse them at once, before the walk
-         * of streamed bodies is in place (eh2o_h2_begin gives them to it). */
-        size_t early = sock->input->size;
-        if (early != 0 && srv__server_streams_bodies(t->server->srv) &&
-            eh2o_h1_hold_append(c, sock->input->bytes, early) == 0)
-            sock->input->size = 0;
-        int closed = 0, *outer = c->h1.closed;
-        c->h1.closed = &closed;
-        h2o_http2_accept(&t->accept_ctx, sock, connected_at);
-        if (closed) { /* c is freed */
-            if (outer != NULL)
-                *outer = 1;
-            return;
-        }
-        c->h1.closed = outer;
-        eh2o_h2_begin(c); /* as for h2c: streams still arriving count for the stop's grace */
-        return;
-    }
-    /* Bytes that came with the client's Finished are already decrypted in
-     * sock->input (h2o decodes them before it calls us), and
-     * h2o_http1_accept would parse them at once, before the framing guard
-     * is in place: hide them from it, then hand them to the guard as the
-     * connection's first read, as in the clear. */
-    size_t early = sock->input->size;
-    sock->input->size = 0;
-    h2o_http1_accept(&t->accept_ctx, sock, connected_at);
-    sock->input->size = early;
-    if (sock->_cb.read != NULL) { /* as in the clear: the framing guard reads first */
-        c->h1.reqread = sock->_cb.read;
-        sock->_cb.read = eh2o_h1_on_read;
-        if (early != 0) {
-            sock->bytes_read = early;
-            eh2o_h1_on_read(sock, NULL); /* may close: c is not used after */
-            return;
-        }
-        eh2o_h1_bound_input(c);
-    }
+    if (proto.len == 2 && memcmp(proto.base, "h2", 2) == 0)
+        eh2o_h2_accept(c, 0); /* frames that came with the Finished are held for the walk */
+    else
+        eh2o_h1_start(c, 0); /* bytes that came with the Finished: its first read */
 }
 
 /* A reload: take the new context for connections from now on. */
