@@ -13,7 +13,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <stdio.h>
 
 /* Where the connection is: one switch (h1_run) moves it on. */
 enum h1_phase {
@@ -627,8 +626,6 @@ void srv__h1conn_time(srv__h1conn *hc, uint64_t now, int stopping, int quiescing
     if (hc->phase == H1_CLOSED || (stopping && hc->cur))
         return; /* dispatched: its answer comes (the core answers them all at a stop) */
     enum srv__conn_due due = srv__conn_due(hc->pol, now, stopping, quiescing);
-    if (getenv("H1DBG"))
-        fprintf(stderr, "h1 time phase=%d state=%d due=%d dl=%lld writing=%d\n", hc->phase, hc->pol->state, due, (long long)(hc->pol->deadline - now), hc->writing);
     if (due == SRV_CONN_WAIT)
         return;
     if (due == SRV_CONN_CLOSE) {
