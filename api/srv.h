@@ -68,7 +68,10 @@ extern "C" {
     X(ETLS, -15, "TLS certificate, key or setting refused")                 \
     X(EAGAIN, -16, "stream buffer full: write again once srv_stream_on_writable calls back") \
     X(ECLOSED, -17, "stream closed: the client went away, the send deadline passed or the server stopped") \
-    X(ENOBODY, -18, "the answer has no body (HEAD, 204 or 304): its head is sent, end the stream")
+    X(ENOBODY, -18, "the answer has no body (HEAD, 204 or 304): its head is sent, end the stream") \
+    X(ENOROUTE, -19, "no route registered with that method and pattern")    \
+    X(EMULTIPART, -20, "malformed multipart/form-data body")                 \
+    X(EBOUNDARY, -21, "not multipart/form-data with a valid boundary (1 to 70 characters)")
 
 typedef enum srv_error {
 #define SRV__ERR_ENUM(name, num, msg) SRV_##name = (num),
@@ -1234,20 +1237,37 @@ enum {
 };
 
 /*
- * A filter runs for every routed-or-not request (after the path was
- * checked and looked up, so srv_request_param and srv_request_route
- * work; before the core's 404/405/OPTIONS answers), in registration
- * order, before the handler. It may set response headers with
- * srv_set_header (they go on whatever answer the request gets: the
- * handler's, another filter's, the core's 404/405/OPTIONS) and return
- * SRV_FILTER_NEXT, or answer (e.g. 401) and return SRV_FILTER_DONE.
+ * A filter runs before the handler, in its request's chain. Where it is
+ * attached (srv_filter_opts) decides which requests have it:
+ * - global (no prefix, no route): every request, routed or not;
+ * - a path prefix (srv_filter_opts.prefix): every request whose path lies
+ *   under it, routed or not (so a 404 under "/api/" is the filter's
+ *   first: it does not tell an unauthenticated client which paths exist);
+ * - a route (srv_filter_opts.route_method and route_path): the requests
+ *   that route serves (a GET route's HEAD requests too), not its 404 or
+ *   405 neighbours.
+ * A request's chain runs in this order: the global filters in registration
+ * order, then the prefix filters whose prefix covers the path, the
+ * shortest prefix first (equal ones in registration order), then the
+ * route's filters in registration order, then the handler (or the core's
+ * 404/405/OPTIONS answer). The first filter that answers ends the chain:
+ * nothing after it runs. Filters have no after-the-handler step, so there
+ * is no reverse order to keep; the response hooks (srv_response_hook_add)
+ * run once, before every filter.
+ * A filter runs after the path was checked and looked up, so
+ * srv_request_param and srv_request_route work, and before the core's
+ * 404/405/OPTIONS answers. It may set response headers with srv_set_header
+ * (they go on whatever answer the request gets: the handler's, another
+ * filter's, the core's 404/405/OPTIONS) and return SRV_FILTER_NEXT, or
+ * answer (e.g. 401) and return SRV_FILTER_DONE.
  * Threads: a filter registered SRV_FILTER_NONBLOCKING runs on the I/O
- * thread that parsed the request as long as every filter before it is
- * non-blocking too (threadpool: when the whole request - every filter and
- * the handler - is non-blocking; otherwise on the connection's worker);
- * a blocking filter sends the request to a worker, where it and every
- * later filter and the handler run. A non-blocking filter must not block
- * (srv_config.nonblocking_warn_ms counts it like a handler).
+ * thread that parsed the request as long as every filter before it in the
+ * request's chain is non-blocking too (threadpool: when the whole request -
+ * every filter of its chain and the handler - is non-blocking; otherwise
+ * on the connection's worker); a blocking filter sends the request to a
+ * worker, where it and every later filter and the handler run. A
+ * non-blocking filter must not block (srv_config.nonblocking_warn_ms
+ * counts it like a handler).
  */
 typedef int (*srv_filter_fn)(srv_request *req, void *ctx);
 
@@ -1262,6 +1282,27 @@ typedef struct srv_filter_opts {
     srv_filter_fn filter; /* required */
     void *ctx;            /* passed to filter; default NULL */
     unsigned flags;       /* SRV_FILTER_* bits; default 0 (may block) */
+    /* ---- fields above: 0.4; below: added in 0.8 ---- */
+    /* Non-NULL: the filter runs only for paths under this prefix, a '/'
+     * and literal segments ("/api/", "/api" alike; "/" covers every path).
+     * Segment boundaries count: "/api/" covers "/api", "/api/" and
+     * "/api/x/y", not "/apix". It is matched the way the router matches
+     * literal segments, against the request's path split at its raw '/'
+     * and each segment %-decoded: "/%61pi/x" is under "/api", while
+     * "/api%2Fx" is not (an encoded slash is data inside one segment, and
+     * no route "/api/..." serves it either). Paths with dot segments
+     * ("/x/../api", "%2e%2e") are answered 400 before any filter. An
+     * empty segment ("/a//b"), a dot segment or '{', '}', '?', '#' in the
+     * prefix is SRV_EINVAL. Compared case-sensitively. Copied. Default
+     * NULL. */
+    const char *prefix;
+    /* Both non-NULL: the filter runs only for requests the route
+     * registered (before this call) with that method and pattern serves;
+     * the pattern is compared by shape, as SRV_EEXIST compares routes
+     * ("/u/{x}" names the route "/u/{id}"). Not with prefix. Copied (not
+     * kept). Default NULL. */
+    const char *route_method;
+    const char *route_path;
 } srv_filter_opts;
 
 /* srv_filter_opts_init: zero *opts and set its size. Any thread. */
@@ -1269,10 +1310,13 @@ void srv_filter_opts_init_sized(srv_filter_opts *opts, size_t size);
 #define srv_filter_opts_init(opts) srv_filter_opts_init_sized((opts), sizeof *(opts))
 
 /*
- * srv_filter_add: append the filter `opts` describes to the server's chain
- * (the struct is not kept). Only before srv_server_start, from the
- * controlling thread. Returns 0; SRV_EINVAL (NULL opts or filter, a size
- * it cannot trust, unknown flags), SRV_ESTATE once started, SRV_ENOMEM.
+ * srv_filter_add: attach the filter `opts` describes - globally, to a path
+ * prefix or to a route (see srv_filter_fn for the order) - (the struct is
+ * not kept). Only before srv_server_start, from the controlling thread.
+ * Returns 0; SRV_EINVAL (NULL opts or filter, a size it cannot trust,
+ * unknown flags, a bad prefix, prefix together with a route, only one of
+ * route_method and route_path), SRV_ENOROUTE (no route registered with
+ * that method and pattern), SRV_ESTATE once started, SRV_ENOMEM.
  */
 int srv_filter_add(srv_server *srv, const srv_filter_opts *opts);
 

@@ -1691,7 +1691,10 @@ int main(int argc, char **argv)
         ROUTING_CASE(test_routing_filter_401),    ROUTING_CASE(test_routing_filter_pass),
         ROUTING_CASE(test_routing_hook_on_404),   ROUTING_CASE(test_routing_cors_preflight),
         ROUTING_CASE(test_routing_cors_simple),   ROUTING_CASE(test_routing_hostile_paths),
-        ROUTING_CASE(test_routing_gzip),
+        ROUTING_CASE(test_routing_gzip),          ROUTING_CASE(test_routing_scoped_order),
+        ROUTING_CASE(test_routing_scoped_prefix_boundary),
+        ROUTING_CASE(test_routing_scoped_answer_stops),
+        ROUTING_CASE(test_routing_scoped_hostile),
     };
 #undef ROUTING_CASE
     snprintf(name, sizeof name, "conformance %s%s: routing patterns, filters, CORS, gzip",

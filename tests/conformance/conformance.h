@@ -510,6 +510,10 @@ void test_routing_cors_preflight(void **state);
 void test_routing_cors_simple(void **state);
 void test_routing_hostile_paths(void **state);
 void test_routing_gzip(void **state);
+void test_routing_scoped_order(void **state);
+void test_routing_scoped_prefix_boundary(void **state);
+void test_routing_scoped_answer_stops(void **state);
+void test_routing_scoped_hostile(void **state);
 
 /* ------------------------------------------------------------------ */
 /* Cases: conformance_static.c (their own server and files)           */
