@@ -83,6 +83,15 @@ static void srv__body_finish(srv_request *req, int err, int status)
     bool tell = b->reading;
     if (!tell)
         b->early = err;
+    if (tell && b->in_data) {
+        /* Ended from inside on_data (its srv_respond let the engine go):
+         * on_end follows once on_data returned, and not at all if on_data
+         * stops the delivery, so the application never sees on_end nested
+         * in on_data nor after a stop. */
+        b->end_pending = true;
+        b->end_err = err;
+        tell = false;
+    }
     srv_body_end_fn fn = b->on_end;
     void *ctx = b->ctx;
     pthread_mutex_unlock(&req->mu);
@@ -128,8 +137,14 @@ int srv__body_data(srv_request *req, const void *data, size_t n)
         b->paused = true;
     else if (rc != 0 && rc != SRV_EAGAIN)
         b->over = true; /* the application stopped: no more calls */
+    bool tell = b->end_pending && (rc == 0 || rc == SRV_EAGAIN);
+    b->end_pending = false;
+    int err = b->end_err;
+    srv_body_end_fn end = b->on_end;
     st = srv__body_state_locked(req);
     pthread_mutex_unlock(&req->mu);
+    if (tell)
+        end(req, err, ctx);
     return st;
 }
 

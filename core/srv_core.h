@@ -454,6 +454,8 @@ struct srv_request {
         bool resumed;  /* resumed while on_data ran */
         bool over;     /* no more delivery: ended, stopped or detached */
         bool detached; /* the engine let go: no body_kick */
+        bool end_pending; /* ended while on_data ran: on_end(end_err) after it */
+        int end_err;
         int early;     /* ended (SRV_E...) before the application read */
         uint64_t received, limit; /* limit 0: none */
         srv_body_data_fn on_data;

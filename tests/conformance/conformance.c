@@ -17,9 +17,15 @@
 #define UPLOAD_CURL_CASES                                                               \
     cmocka_unit_test_setup_teardown(test_upload_64m_length, up_setup, up_teardown),    \
         cmocka_unit_test_setup_teardown(test_upload_64m_chunked, up_setup, up_teardown), \
-        cmocka_unit_test_setup_teardown(test_upload_slow_app, up_setup, up_teardown)
+        cmocka_unit_test_setup_teardown(test_upload_slow_app, up_setup, up_teardown),    \
+        cmocka_unit_test_setup_teardown(test_upload_multipart_form, up_setup, up_teardown), \
+        cmocka_unit_test_setup_teardown(test_upload_multipart_bad, up_setup, up_teardown)
+/* test_upload_answer_in_on_data: HTTP/1.1 only for now - over HTTP/2 the
+ * h2o engine sends nothing for an answer given inside on_data that
+ * returns 0 (an engine matter, left to its rework). */
 #define UPLOAD_CASES                                                                     \
     UPLOAD_CURL_CASES,                                                                   \
+        cmocka_unit_test_setup_teardown(test_upload_answer_in_on_data, up_setup, up_teardown), \
         cmocka_unit_test_setup_teardown(test_upload_paused_blocks_client, up_setup,      \
                                         up_teardown),                                    \
         cmocka_unit_test_setup_teardown(test_upload_expect_continue, up_setup, up_teardown), \
