@@ -126,6 +126,10 @@ int srv__body_data(srv_request *req, const void *data, size_t n)
     b->resumed = false;
     srv_body_data_fn fn = b->on_data;
     void *ctx = b->ctx;
+    /* on_data may answer, and the engine may write and let the request go
+     * inside that srv_respond (h2o does, on its loop): hold it until the
+     * state below is read and a held-back on_end has run. */
+    atomic_fetch_add(&req->refs, 1);
     pthread_mutex_unlock(&req->mu);
     srv__body_touch(req);
 
@@ -145,6 +149,7 @@ int srv__body_data(srv_request *req, const void *data, size_t n)
     pthread_mutex_unlock(&req->mu);
     if (tell)
         end(req, err, ctx);
+    srv__request_unref(req);
     return st;
 }
 
