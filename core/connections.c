@@ -145,11 +145,8 @@ void srv__conn_begun(srv__conn *c, uint64_t now)
 
 void srv__conn_body_bytes(srv__conn *c, size_t n, uint64_t now)
 {
-    c->paced += n;
-    if (c->paced >= SRV_BODY_MIN_PACE_BYTES) { /* the pace is kept: a new window */
-        c->paced = 0;
+    if (srv__pace_bytes(&c->paced, n)) /* the pace is kept: a new window */
         c->deadline = srv__after(now, c->srv->cfg.header_timeout_ms);
-    }
 }
 
 void srv__conn_progress(srv__conn *c, uint64_t now)
