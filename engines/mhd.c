@@ -103,8 +103,10 @@ struct emhd_conn {
     /* TLS: the certificate generation its handshake took (emhd_tls_cert),
      * held until MHD has freed the session (NOTIFY_CLOSED). MHD thread. */
     const srv_tls_gnutls *tls;
-    bool over_limit;         /* accepted past max_connections */
-    bool gone;               /* lock: its client hung up (emhd_over_limit) */
+    /* The policy's record (api/srv_conn.h): admission past max_connections
+     * (refused: 503 at its first request), the srv_stats counts. Opened by
+     * the gate at the accept; the MHD thread's from NOTIFY_STARTED. */
+    srv__conn policy;
     bool reused;             /* MHD thread only: a request completed on it */
     struct emhd_req *req; /* MHD thread only: the request MHD has not completed */
     bool expect_close;       /* MHD thread only: the last request ends it */
@@ -179,11 +181,11 @@ typedef struct emhd_handoff {
     struct emhd_handoff *next;
     bool found;          /* emhd_handoff_take: a record was there */
     int fd;
+    srv__conn conn;      /* the gate's, opened at the accept (when found) */
     /* Which hand-over of fd (from 1): the loop drops the record of a
      * connection MHD refused by it, as the gate may have accepted a new
      * connection on the same descriptor in the meantime. */
     unsigned long long seq;
-    long long accepted;  /* ms: its first head is due header_timeout later */
     bool arriving;       /* counted by srv__request_arriving (a stop is on) */
     int bad;             /* the gate's `bad` and `good` (emhd_gate_ops.hand) */
     uint64_t good;
@@ -240,7 +242,6 @@ typedef struct emhd_server {
      * CA text is MHD's trust list) is held until destroy. */
     bool tls;
     const srv_tls_gnutls *tls_start;
-    unsigned max_connections;
     long long header_ms;     /* a head must arrive within this */
     long long keepalive_ms;  /* idle time allowed between requests */
     size_t swallow_limit;    /* body bytes discarded after a 413 */
@@ -262,10 +263,6 @@ typedef struct emhd_server {
     unsigned lingering;
     atomic_bool stopping;    /* emhd_stop began: MHD closes everything */
     atomic_bool quiescing;   /* emhd_quiesce began: idle connections close */
-    /* emhd_over_limit: listed connections whose client already left
-     * (ec->gone), and when it last looked (lock). */
-    unsigned hung_up;
-    long long hung_up_at;
     /* The loop threads seen so far: slots filled under lock, then
      * published by nworkers (read without the lock by emhd_log). */
     emhd_worker *workers;
@@ -1243,7 +1240,7 @@ static void emhd_tls_session(emhd_server *es, struct MHD_Connection *conn, emhd_
  * and is dropped. Without a record (none is expected): accepted now. */
 static emhd_handoff emhd_handoff_take(emhd_server *es, int fd, unsigned long long seq)
 {
-    emhd_handoff h = {.fd = fd, .accepted = emhd_now_ms()};
+    emhd_handoff h = {.fd = fd};
     for (emhd_handoff **pp = &es->handoffs; *pp != NULL; pp = &(*pp)->next) {
         if ((*pp)->fd != fd || (seq != 0 && (*pp)->seq != seq))
             continue;
@@ -1303,7 +1300,7 @@ static void emhd_handoff_drop(emhd_server *es, int fd, unsigned long long seq)
     if (mine.arriving)
         srv__request_arriving(es->srv, -1);
     if (mine.found)
-        srv__stats_connection_closed(es->srv);
+        srv__conn_close(&mine.conn);
 }
 
 /* The loop's thread: the connections the gate queued go to its daemon. */
@@ -1381,7 +1378,7 @@ static void *emhd_loop_main(void *arg)
 
 /* The gate's thread: hand fd to the next loop. */
 static void emhd_gate_hand(void *ctx, int fd, const struct sockaddr *peer, socklen_t peer_len,
-                           long long accepted, bool arriving, int bad, uint64_t good)
+                           const srv__conn *conn, bool arriving, int bad, uint64_t good)
 {
     emhd_server *es = ctx;
     emhd_handoff *h = malloc(sizeof *h);
@@ -1390,12 +1387,12 @@ static void emhd_gate_hand(void *ctx, int fd, const struct sockaddr *peer, sockl
     emhd_handoff stale = emhd_handoff_take(es, fd, 0); /* the gate alone adds records */
     if (stale.arriving)
         srv__request_arriving(es->srv, -1);
-    if (stale.found) /* MHD closed that one without a word: its count goes */
-        srv__stats_connection_closed(es->srv);
+    if (stale.found) /* MHD closed that one without a word: its slot and count go */
+        srv__conn_close(&stale.conn);
     unsigned long long seq = 0;
     if (h != NULL) {
         seq = ++es->handoff_seq;
-        *h = (emhd_handoff){.next = es->handoffs, .fd = fd, .seq = seq, .accepted = accepted,
+        *h = (emhd_handoff){.next = es->handoffs, .fd = fd, .seq = seq, .conn = *conn,
                             .arriving = arriving, .bad = bad, .good = good};
         es->handoffs = h;
         es->nhandoffs++;
@@ -1403,8 +1400,10 @@ static void emhd_gate_hand(void *ctx, int fd, const struct sockaddr *peer, sockl
     pthread_mutex_unlock(&es->lock);
     if (h != NULL && arriving)
         srv__request_arriving(es->srv, 1);
-    if (h == NULL) /* NOTIFY_STARTED, finding no record, counts it again */
-        srv__stats_connection_closed(es->srv);
+    if (h == NULL) { /* NOTIFY_STARTED, finding no record, opens it again */
+        srv__conn lost = *conn;
+        srv__conn_close(&lost);
+    }
     if (a == NULL || peer_len > sizeof a->peer) {
         free(a);
         close(fd);
@@ -1459,7 +1458,15 @@ static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void 
         emhd_conn *ec = srv__zalloc(sizeof *ec);
         if (ec == NULL && h.arriving)
             srv__request_arriving(es->srv, -1);
+        if (ec == NULL && h.found)
+            srv__conn_close(&h.conn);
         if (ec != NULL) {
+            /* The gate admitted it at the accept; one without a record (out
+             * of memory there) is admitted and counted now. */
+            if (h.found)
+                ec->policy = h.conn;
+            else
+                (void)srv__conn_open(&ec->policy, es->srv, srv__now_ms());
             ec->fd = fd;
             ec->conn = conn;
             ec->es = es;
@@ -1471,20 +1478,17 @@ static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void 
             if (es->conns != NULL)
                 es->conns->prev = ec;
             es->conns = ec;
-            ec->over_limit = ++es->open > es->max_connections;
-            /* The first head is due header_timeout after the accept (like
-             * Tomcat's connectionTimeout); one we will refuse, within the
-             * policy's SRV_REFUSE_WAIT_MS. */
-            long long wait = es->header_ms;
-            if (ec->over_limit && wait > SRV_REFUSE_WAIT_MS)
-                wait = SRV_REFUSE_WAIT_MS;
+            es->open++;
+            /* The first head is due by the policy's deadline from the accept
+             * (header_timeout_ms; one refused, min(that, SRV_REFUSE_WAIT_MS)). */
+            long long due = (long long)ec->policy.deadline;
             if (h.arriving) {
                 /* Bytes of a request came while the server stops: the
                  * grace waits for it (the count moves to the connection). */
                 atomic_store(&ec->pre_arriving, true);
-                emhd_phase(ec, EMHD_HEAD, h.accepted + es->header_ms);
+                emhd_phase(ec, EMHD_HEAD, due);
             } else {
-                emhd_phase(ec, EMHD_IDLE, h.accepted + wait);
+                emhd_phase(ec, EMHD_IDLE, due);
             }
             pthread_mutex_unlock(&es->lock);
             ec->worker = es->workers != NULL ? emhd_worker_self(es, true) : NULL;
@@ -1493,10 +1497,6 @@ static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void 
         if (es->tls)
             emhd_tls_session(es, conn, ec);
         *socket_context = ec;
-        /* The gate counted it at the accept; one without a record (out of
-         * memory there) it gave back, to be counted here. */
-        if (!h.found)
-            srv__stats_connection_opened(es->srv);
         return;
     }
     emhd_conn *ec = *socket_context;
@@ -1517,16 +1517,14 @@ static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void 
         if (ec->next != NULL)
             ec->next->prev = ec->prev;
         es->open--;
-        if (ec->gone)
-            es->hung_up--;
         pthread_mutex_unlock(&es->lock);
+        srv__conn_close(&ec->policy); /* its slot and counts */
         emhd_gate_kick(es->gate); /* a slot is free: accept again if it stopped */
         if (ec->tls != NULL) /* MHD freed the session before this call */
             srv__tls_gnutls_release(ec->tls);
         free(ec);
         *socket_context = NULL;
     }
-    srv__stats_connection_closed(es->srv);
 }
 
 /* The request line is parsed: `uri` is the raw request-target, before MHD
@@ -1556,6 +1554,10 @@ static void *emhd_uri_log(void *cls, const char *uri, struct MHD_Connection *con
         if (er->ec->req != NULL) /* never completed: not ours to keep */
             emhd_abandon(es, er->ec->req);
         er->ec->req = er;
+        /* Refused at the accept, its first request comes after a slot
+         * freed: it is served (the policy's readmission). */
+        if (!er->ec->reused)
+            (void)srv__conn_readmit(&er->ec->policy);
         /* The first head keeps the deadline set at the accept; a later one
          * gets header_timeout from its request line. */
         long long d = er->ec->reused ? emhd_now_ms() + es->header_ms
@@ -1837,48 +1839,6 @@ static enum MHD_Result emhd_add_header(void *cls, enum MHD_ValueKind kind, const
     return h->status == 0 ? MHD_YES : MHD_NO;
 }
 
-/*
- * A connection accepted past max_connections is refused with 503 at its
- * first request unless slots freed meanwhile. Clients that already hung up
- * do not hold a slot even if their MHD thread has not read the EOF yet
- * (another polling thread, or later in the same epoll batch): a client that
- * closes and reconnects at the limit is served, not refused. Finding them
- * polls every connection, so it runs at most once per EMHD_HUNGUP_MS and
- * remembers what it found (es->hung_up, ec->gone): a flood of connections
- * past the limit costs O(1) each, not a walk of all of them under the lock.
- */
-#define EMHD_HUNGUP_MS 20
-
-static bool emhd_over_limit(emhd_server *es, emhd_conn *self)
-{
-    pthread_mutex_lock(&es->lock);
-    long long now = emhd_now_ms();
-    if (es->open - es->hung_up > es->max_connections && now - es->hung_up_at >= EMHD_HUNGUP_MS) {
-        es->hung_up_at = now;
-        unsigned n_max = es->open - es->hung_up;
-        struct pollfd *p = malloc(n_max * sizeof *p);
-        emhd_conn **who = malloc(n_max * sizeof *who);
-        nfds_t n = 0;
-        for (emhd_conn *ec = es->conns; p != NULL && who != NULL && ec != NULL && n < n_max;
-             ec = ec->next)
-            if (ec != self && !ec->gone && ec->fd >= 0) {
-                who[n] = ec;
-                p[n++] = (struct pollfd){.fd = ec->fd, .events = POLLRDHUP};
-            }
-        if (p != NULL && who != NULL && n > 0 && poll(p, n, 0) > 0)
-            for (nfds_t i = 0; i < n; i++)
-                if (p[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
-                    who[i]->gone = true;
-                    es->hung_up++;
-                }
-        free(p);
-        free(who);
-    }
-    bool over = es->open - es->hung_up > es->max_connections;
-    pthread_mutex_unlock(&es->lock);
-    return over;
-}
-
 /* Bytes [a, b) are between min and max long and each is a NUL (one of
  * MHD's separators) or, when ws is set, also a space or tab. */
 static bool emhd_gap(const char *a, const char *b, size_t min, size_t max, bool ws)
@@ -1988,12 +1948,8 @@ static enum MHD_Result emhd_begin(emhd_server *es, emhd_req *er, struct MHD_Conn
         st = srv__request_set_method(er->req, method, strlen(method));
     if (st == 0)
         st = srv__request_set_target(er->req, er->target, er->target_len);
-    if (st == 0 && er->ec != NULL && er->ec->over_limit) {
-        if (emhd_over_limit(es, er->ec))
-            st = 503;
-        else
-            er->ec->over_limit = false; /* a slot freed: it holds one now */
-    }
+    if (st == 0 && er->ec != NULL && !er->ec->policy.admitted)
+        st = 503; /* past max_connections (srv__conn_open) */
     if (st == 0) {
         /* MHD accepted only "HTTP/d.d" with major 1 (else it sent 400/505). */
         int major = 1, minor = 1;
@@ -2580,7 +2536,6 @@ static int emhd_start(srv_server *srv, void **state)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the watchdog's clock */
     pthread_cond_init(&es->wd_cond, &ca);
     pthread_condattr_destroy(&ca);
-    es->max_connections = cfg->max_connections;
     es->header_ms = cfg->header_timeout_ms;
     es->keepalive_ms = cfg->keepalive_timeout_ms;
     es->swallow_limit = cfg->max_body_bytes > (1u << 20) ? cfg->max_body_bytes : (1u << 20);
@@ -2862,7 +2817,7 @@ static void emhd_stop(void *state)
         es->handoffs = h->next;
         if (h->arriving)
             srv__request_arriving(es->srv, -1);
-        srv__stats_connection_closed(es->srv);
+        srv__conn_close(&h->conn);
         free(h);
     }
     es->nhandoffs = 0;

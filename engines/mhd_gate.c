@@ -30,6 +30,7 @@ typedef struct emhd_wait {
     struct emhd_wait *prev, *next;
     int fd;
     long long accepted;
+    srv__conn conn; /* the policy's (admission, counts), handed on with fd */
     struct sockaddr_storage peer;
     socklen_t peer_len;
     int bad;       /* the hand's `bad` and `good` (emhd_gate_look) */
@@ -82,7 +83,7 @@ static void emhd_gate_unlink(emhd_gate *g, emhd_wait *w)
 static void emhd_gate_hand(emhd_gate *g, emhd_wait *w, bool arriving)
 {
     emhd_gate_unlink(g, w);
-    g->ops.hand(g->ops.ctx, w->fd, (const struct sockaddr *)&w->peer, w->peer_len, w->accepted,
+    g->ops.hand(g->ops.ctx, w->fd, (const struct sockaddr *)&w->peer, w->peer_len, &w->conn,
                 arriving, w->bad, w->good);
     free(w);
 }
@@ -90,7 +91,7 @@ static void emhd_gate_hand(emhd_gate *g, emhd_wait *w, bool arriving)
 static void emhd_gate_close(emhd_gate *g, emhd_wait *w)
 {
     emhd_gate_unlink(g, w);
-    srv__stats_connection_closed(g->srv);
+    srv__conn_close(&w->conn);
     close(w->fd);
     free(w);
 }
@@ -170,7 +171,7 @@ static bool emhd_gate_look(emhd_gate *g, emhd_wait *w)
         } else {
             g->ops.answer(g->ops.ctx, req, w->fd, status);
         }
-        srv__stats_connection_closed(g->srv);
+        srv__conn_close(&w->conn);
         g->ops.linger(g->ops.ctx, w->fd);
         free(w);
         return false;
@@ -183,6 +184,29 @@ static bool emhd_gate_look(emhd_gate *g, emhd_wait *w)
         return false;
     }
     return true;
+}
+
+/* Past max_connections with SRV_REFUSE_MAX refusals being read: the
+ * core's 503 at once in cleartext (the canned one out of memory) and a
+ * lingering close; over TLS only the close (no handshake here). */
+static void emhd_gate_refuse_now(emhd_gate *g, emhd_wait *w)
+{
+    srv__conn_close(&w->conn);
+    if (g->tls) {
+        close(w->fd);
+    } else {
+        srv_request *req =
+            srv__request_new(g->srv, (const struct sockaddr *)&w->peer, w->peer_len);
+        if (req != NULL) {
+            g->ops.answer(g->ops.ctx, req, w->fd, 503);
+        } else {
+            size_t len = 0;
+            const char *refusal = srv__refusal_503(&len);
+            (void)send(w->fd, refusal, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        }
+        g->ops.linger(g->ops.ctx, w->fd);
+    }
+    free(w);
 }
 
 /* Stop watching the listening socket until the next tick or kick finds
@@ -225,7 +249,12 @@ static void emhd_gate_accept(emhd_gate *g)
             return;
         }
         w->accepted = emhd_gate_now();
-        srv__stats_connection_opened(g->srv); /* closed by MHD's NOTIFY_CLOSED, or here */
+        /* Admission and the srv_stats counts are the policy's, from the
+         * accept; MHD's NOTIFY_CLOSED closes it, or the gate. */
+        if (srv__conn_open(&w->conn, g->srv, (uint64_t)w->accepted) == SRV_CONN_REFUSE_NOW) {
+            emhd_gate_refuse_now(g, w);
+            continue;
+        }
         w->next = g->waiting;
         if (g->waiting != NULL)
             g->waiting->prev = w;
