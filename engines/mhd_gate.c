@@ -83,8 +83,10 @@ static void emhd_gate_unlink(emhd_gate *g, emhd_wait *w)
 static void emhd_gate_hand(emhd_gate *g, emhd_wait *w, bool arriving)
 {
     emhd_gate_unlink(g, w);
+    if (arriving) /* the policy counts it for the stop's grace (not a refused one) */
+        srv__conn_begun(&w->conn, srv__now_ms());
     g->ops.hand(g->ops.ctx, w->fd, (const struct sockaddr *)&w->peer, w->peer_len, &w->conn,
-                arriving, w->bad, w->good);
+                w->bad, w->good);
     free(w);
 }
 
