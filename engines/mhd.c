@@ -103,6 +103,7 @@ struct emhd_conn {
      * own functions on the one record, and none acts on a stale copy. */
     pthread_mutex_t mu;
     bool reused;             /* MHD thread only: a request completed on it */
+    bool asked;              /* MHD thread only: MHD reported a request line on it */
     struct emhd_req *req; /* MHD thread only: the request MHD has not completed */
     bool expect_close;       /* MHD thread only: the last request ends it */
     /* MHD thread only: emhd_sent since it went idle, taken when needed
@@ -1033,7 +1034,11 @@ static void emhd_closing(emhd_server *es, struct MHD_Connection *conn, emhd_conn
      * 400) are written by MHD itself; they are not logged (0.9.75 gives no
      * hook before its request callbacks, and no status once closing). */
     pthread_mutex_lock(&ec->mu);
-    bool waiting = emhd_waiting(&ec->policy) && srv__now_ms() < ec->policy.deadline;
+    srv__conn *c = &ec->policy;
+    /* Between requests, or a first head the gate saw begin that MHD never
+     * reported (the gate's look counts its bytes as begun). */
+    bool waiting = (emhd_waiting(c) || (c->state == SRV_CONN_HEAD && !ec->asked)) &&
+                   srv__now_ms() < c->deadline;
     pthread_mutex_unlock(&ec->mu);
     /* Over TLS MHD's drop is a close (nothing can be written past MHD), so
      * there is no answer to count either: a failed handshake closes the
@@ -1581,6 +1586,7 @@ static void *emhd_uri_log(void *cls, const char *uri, struct MHD_Connection *con
         if (ec->req != NULL) /* never completed: not ours to keep */
             emhd_abandon(es, ec->req);
         ec->req = er;
+        ec->asked = true;
         pthread_mutex_lock(&ec->mu);
         srv__conn *c = &ec->policy;
         /* Refused at the accept, its first request comes after a slot

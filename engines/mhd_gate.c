@@ -41,7 +41,6 @@ struct emhd_gate {
     srv_server *srv;
     struct emhd_gate_ops ops;
     bool tls;
-    long long header_ms;
     int lfd;            /* the gate's thread; -1 once closed */
     int epfd;
     int wake;           /* eventfd: a command is in cmd */
@@ -113,6 +112,12 @@ static bool emhd_gate_look(emhd_gate *g, emhd_wait *w)
     if (n <= 0) { /* the client left before a byte, or an error */
         emhd_gate_close(g, w);
         return false;
+    }
+    if (!w->conn.begun) {
+        /* A request has begun (a stop's grace waits for it): refused at the
+         * accept, it takes a slot freed since (the policy's readmission). */
+        (void)srv__conn_readmit(&w->conn);
+        srv__conn_begun(&w->conn, srv__now_ms());
     }
     if (g->quiescing) { /* a request arrives while the server stops: MHD's
                          * grace rules answer it (served or 503) */
@@ -286,15 +291,16 @@ static void emhd_gate_resume(emhd_gate *g)
     epoll_ctl(g->epfd, EPOLL_CTL_MOD, g->lfd, &ev);
 }
 
-/* Deadlines: a first head not complete at header_timeout goes to MHD,
- * whose watchdog ends it there as it ends every late head (the deadline
- * counts from the accept). While quiescing, silent connections close. */
+/* Deadlines: a first head not complete by the policy's deadline (from the
+ * accept) goes to MHD, whose watchdog ends it there as it ends every late
+ * head (srv__conn_due: 408, a refused one's 503, silence a close). While
+ * quiescing, silent connections close. */
 static void emhd_gate_expire(emhd_gate *g)
 {
     long long now = emhd_gate_now();
     for (emhd_wait *w = g->waiting, *next; w != NULL; w = next) {
         next = w->next;
-        if (now - w->accepted >= g->header_ms) {
+        if ((uint64_t)now >= w->conn.deadline) { /* the policy's: a refused one's is shorter */
             emhd_gate_hand(g, w, false);
         } else if (g->quiescing && now - w->accepted >= EMHD_GATE_QUIET_MS) {
             char b;
@@ -389,7 +395,6 @@ int emhd_gate_start(emhd_gate **out, srv_server *srv, int lfd, bool tls,
     g->srv = srv;
     g->ops = *ops;
     g->tls = tls;
-    g->header_ms = (long long)cfg->header_timeout_ms;
     g->lfd = lfd;
     /* A head at the core's limits, and what follows it in the same read:
      * past max_header_bytes the core's parser has failed (431). */
