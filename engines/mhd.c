@@ -234,8 +234,10 @@ typedef struct emhd_server {
      * CA text is MHD's trust list) is held until destroy. */
     bool tls;
     const srv_tls_gnutls *tls_start;
-    long long header_ms;     /* a head must arrive within this */
-    long long keepalive_ms;  /* idle time allowed between requests */
+    /* The policy's deadlines are srv__conn's; these serve the engine's own
+     * looks: a stuck query's retry (emhd_watch), quiesce's idle time. */
+    long long header_ms;
+    long long keepalive_ms;
     size_t swallow_limit;    /* body bytes discarded after a 413 */
     unsigned lib;            /* MHD_get_version() as MHD_VERSION's 0xMMmmpp00 */
     bool quiesced;           /* controlling thread only */
@@ -245,7 +247,7 @@ typedef struct emhd_server {
     atomic_uint held;        /* core requests not yet completed by MHD */
     pthread_mutex_t lock;    /* conns, open, start_msg, wd_stop, linger */
     emhd_conn *conns;
-    unsigned open;
+    unsigned open;           /* MHD's connections: the gate's room below MHD's limit */
     char start_msg[200]; /* MHD's last complaint while starting */
     pthread_t watchdog;
     bool watchdog_started;
@@ -313,7 +315,6 @@ typedef struct emhd_req {
     bool failed;      /* req holds the core's answer to bad input (emhd_fail) */
     bool closes;      /* the answer queued closes the connection whatever req says */
     atomic_int sstate; /* a streamed response's suspend hand-over (EMHD_S_*) */
-    size_t body_bytes;   /* body bytes received so far */
     /* Its head's bytes (from the method, as MHD counts them) when it has no
      * body; 0 otherwise or not parsed: then emhd_handed samples TCP's
      * count (emhd_conn.rcvd). */
@@ -2062,7 +2063,6 @@ static enum MHD_Result emhd_body(emhd_server *es, emhd_req *er, struct MHD_Conne
     size_t n = *size;
     *size = 0;
     if (er->phase != EMHD_REQ_ANSWERED) {
-        er->body_bytes += n;
         if (!emhd_body_bytes(er->ec, SRV_CONN_BODY, n))
             return MHD_NO;
     }
