@@ -1,7 +1,7 @@
 /* The "mhd" engine: GNU libmicrohttpd 0.9.75, epoll. io_threads loops (a daemon each, run
  * by a thread of ours with MHD_run) parse and write; the gate accepts; handlers run on the
  * core's worker pool while the connection is suspended (respond resumes it); a watchdog
- * thread enforces header/keep-alive deadlines. HTTPS through libmicrohttpd's own GnuTLS
+ * thread carries out the core's connection policy (api/srv_conn.h). HTTPS through libmicrohttpd's own GnuTLS
  * (MHD_USE_TLS), with the core's GnuTLS contexts. */
 #include "srv_conn.h"
 #include "srv_engine.h"
