@@ -1,0 +1,313 @@
+/*
+ * todo: a JSON todo service on libsrv, the example to read after Greetings:
+ * route parameters, JSON bodies (jansson), server-sent events, CORS, static
+ * files, and every error in one JSON shape.
+ *   GET /             the page (www/index.html and app.js)
+ *   GET /todos        every item          POST /todos {"title":"..."} -> 201
+ *   GET /todos/{id}   one item            DELETE /todos/{id}           -> 204
+ *   GET /events       an SSE "todo" event for each item added
+ *   GET /health       {"status":"UP"}
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <srv.h>
+
+#include <jansson.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+
+#define MAX_BODY (64 * 1024)
+#define MAX_SUBS 1024
+
+/* Handlers run on worker threads and POST's body callbacks on I/O threads,
+ * several at once: the store is only touched under mu. */
+static struct {
+    pthread_mutex_t mu;
+    json_t *items;          /* [{"id":1,"title":"..."}, ...], oldest first */
+    json_int_t next_id;
+    srv_stream *subs[MAX_SUBS]; /* the /events clients */
+    size_t nsubs;
+    int stopping;
+} store = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* Answer with v (taken) as JSON. */
+static void reply_json(srv_request *req, int status, json_t *v)
+{
+    char *s = json_dumps(v, JSON_COMPACT);
+    json_decref(v);
+    srv_respond(req, s ? status : 500, "application/json", s, s ? strlen(s) : 0);
+    free(s);
+}
+
+/* Our errors in the shape of the library's own (error_format JSON, Spring
+ * Boot's), plus a message saying what to fix. */
+static void reply_error(srv_request *req, int status, const char *error, const char *message)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    struct tm tm;
+    char ts[40];
+    size_t n = strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", gmtime_r(&tv.tv_sec, &tm));
+    snprintf(ts + n, sizeof ts - n, ".%03dZ", (int)(tv.tv_usec / 1000));
+    reply_json(req, status, json_pack("{s:s, s:i, s:s, s:s, s:s}", "timestamp", ts, "status",
+                                      status, "error", error, "message", message, "path",
+                                      srv_request_path(req)));
+}
+
+/* Under mu: the event to every client, ending the streams of clients
+ * gone. One too slow to take its stream's buffer (SRV_EAGAIN) misses it. */
+static void broadcast(const char *id, const char *data)
+{
+    size_t keep = 0;
+    for (size_t i = 0; i < store.nsubs; i++) {
+        srv_stream *s = store.subs[i];
+        int rc = srv_sse_send(s, "todo", id, data);
+        if (rc == 0 || rc == SRV_EAGAIN)
+            store.subs[keep++] = s;
+        else
+            srv_stream_end(s);
+    }
+    store.nsubs = keep;
+}
+
+static void handle_events(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    srv_stream *s;
+    int rc = srv_sse_start(req, &s);
+    if (rc != 0) { /* ours to answer unless answered already or the client left */
+        if (rc != SRV_ETIMEDOUT && rc != SRV_ECLOSED)
+            reply_error(req, 503, "Service Unavailable", srv_strerror(rc));
+        return;
+    }
+    pthread_mutex_lock(&store.mu); /* a first comment sends the head now; HEAD ends */
+    if (!store.stopping && store.nsubs < MAX_SUBS && srv_sse_keepalive(s) == 0)
+        store.subs[store.nsubs++] = s;
+    else
+        srv_stream_end(s);
+    pthread_mutex_unlock(&store.mu);
+}
+
+/* A stop ends the event streams at once, instead of waiting its grace. */
+static void on_stop(srv_server *srv, void *arg)
+{
+    (void)srv, (void)arg;
+    pthread_mutex_lock(&store.mu);
+    store.stopping = 1;
+    for (size_t i = 0; i < store.nsubs; i++)
+        srv_stream_end(store.subs[i]);
+    store.nsubs = 0;
+    pthread_mutex_unlock(&store.mu);
+}
+
+static void add_todo(srv_request *req, const char *body, size_t len)
+{
+    json_error_t jerr;
+    json_t *in = json_loadb(body, len, 0, &jerr);
+    const char *title = json_string_value(json_object_get(in, "title"));
+    if (title == NULL || *title == '\0') {
+        char msg[200];
+        snprintf(msg, sizeof msg, "%s%s", in ? "give {\"title\": \"a non-empty string\"}"
+                                             : "malformed JSON: ", in ? "" : jerr.text);
+        json_decref(in);
+        reply_error(req, 400, "Bad Request", msg);
+        return;
+    }
+    pthread_mutex_lock(&store.mu);
+    json_int_t id = ++store.next_id;
+    json_t *item = json_pack("{s:I, s:s}", "id", id, "title", title);
+    char *text = json_dumps(item, JSON_COMPACT), where[40]; /* NULL for NULL */
+    snprintf(where, sizeof where, "/todos/%" JSON_INTEGER_FORMAT, id);
+    int ok = text != NULL && json_array_append(store.items, item) == 0;
+    if (ok)
+        broadcast(where + 7, text);
+    pthread_mutex_unlock(&store.mu);
+    json_decref(in);
+    json_decref(item);
+    if (!ok)
+        reply_error(req, 503, "Service Unavailable", "out of memory");
+    else {
+        srv_set_header(req, "Location", where);
+        srv_respond(req, 201, "application/json", text, strlen(text));
+    }
+    free(text);
+}
+
+/* POST /todos reads its body itself (SRV_ROUTE_STREAM_BODY) so that the
+ * 413 over MAX_BODY is ours, given after the CORS filter ran: a page on
+ * another origin can read it (the library's own 413 comes before filters). */
+typedef struct upload {
+    size_t len;
+    char data[MAX_BODY];
+} upload;
+
+static int post_data(srv_request *req, const void *data, size_t len, void *u_)
+{
+    upload *u = u_;
+    if (len > MAX_BODY - u->len) { /* chunked, so no Content-Length to check */
+        free(u);
+        reply_error(req, 413, "Content Too Large", "a todo takes at most 64 KiB");
+        return SRV_ETOOBIG; /* no more calls, on_end included */
+    }
+    memcpy(u->data + u->len, data, len);
+    u->len += len;
+    return 0;
+}
+
+static void post_end(srv_request *req, int status, void *u_)
+{
+    upload *u = u_;
+    if (status == 0)
+        add_todo(req, u->data, u->len);
+    else /* the client left or the core answered: dropped, but still owed */
+        srv_respond(req, 400, NULL, NULL, 0);
+    free(u);
+}
+
+static void handle_post(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    const char *length = srv_request_header(req, "Content-Length");
+    upload *u = NULL;
+    if (length != NULL && strtoull(length, NULL, 10) > MAX_BODY)
+        reply_error(req, 413, "Content Too Large", "a todo takes at most 64 KiB");
+    else if ((u = malloc(sizeof *u)) == NULL)
+        reply_error(req, 503, "Service Unavailable", "out of memory");
+    else if ((u->len = 0, srv_request_body_read(req, post_data, post_end, u)) != 0) {
+        free(u);
+        srv_respond(req, 400, NULL, NULL, 0); /* answered already: dropped */
+    }
+}
+
+/* GET and DELETE /todos/{id} (ctx non-NULL: delete). */
+static void handle_one(srv_request *req, void *del)
+{
+    char *end;
+    long long id = strtoll(srv_request_param(req, "id"), &end, 10);
+    json_t *item = NULL;
+    pthread_mutex_lock(&store.mu);
+    for (size_t i = 0; *end == '\0' && item == NULL && i < json_array_size(store.items); i++) {
+        json_t *it = json_array_get(store.items, i);
+        if (json_integer_value(json_object_get(it, "id")) == id) {
+            item = json_deep_copy(it); /* answered outside the lock */
+            if (del)
+                json_array_remove(store.items, i);
+        }
+    }
+    pthread_mutex_unlock(&store.mu);
+    if (item == NULL)
+        reply_error(req, 404, "Not Found", "no such todo");
+    else if (del) {
+        json_decref(item);
+        srv_respond(req, 204, NULL, NULL, 0);
+    } else
+        reply_json(req, 200, item);
+}
+
+static void handle_list(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    pthread_mutex_lock(&store.mu);
+    json_t *copy = json_deep_copy(store.items); /* answered outside the lock */
+    pthread_mutex_unlock(&store.mu);
+    reply_json(req, 200, copy);
+}
+
+static void handle_health(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    srv_respond(req, 200, "application/json", "{\"status\":\"UP\"}", 15);
+}
+
+int main(int argc, char **argv)
+{
+    const char *engine_name = NULL, *cors = "*", *www = TODO_WWW, *port = "8080";
+    srv_config cfg;
+    srv_config_init(&cfg);
+    cfg.max_body_bytes = MAX_BODY;            /* the library's 413 past it */
+    cfg.error_format = SRV_ERROR_FORMAT_JSON; /* its 404, 405, 400... like ours */
+    const struct { const char *flag, **val; } flags[] = {
+        {"--engine", &engine_name}, {"--host", &cfg.host}, {"--port", &port},
+        {"--tls-cert", &cfg.tls_cert_file}, {"--tls-key", &cfg.tls_key_file},
+        {"--cors", &cors}, {"--www", &www}};
+    char err[256];
+    if (srv_config_from_env(&cfg, "SRV_", err, sizeof err) != 0) {
+        fprintf(stderr, "todo: %s\n", err);
+        return 2;
+    }
+    for (int i = 1; i < argc; i += 2) {
+        size_t f = 0;
+        while (f < sizeof flags / sizeof flags[0] && strcmp(argv[i], flags[f].flag) != 0)
+            f++;
+        if (f == sizeof flags / sizeof flags[0] || i + 1 == argc) {
+            fprintf(stderr, "usage: todo [--engine NAME] [--host ADDR] [--port N] [--tls-cert "
+                            "FILE --tls-key FILE]\n            [--cors ORIGINS (*)] [--www DIR "
+                            "(%s)]\nSRV_* environment variables set any srv_config field.\n",
+                    TODO_WWW);
+            return 2;
+        }
+        *flags[f].val = argv[i + 1];
+    }
+    cfg.port = atoi(port);
+    const srv_engine *engine;
+    if (srv_engine_select(engine_name, &engine) != 0) {
+        fprintf(stderr, "todo: that engine is not built into this libsrv\n");
+        return 2;
+    }
+    store.items = json_array();
+    srv_server *srv = srv_server_new(engine, &cfg);
+    srv_cors_opts c;
+    srv_cors_opts_init(&c);
+    c.allowed_origins = cors;
+    c.allowed_methods = "GET, HEAD, POST, DELETE";
+    c.exposed_headers = "Location";
+    srv_static_opts st;
+    srv_static_opts_init(&st);
+    st.prefix = "/"; /* its "/{*path}" loses to "/todos"...: literals first */
+    st.root = www;
+    srv_route_opts post;
+    srv_route_opts_init(&post);
+    post.method = "POST";
+    post.path = "/todos";
+    post.handler = handle_post;
+    post.flags = SRV_ROUTE_STREAM_BODY;
+    if (srv == NULL || store.items == NULL || srv_cors_add(srv, &c) != 0 ||
+        srv_static_add(srv, &st) != 0 || srv_route_add(srv, &post) != 0 ||
+        srv_route(srv, "GET", "/todos", handle_list, NULL) != 0 ||
+        srv_route(srv, "GET", "/todos/{id}", handle_one, NULL) != 0 ||
+        srv_route(srv, "DELETE", "/todos/{id}", handle_one, "delete") != 0 ||
+        srv_route(srv, "GET", "/events", handle_events, NULL) != 0 ||
+        srv_route(srv, "GET", "/health", handle_health, NULL) != 0 ||
+        srv_server_on_stop(srv, on_stop, NULL) != 0) {
+        fprintf(stderr, "todo: cannot set up (--cors '%s', --www '%s'): %s\n", cors, www,
+                srv ? srv_server_last_error(srv) : "out of memory");
+        srv_server_free(srv);
+        return 1;
+    }
+    /* A SIGTERM sent once the start line shows waits for srv_server_run,
+     * which unblocks it: a graceful stop, not a kill. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    if (srv_server_start(srv) != 0) {
+        fprintf(stderr, "todo: %s\n", srv_server_last_error(srv));
+        srv_server_free(srv);
+        return 1;
+    }
+    int h2 = srv_engine_caps(engine) & (cfg.tls_cert_file ? SRV_CAP_TLS_HTTP2 : SRV_CAP_HTTP2);
+    printf("todo: engine=%s listening on %s://%s:%d (HTTP/1.1%s)\n", srv_engine_name(engine),
+           cfg.tls_cert_file ? "https" : "http", cfg.host, srv_server_port(srv),
+           h2 ? " and HTTP/2" : "");
+    fflush(stdout);
+    int rc = srv_server_run(srv, 5000);
+    srv_server_free(srv);
+    json_decref(store.items);
+    return rc == 0 ? 0 : 1;
+}
