@@ -5,8 +5,7 @@
  *   GET /             the page (www/index.html and app.js)
  *   GET /todos        every item          POST /todos {"title":"..."} -> 201
  *   GET /todos/{id}   one item            DELETE /todos/{id}           -> 204
- *   GET /events       an SSE "todo" event for each item added
- *   GET /health       {"status":"UP"}
+ *   GET /events       an SSE "todo" event per item added    GET /health -> UP
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -14,7 +13,6 @@
 
 #include <jansson.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +26,7 @@
  * several at once: the store is only touched under mu. */
 static struct {
     pthread_mutex_t mu;
-    json_t *items;          /* [{"id":1,"title":"..."}, ...], oldest first */
+    json_t *items;          /* {"1": {"id":1,"title":"..."}, ...} */
     json_int_t next_id;
     srv_stream *subs[MAX_SUBS]; /* the /events clients */
     size_t nsubs;
@@ -51,7 +49,7 @@ static void reply_error(srv_request *req, int status, const char *error, const c
     struct timeval tv;
     gettimeofday(&tv, NULL);
     struct tm tm;
-    char ts[40];
+    char ts[40]; /* as the library's: 2026-12-03T14:40:00.123Z */
     size_t n = strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", gmtime_r(&tv.tv_sec, &tm));
     snprintf(ts + n, sizeof ts - n, ".%03dZ", (int)(tv.tv_usec / 1000));
     reply_json(req, status, json_pack("{s:s, s:i, s:s, s:s, s:s}", "timestamp", ts, "status",
@@ -80,11 +78,10 @@ static void handle_events(srv_request *req, void *ctx)
     (void)ctx;
     srv_stream *s;
     int rc = srv_sse_start(req, &s);
-    if (rc != 0) { /* ours to answer unless answered already or the client left */
-        if (rc != SRV_ETIMEDOUT && rc != SRV_ECLOSED)
-            reply_error(req, 503, "Service Unavailable", srv_strerror(rc));
+    if (rc != 0 && rc != SRV_ETIMEDOUT && rc != SRV_ECLOSED) /* else answered already */
+        reply_error(req, 503, "Service Unavailable", srv_strerror(rc));
+    if (rc != 0)
         return;
-    }
     pthread_mutex_lock(&store.mu); /* a first comment sends the head now; HEAD ends */
     if (!store.stopping && store.nsubs < MAX_SUBS && srv_sse_keepalive(s) == 0)
         store.subs[store.nsubs++] = s;
@@ -123,7 +120,7 @@ static void add_todo(srv_request *req, const char *body, size_t len)
     json_t *item = json_pack("{s:I, s:s}", "id", id, "title", title);
     char *text = json_dumps(item, JSON_COMPACT), where[40]; /* NULL for NULL */
     snprintf(where, sizeof where, "/todos/%" JSON_INTEGER_FORMAT, id);
-    int ok = text != NULL && json_array_append(store.items, item) == 0;
+    int ok = text != NULL && json_object_set(store.items, where + 7, item) == 0;
     if (ok)
         broadcast(where + 7, text);
     pthread_mutex_unlock(&store.mu);
@@ -141,15 +138,12 @@ static void add_todo(srv_request *req, const char *body, size_t len)
 /* POST /todos reads its body itself (SRV_ROUTE_STREAM_BODY) so that the
  * 413 over MAX_BODY is ours, given after the CORS filter ran: a page on
  * another origin can read it (the library's own 413 comes before filters). */
-typedef struct upload {
-    size_t len;
-    char data[MAX_BODY];
-} upload;
+typedef struct upload { size_t len; char data[MAX_BODY]; } upload;
 
-static int post_data(srv_request *req, const void *data, size_t len, void *u_)
+static int post_data(srv_request *req, const void *data, size_t len, void *arg)
 {
-    upload *u = u_;
-    if (len > MAX_BODY - u->len) { /* chunked, so no Content-Length to check */
+    upload *u = arg;
+    if (len > MAX_BODY - u->len) { /* chunked: no Content-Length said so at first */
         free(u);
         reply_error(req, 413, "Content Too Large", "a todo takes at most 64 KiB");
         return SRV_ETOOBIG; /* no more calls, on_end included */
@@ -159,9 +153,9 @@ static int post_data(srv_request *req, const void *data, size_t len, void *u_)
     return 0;
 }
 
-static void post_end(srv_request *req, int status, void *u_)
+static void post_end(srv_request *req, int status, void *arg)
 {
-    upload *u = u_;
+    upload *u = arg;
     if (status == 0)
         add_todo(req, u->data, u->len);
     else /* the client left or the core answered: dropped, but still owed */
@@ -173,7 +167,7 @@ static void handle_post(srv_request *req, void *ctx)
 {
     (void)ctx;
     const char *length = srv_request_header(req, "Content-Length");
-    upload *u = NULL;
+    upload *u = NULL; /* answered at once, without reading, when too long */
     if (length != NULL && strtoull(length, NULL, 10) > MAX_BODY)
         reply_error(req, 413, "Content Too Large", "a todo takes at most 64 KiB");
     else if ((u = malloc(sizeof *u)) == NULL)
@@ -184,21 +178,14 @@ static void handle_post(srv_request *req, void *ctx)
     }
 }
 
-/* GET and DELETE /todos/{id} (ctx non-NULL: delete). */
+/* GET and DELETE /todos/{id} (del non-NULL: delete). */
 static void handle_one(srv_request *req, void *del)
 {
-    char *end;
-    long long id = strtoll(srv_request_param(req, "id"), &end, 10);
-    json_t *item = NULL;
+    const char *id = srv_request_param(req, "id");
     pthread_mutex_lock(&store.mu);
-    for (size_t i = 0; *end == '\0' && item == NULL && i < json_array_size(store.items); i++) {
-        json_t *it = json_array_get(store.items, i);
-        if (json_integer_value(json_object_get(it, "id")) == id) {
-            item = json_deep_copy(it); /* answered outside the lock */
-            if (del)
-                json_array_remove(store.items, i);
-        }
-    }
+    json_t *item = json_deep_copy(json_object_get(store.items, id)); /* answered unlocked */
+    if (del != NULL)
+        json_object_del(store.items, id);
     pthread_mutex_unlock(&store.mu);
     if (item == NULL)
         reply_error(req, 404, "Not Found", "no such todo");
@@ -212,10 +199,13 @@ static void handle_one(srv_request *req, void *del)
 static void handle_list(srv_request *req, void *ctx)
 {
     (void)ctx;
+    json_t *list = json_array(), *item;
+    const char *id;
     pthread_mutex_lock(&store.mu);
-    json_t *copy = json_deep_copy(store.items); /* answered outside the lock */
+    json_object_foreach(store.items, id, item) /* in the order added */
+        json_array_append_new(list, json_deep_copy(item));
     pthread_mutex_unlock(&store.mu);
-    reply_json(req, 200, copy);
+    reply_json(req, 200, list);
 }
 
 static void handle_health(srv_request *req, void *ctx)
@@ -235,7 +225,7 @@ int main(int argc, char **argv)
         {"--engine", &engine_name}, {"--host", &cfg.host}, {"--port", &port},
         {"--tls-cert", &cfg.tls_cert_file}, {"--tls-key", &cfg.tls_key_file},
         {"--cors", &cors}, {"--www", &www}};
-    char err[256];
+    char err[256]; /* SRV_* variables set any field (SRV_ACCESS_LOG=common); flags win */
     if (srv_config_from_env(&cfg, "SRV_", err, sizeof err) != 0) {
         fprintf(stderr, "todo: %s\n", err);
         return 2;
@@ -245,10 +235,8 @@ int main(int argc, char **argv)
         while (f < sizeof flags / sizeof flags[0] && strcmp(argv[i], flags[f].flag) != 0)
             f++;
         if (f == sizeof flags / sizeof flags[0] || i + 1 == argc) {
-            fprintf(stderr, "usage: todo [--engine NAME] [--host ADDR] [--port N] [--tls-cert "
-                            "FILE --tls-key FILE]\n            [--cors ORIGINS (*)] [--www DIR "
-                            "(%s)]\nSRV_* environment variables set any srv_config field.\n",
-                    TODO_WWW);
+            fprintf(stderr, "usage: todo [--engine E] [--host ADDR] [--port N] [--tls-cert FILE "
+                            "--tls-key FILE] [--cors ORIGINS] [--www DIR] (and SRV_* variables)\n");
             return 2;
         }
         *flags[f].val = argv[i + 1];
@@ -259,7 +247,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "todo: that engine is not built into this libsrv\n");
         return 2;
     }
-    store.items = json_array();
+    store.items = json_object();
     srv_server *srv = srv_server_new(engine, &cfg);
     srv_cors_opts c;
     srv_cors_opts_init(&c);
@@ -283,21 +271,9 @@ int main(int argc, char **argv)
         srv_route(srv, "DELETE", "/todos/{id}", handle_one, "delete") != 0 ||
         srv_route(srv, "GET", "/events", handle_events, NULL) != 0 ||
         srv_route(srv, "GET", "/health", handle_health, NULL) != 0 ||
-        srv_server_on_stop(srv, on_stop, NULL) != 0) {
-        fprintf(stderr, "todo: cannot set up (--cors '%s', --www '%s'): %s\n", cors, www,
+        srv_server_on_stop(srv, on_stop, NULL) != 0 || srv_server_start(srv) != 0) {
+        fprintf(stderr, "todo: cannot start (--cors '%s', --www '%s'): %s\n", cors, www,
                 srv ? srv_server_last_error(srv) : "out of memory");
-        srv_server_free(srv);
-        return 1;
-    }
-    /* A SIGTERM sent once the start line shows waits for srv_server_run,
-     * which unblocks it: a graceful stop, not a kill. */
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    if (srv_server_start(srv) != 0) {
-        fprintf(stderr, "todo: %s\n", srv_server_last_error(srv));
         srv_server_free(srv);
         return 1;
     }
