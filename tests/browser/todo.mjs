@@ -13,7 +13,8 @@
 //   - A's page with ?api=B (cross-origin): the list, the events, an item
 //     added through the form (a preflight, seen in B's access log), the
 //     Location header readable, a malformed body's JSON 400, and todo's
-//     JSON 413 for a 70 KiB POST /todos readable by the page (CORS);
+//     JSON 413 for a 70 KiB POST /todos readable by the page (CORS), whose
+//     form then shows its message;
 //   - a screenshot of that page: BUILD_DIR/meson-logs/browser/todo-ENGINE-SCHEME.png.
 // HTTPS uses a self-signed certificate made here with the openssl CLI, as
 // the conformance suite makes its own, trusted by its public key hash
@@ -222,6 +223,13 @@ async function runScheme(scheme) {
       expect(!r.error, `the page could not read the answer: ${r.error}`);
       expect(r.status === 413 && r.type === 'application/json' && r.body.status === 413 && r.body.error && r.body.path === '/todos',
         `got ${JSON.stringify(r)}`);
+      // The same through the form: the page shows the 413's message (and
+      // the screenshot below shows it).
+      await cross.$eval('#title', (el, v) => { el.value = v; }, big);
+      await cross.click('button[type=submit]');
+      const shown = await cross.waitForFunction(() => document.getElementById('status').textContent)
+        .then((h) => h.jsonValue());
+      expect(shown === r.body.message, `the page shows "${shown}", expected "${r.body.message}"`);
     });
     if (!onlyKnown) {
       const shot = path.join(shotDir, `todo-${engine}-${scheme}.png`);
