@@ -57,14 +57,15 @@ static void reply_error(srv_request *req, int status, const char *error, const c
                                       srv_request_path(req)));
 }
 
-/* Under mu: the event to every client, ending the streams of clients
- * gone. One too slow to take its stream's buffer (SRV_EAGAIN) misses it. */
+/* Under mu: the event (data NULL: a comment) to every client, ending the
+ * streams of clients gone. One too slow to take its stream's buffer
+ * (SRV_EAGAIN) misses it. */
 static void broadcast(const char *id, const char *data)
 {
     size_t keep = 0;
     for (size_t i = 0; i < store.nsubs; i++) {
         srv_stream *s = store.subs[i];
-        int rc = srv_sse_send(s, "todo", id, data);
+        int rc = data ? srv_sse_send(s, "todo", id, data) : srv_sse_keepalive(s);
         if (rc == 0 || rc == SRV_EAGAIN)
             store.subs[keep++] = s;
         else
@@ -82,7 +83,10 @@ static void handle_events(srv_request *req, void *ctx)
         reply_error(req, 503, "Service Unavailable", srv_strerror(rc));
     if (rc != 0)
         return;
-    pthread_mutex_lock(&store.mu); /* a first comment sends the head now; HEAD ends */
+    pthread_mutex_lock(&store.mu);
+    if (store.nsubs == MAX_SUBS)
+        broadcast(NULL, NULL); /* room: a client gone fails this or a later one */
+    /* A first comment sends the head now (the page's EventSource opens); HEAD ends here. */
     if (!store.stopping && store.nsubs < MAX_SUBS && srv_sse_keepalive(s) == 0)
         store.subs[store.nsubs++] = s;
     else
