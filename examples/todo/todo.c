@@ -13,6 +13,7 @@
 
 #include <jansson.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,9 +58,8 @@ static void reply_error(srv_request *req, int status, const char *error, const c
                                       srv_request_path(req)));
 }
 
-/* Under mu: the event (data NULL: a comment) to every client, ending the
- * streams of clients gone. One too slow to take its stream's buffer
- * (SRV_EAGAIN) misses it. */
+/* Under mu: the event (data NULL: a comment) to every client, ending the streams
+ * of clients gone. One too slow to take its buffer (SRV_EAGAIN) misses it. */
 static void broadcast(const char *id, const char *data)
 {
     size_t keep = 0;
@@ -113,10 +113,9 @@ static void add_todo(srv_request *req, const char *body, size_t len)
     const char *title = json_string_value(json_object_get(in, "title"));
     if (title == NULL || *title == '\0') {
         char msg[200];
-        snprintf(msg, sizeof msg, "%s%s", in ? "give {\"title\": \"a non-empty string\"}"
-                                             : "malformed JSON: ", in ? "" : jerr.text);
+        snprintf(msg, sizeof msg, "malformed JSON: %s", jerr.text);
+        reply_error(req, 400, "Bad Request", in ? "give {\"title\": \"a non-empty string\"}" : msg);
         json_decref(in);
-        reply_error(req, 400, "Bad Request", msg);
         return;
     }
     pthread_mutex_lock(&store.mu);
@@ -192,11 +191,11 @@ static void handle_one(srv_request *req, void *del)
     pthread_mutex_unlock(&store.mu);
     if (item == NULL)
         reply_error(req, 404, "Not Found", "no such todo");
-    else if (del) {
-        json_decref(item);
+    else if (del)
         srv_respond(req, 204, NULL, NULL, 0);
-    } else
-        reply_json(req, 200, item);
+    else
+        reply_json(req, 200, json_incref(item));
+    json_decref(item);
 }
 
 static void handle_list(srv_request *req, void *ctx)
@@ -250,6 +249,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "todo: that engine is not built into this libsrv\n");
         return 2;
     }
+    /* Blocked in every thread until srv_server_run: any SIGTERM is a graceful stop. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT), sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     store.items = json_object();
     srv_server *srv = srv_server_new(engine, &cfg);
     srv_cors_opts c;
