@@ -5,7 +5,7 @@
  *   GET /             the page (www/index.html and app.js)
  *   GET /todos        every item          POST /todos {"title":"..."} -> 201
  *   GET /todos/{id}   one item            DELETE /todos/{id}           -> 204
- *   GET /events       an SSE "todo" event per item added    GET /health -> UP
+ *   GET /events       an SSE "todo" event per item added    GET /health {"status":"UP"}
  */
 #define _POSIX_C_SOURCE 200809L
 
