@@ -68,7 +68,10 @@ extern "C" {
     X(ETLS, -15, "TLS certificate, key or setting refused")                 \
     X(EAGAIN, -16, "stream buffer full: write again once srv_stream_on_writable calls back") \
     X(ECLOSED, -17, "stream closed: the client went away, the send deadline passed or the server stopped") \
-    X(ENOBODY, -18, "the answer has no body (HEAD, 204 or 304): its head is sent, end the stream")
+    X(ENOBODY, -18, "the answer has no body (HEAD, 204 or 304): its head is sent, end the stream") \
+    X(ENOROUTE, -19, "no route registered with that method and pattern")    \
+    X(EMULTIPART, -20, "malformed multipart/form-data body")                 \
+    X(EBOUNDARY, -21, "not multipart/form-data with a valid boundary (1 to 70 characters)")
 
 typedef enum srv_error {
 #define SRV__ERR_ENUM(name, num, msg) SRV_##name = (num),
@@ -986,7 +989,10 @@ typedef int (*srv_body_data_fn)(srv_request *req, const void *data, size_t len, 
 
 /*
  * on_end: called exactly once after a successful srv_request_body_read
- * (unless on_data stopped the delivery): `status` is 0 when the whole body
+ * (unless on_data stopped the delivery), never from inside on_data: when
+ * on_data answers the request (srv_respond) and returns 0 or SRV_EAGAIN,
+ * on_end follows once on_data has returned; when it answers and returns a
+ * value that stops the delivery, no on_end comes. `status` is 0 when the whole body
  * arrived; SRV_ECLOSED when it never will - the client went away, the
  * request was answered before the end (by the application, the core's
  * request timeout or a stop); SRV_ETOOBIG past max_body_bytes (the core
@@ -1022,6 +1028,168 @@ int srv_request_body_read(srv_request *req, srv_body_data_fn on_data, srv_body_e
  * on_end exclusive (a mutex, a flag), as with srv_stream_end.
  */
 int srv_request_body_resume(srv_request *req);
+
+/* ------------------------------------------------------------------ */
+/* multipart/form-data as a stream (0.8)                               */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A parser for multipart/form-data bodies (RFC 7578, RFC 2046's syntax) that
+ * the application feeds with the pieces a SRV_ROUTE_STREAM_BODY route
+ * receives (srv_request_body_read's on_data), in order. It is sans-I/O: it
+ * reads no socket and answers nothing by itself; it calls back per part -
+ * on_part with the part's name, filename and content type, on_data with
+ * the part's data in pieces, on_part_end - inside srv_multipart_feed and
+ * srv_multipart_finish, on the thread that calls them. Memory is constant:
+ * the parser and one part's header block (max_header_bytes, twice), never
+ * a part's data; a boundary split across pieces is carried as a count.
+ * The syntax is RFC 2046's, strictly: lines end in CRLF (a bare LF is not a
+ * line end: in a part's headers it is an error, in data it is data, so a
+ * body delimited with bare LFs ends in "the body ends before the final
+ * boundary"); the preamble before the first boundary line and the epilogue
+ * after the last are ignored; a boundary line may carry spaces and tabs
+ * before its CRLF; a delimiter followed by anything else is an error (RFC
+ * 2046: the boundary must not occur in a part's data). Each part must have
+ * Content-Disposition: form-data with a name; Content-Type and other
+ * headers are optional; Content-Transfer-Encoding is not applied (RFC 7578
+ * 4.7); a part's data is given as sent (a nested multipart/mixed too).
+ * A parser is used by one thread at a time (on a body stream: the engine's
+ * I/O thread that calls on_data and on_end, so its callbacks must not block
+ * either). docs/API.md ("multipart/form-data") shows the loop.
+ */
+typedef struct srv_multipart srv_multipart;
+
+/*
+ * One part, as on_part sees it. Filled by the library, which only ever
+ * appends fields (size says how many this libsrv fills). The strings
+ * belong to the parser and stay valid until on_part_end returns (or the
+ * parser stops with an error).
+ */
+typedef struct srv_multipart_part {
+    size_t size;    /* sizeof the struct this libsrv fills */
+    unsigned index; /* 0 for the body's first part */
+    /* Content-Disposition's name parameter: the form field's name, its
+     * quoted-string unescaped, not %-decoded. Never NULL (a part without
+     * one is an error). */
+    const char *name;
+    /* Its filename parameter, NULL when absent (a plain field). As the
+     * client sent it: quoted-string unescaped, nothing else - it may hold
+     * '/', '\', ".." or be an absolute path ("../../etc/passwd",
+     * "C:\x\a.txt" sent as "C:\\x\\a.txt"): never use it as a file system
+     * path without reducing it to a safe name. filename* (RFC 5987) is
+     * ignored, as RFC 7578 4.2 says senders must not use it. */
+    const char *filename;
+    /* The part's Content-Type value as sent (blanks around it trimmed),
+     * NULL when absent (RFC 7578: text/plain then). */
+    const char *content_type;
+} srv_multipart_part;
+
+/* A callback returns 0 to go on; any other value (a negative number, e.g.
+ * an SRV_E... code of the application's) stops the parser: no callback
+ * runs again, and srv_multipart_feed / _finish return that value. */
+typedef int (*srv_multipart_part_fn)(srv_multipart *mp, const srv_multipart_part *part,
+                                     void *ctx);
+/* `len` (> 0) more bytes of the current part's data; valid during the call
+ * only (it may point into the fed piece or into the parser). */
+typedef int (*srv_multipart_data_fn)(srv_multipart *mp, const void *data, size_t len,
+                                     void *ctx);
+/* The current part's data is complete (its next boundary line was read). */
+typedef int (*srv_multipart_end_fn)(srv_multipart *mp, void *ctx);
+
+typedef struct srv_multipart_opts {
+    size_t size; /* set by srv_multipart_opts_init */
+    srv_multipart_part_fn on_part;    /* required */
+    srv_multipart_data_fn on_data;    /* required */
+    srv_multipart_end_fn on_part_end; /* optional (NULL) */
+    void *ctx;                        /* passed to the callbacks; default NULL */
+    /* Parts at most; one more is SRV_ETOOBIG. Default 128; at least 1. (A
+     * body of no part - only the final boundary line, what a browser sends
+     * for a form without fields - is valid.) */
+    unsigned max_parts;
+    /* A part's header block (its lines and the empty line ending it) at
+     * most; more is SRV_ETOOBIG. Default 8192; 64 to 1 MiB. The parser
+     * allocates twice this once. */
+    size_t max_header_bytes;
+} srv_multipart_opts;
+
+/* srv_multipart_opts_init: the defaults above and the size. Any thread. */
+void srv_multipart_opts_init_sized(srv_multipart_opts *opts, size_t size);
+#define srv_multipart_opts_init(opts) srv_multipart_opts_init_sized((opts), sizeof *(opts))
+
+/*
+ * srv_multipart_new: a parser for a body whose Content-Type is
+ * `content_type` (the request's, e.g. srv_request_header(req,
+ * "Content-Type")): "multipart/form-data" (case-insensitive) with a
+ * boundary parameter, as a token or a quoted-string ("boundary=\"a b\""),
+ * of 1 to 70 of RFC 2046's characters (letters, digits, "'()+_,-./:=?" and
+ * space, not last). The options are copied (the struct is not kept).
+ * Stores the parser in *out (the caller owns it: srv_multipart_free) and
+ * returns 0; SRV_EBOUNDARY for a NULL or other Content-Type, no boundary,
+ * two, or one that breaks those rules (answer 400: see
+ * srv_multipart_respond_error); SRV_EINVAL for NULL out or opts, an opts
+ * not set by srv_multipart_opts_init, no on_part or on_data, or a limit out
+ * of range; SRV_ENOMEM. Callbacks are never called by this function. Any
+ * thread.
+ */
+int srv_multipart_new(const char *content_type, const srv_multipart_opts *opts,
+                      srv_multipart **out);
+
+/*
+ * srv_multipart_feed: parse the next `len` bytes of the body (all of them:
+ * nothing is kept for a later call beyond the count of a boundary's bytes
+ * seen), calling back for what they complete. Returns 0; SRV_EMULTIPART for
+ * malformed input (srv_multipart_error says what); SRV_ETOOBIG past
+ * max_parts or max_header_bytes; a callback's non-zero return; SRV_EINVAL
+ * for NULL mp, or NULL data with len > 0. After an error the parser is
+ * stopped: every later feed and finish return the same value and no
+ * callback runs, not even on_part_end for the part that was open. Bytes
+ * after the final boundary are ignored (0). A body stream's on_data may
+ * feed its piece, then return SRV_EAGAIN to pause: the piece was consumed.
+ */
+int srv_multipart_feed(srv_multipart *mp, const void *data, size_t len);
+
+/*
+ * srv_multipart_finish: the body ended (on_end's status 0). Returns 0 when
+ * the final boundary ("--boundary--") was read; SRV_EMULTIPART when it was
+ * not (a truncated body: the open part gets no on_part_end; also a body
+ * with no boundary line at all); the parser's earlier error if it had
+ * stopped; SRV_EINVAL for NULL. Calls no callback.
+ */
+int srv_multipart_finish(srv_multipart *mp);
+
+/*
+ * srv_multipart_header: the value of the current part's header `name`
+ * (case-insensitive; blanks around it trimmed), NULL when the part has
+ * none or outside a part. Valid from on_part until on_part_end returns.
+ * The parser's thread.
+ */
+const char *srv_multipart_header(const srv_multipart *mp, const char *name);
+
+/*
+ * srv_multipart_error: what stopped the parser, in English ("the body ends
+ * before the final boundary", "a part's headers are over
+ * max_header_bytes", "stopped by on_data"...), "" when nothing did. Owned
+ * by the parser, a static string.
+ */
+const char *srv_multipart_error(const srv_multipart *mp);
+
+/*
+ * srv_multipart_respond_error: answer `req` for a parser error `err`, in
+ * place of srv_respond: 400 for SRV_EMULTIPART, SRV_EBOUNDARY and
+ * SRV_ETOOBIG (the client's body is at fault), with the text "400 Bad
+ * Request: multipart/form-data: " and what was wrong
+ * (srv_multipart_error of mp when it has that error, else srv_strerror)
+ * - or, with srv_config.error_format JSON or an error body writer, the
+ * library's usual error body; 500 for any other code (a callback's own).
+ * mp may be NULL (srv_multipart_new failed). Returns what srv_respond
+ * returns; the request is libsrv's again afterwards. The connection closes
+ * after the answer when the body was not read to its end (as for any
+ * early answer). Any thread that may answer the request.
+ */
+int srv_multipart_respond_error(srv_request *req, const srv_multipart *mp, int err);
+
+/* srv_multipart_free: free the parser (NULL: nothing). No callback runs. */
+void srv_multipart_free(srv_multipart *mp);
 
 /* ------------------------------------------------------------------ */
 /* Streamed responses                                                  */
@@ -1234,20 +1402,37 @@ enum {
 };
 
 /*
- * A filter runs for every routed-or-not request (after the path was
- * checked and looked up, so srv_request_param and srv_request_route
- * work; before the core's 404/405/OPTIONS answers), in registration
- * order, before the handler. It may set response headers with
- * srv_set_header (they go on whatever answer the request gets: the
- * handler's, another filter's, the core's 404/405/OPTIONS) and return
- * SRV_FILTER_NEXT, or answer (e.g. 401) and return SRV_FILTER_DONE.
+ * A filter runs before the handler, in its request's chain. Where it is
+ * attached (srv_filter_opts) decides which requests have it:
+ * - global (no prefix, no route): every request, routed or not;
+ * - a path prefix (srv_filter_opts.prefix): every request whose path lies
+ *   under it, routed or not (so a 404 under "/api/" is the filter's
+ *   first: it does not tell an unauthenticated client which paths exist);
+ * - a route (srv_filter_opts.route_method and route_path): the requests
+ *   that route serves (a GET route's HEAD requests too), not its 404 or
+ *   405 neighbours.
+ * A request's chain runs in this order: the global filters in registration
+ * order, then the prefix filters whose prefix covers the path, the
+ * shortest prefix first (equal ones in registration order), then the
+ * route's filters in registration order, then the handler (or the core's
+ * 404/405/OPTIONS answer). The first filter that answers ends the chain:
+ * nothing after it runs. Filters have no after-the-handler step, so there
+ * is no reverse order to keep; the response hooks (srv_response_hook_add)
+ * run once, before every filter.
+ * A filter runs after the path was checked and looked up, so
+ * srv_request_param and srv_request_route work, and before the core's
+ * 404/405/OPTIONS answers. It may set response headers with srv_set_header
+ * (they go on whatever answer the request gets: the handler's, another
+ * filter's, the core's 404/405/OPTIONS) and return SRV_FILTER_NEXT, or
+ * answer (e.g. 401) and return SRV_FILTER_DONE.
  * Threads: a filter registered SRV_FILTER_NONBLOCKING runs on the I/O
- * thread that parsed the request as long as every filter before it is
- * non-blocking too (threadpool: when the whole request - every filter and
- * the handler - is non-blocking; otherwise on the connection's worker);
- * a blocking filter sends the request to a worker, where it and every
- * later filter and the handler run. A non-blocking filter must not block
- * (srv_config.nonblocking_warn_ms counts it like a handler).
+ * thread that parsed the request as long as every filter before it in the
+ * request's chain is non-blocking too (threadpool: when the whole request -
+ * every filter of its chain and the handler - is non-blocking; otherwise
+ * on the connection's worker); a blocking filter sends the request to a
+ * worker, where it and every later filter and the handler run. A
+ * non-blocking filter must not block (srv_config.nonblocking_warn_ms
+ * counts it like a handler).
  */
 typedef int (*srv_filter_fn)(srv_request *req, void *ctx);
 
@@ -1262,6 +1447,27 @@ typedef struct srv_filter_opts {
     srv_filter_fn filter; /* required */
     void *ctx;            /* passed to filter; default NULL */
     unsigned flags;       /* SRV_FILTER_* bits; default 0 (may block) */
+    /* ---- fields above: 0.4; below: added in 0.8 ---- */
+    /* Non-NULL: the filter runs only for paths under this prefix, a '/'
+     * and literal segments ("/api/", "/api" alike; "/" covers every path).
+     * Segment boundaries count: "/api/" covers "/api", "/api/" and
+     * "/api/x/y", not "/apix". It is matched the way the router matches
+     * literal segments, against the request's path split at its raw '/'
+     * and each segment %-decoded: "/%61pi/x" is under "/api", while
+     * "/api%2Fx" is not (an encoded slash is data inside one segment, and
+     * no route "/api/..." serves it either). Paths with dot segments
+     * ("/x/../api", "%2e%2e") are answered 400 before any filter. An
+     * empty segment ("/a//b"), a dot segment or '{', '}', '?', '#' in the
+     * prefix is SRV_EINVAL. Compared case-sensitively. Copied. Default
+     * NULL. */
+    const char *prefix;
+    /* Both non-NULL: the filter runs only for requests the route
+     * registered (before this call) with that method and pattern serves;
+     * the pattern is compared by shape, as SRV_EEXIST compares routes
+     * ("/u/{x}" names the route "/u/{id}"). Not with prefix. Copied (not
+     * kept). Default NULL. */
+    const char *route_method;
+    const char *route_path;
 } srv_filter_opts;
 
 /* srv_filter_opts_init: zero *opts and set its size. Any thread. */
@@ -1269,10 +1475,13 @@ void srv_filter_opts_init_sized(srv_filter_opts *opts, size_t size);
 #define srv_filter_opts_init(opts) srv_filter_opts_init_sized((opts), sizeof *(opts))
 
 /*
- * srv_filter_add: append the filter `opts` describes to the server's chain
- * (the struct is not kept). Only before srv_server_start, from the
- * controlling thread. Returns 0; SRV_EINVAL (NULL opts or filter, a size
- * it cannot trust, unknown flags), SRV_ESTATE once started, SRV_ENOMEM.
+ * srv_filter_add: attach the filter `opts` describes - globally, to a path
+ * prefix or to a route (see srv_filter_fn for the order) - (the struct is
+ * not kept). Only before srv_server_start, from the controlling thread.
+ * Returns 0; SRV_EINVAL (NULL opts or filter, a size it cannot trust,
+ * unknown flags, a bad prefix, prefix together with a route, only one of
+ * route_method and route_path), SRV_ENOROUTE (no route registered with
+ * that method and pattern), SRV_ESTATE once started, SRV_ENOMEM.
  */
 int srv_filter_add(srv_server *srv, const srv_filter_opts *opts);
 

@@ -105,6 +105,15 @@ enum srv__conn_admission {
  * srv__conn_close. */
 enum srv__conn_admission srv__conn_open(srv__conn *c, srv_server *srv, uint64_t now);
 
+/* A refused connection (SRV_CONN_REFUSE) whose request has not begun
+ * takes a max_connections slot freed since its accept: 1, and it is
+ * admitted (SRV_CONN_FIRST, no longer among those read for refusal) as if
+ * the slot had been free at the accept; 0, and it stays refused. Its
+ * deadline stays: waiting for a slot earns no time. For an engine that
+ * learns of a request only once its bytes are parsed (mhd): a client that
+ * connected at the limit and asked after a slot freed is served. */
+int srv__conn_readmit(srv__conn *c);
+
 /* The connection now waits for `state`; its deadline follows the state's
  * rule. SRV_CONN_FIRST -> SRV_CONN_HEAD keeps the accept's deadline, and
  * a refused connection stays SRV_CONN_REFUSE until it lingers. Keeps the

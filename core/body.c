@@ -83,6 +83,15 @@ static void srv__body_finish(srv_request *req, int err, int status)
     bool tell = b->reading;
     if (!tell)
         b->early = err;
+    if (tell && b->in_data) {
+        /* Ended from inside on_data (its srv_respond let the engine go):
+         * on_end follows once on_data returned, and not at all if on_data
+         * stops the delivery, so the application never sees on_end nested
+         * in on_data nor after a stop. */
+        b->end_pending = true;
+        b->end_err = err;
+        tell = false;
+    }
     srv_body_end_fn fn = b->on_end;
     void *ctx = b->ctx;
     pthread_mutex_unlock(&req->mu);
@@ -117,6 +126,10 @@ int srv__body_data(srv_request *req, const void *data, size_t n)
     b->resumed = false;
     srv_body_data_fn fn = b->on_data;
     void *ctx = b->ctx;
+    /* on_data may answer, and the engine may write and let the request go
+     * inside that srv_respond (h2o does, on its loop): hold it until the
+     * state below is read and a held-back on_end has run. */
+    atomic_fetch_add(&req->refs, 1);
     pthread_mutex_unlock(&req->mu);
     srv__body_touch(req);
 
@@ -128,8 +141,15 @@ int srv__body_data(srv_request *req, const void *data, size_t n)
         b->paused = true;
     else if (rc != 0 && rc != SRV_EAGAIN)
         b->over = true; /* the application stopped: no more calls */
+    bool tell = b->end_pending && (rc == 0 || rc == SRV_EAGAIN);
+    b->end_pending = false;
+    int err = b->end_err;
+    srv_body_end_fn end = b->on_end;
     st = srv__body_state_locked(req);
     pthread_mutex_unlock(&req->mu);
+    if (tell)
+        end(req, err, ctx);
+    srv__request_unref(req);
     return st;
 }
 

@@ -91,6 +91,20 @@ enum srv__conn_admission srv__conn_open(srv__conn *c, srv_server *srv, uint64_t 
     return SRV_CONN_REFUSING;
 }
 
+int srv__conn_readmit(srv__conn *c)
+{
+    if (c->state != SRV_CONN_REFUSE || c->begun || !srv__conn_admit(c->srv))
+        return 0;
+    if (c->refusing) {
+        c->refusing = 0;
+        atomic_fetch_sub(&c->srv->refusing, 1);
+    }
+    c->admitted = 1;
+    c->status = 0;
+    c->state = SRV_CONN_FIRST;
+    return 1;
+}
+
 void srv__conn_set(srv__conn *c, enum srv__conn_state state, uint64_t now)
 {
     const srv_config *cfg = &c->srv->cfg;
@@ -145,11 +159,8 @@ void srv__conn_begun(srv__conn *c, uint64_t now)
 
 void srv__conn_body_bytes(srv__conn *c, size_t n, uint64_t now)
 {
-    c->paced += n;
-    if (c->paced >= SRV_BODY_MIN_PACE_BYTES) { /* the pace is kept: a new window */
-        c->paced = 0;
+    if (srv__pace_bytes(&c->paced, n)) /* the pace is kept: a new window */
         c->deadline = srv__after(now, c->srv->cfg.header_timeout_ms);
-    }
 }
 
 void srv__conn_progress(srv__conn *c, uint64_t now)

@@ -117,7 +117,7 @@ static void srv__run_hooks(srv_request *req)
  */
 static bool srv__filter_next(srv_request *req, bool timed)
 {
-    const srv__filter *f = &req->srv->router.filters[req->routing.next_filter++];
+    const srv__filter *f = srv__chain_at(req, req->routing.next_filter++);
     unsigned warn_ms = timed ? req->srv->cfg.nonblocking_warn_ms : 0;
     uint64_t t0 = warn_ms ? srv__coarse_ms() : 0;
     /* A filter that answered although it returns NEXT gave the
@@ -155,8 +155,7 @@ static void srv__chain_worker(srv_request *req)
         return;
     }
     srv__run_hooks(req); /* unless they ran on the engine's thread */
-    const srv__router *r = &req->srv->router;
-    while (req->routing.next_filter < r->filter_count)
+    while (req->routing.next_filter < req->routing.chain_len)
         if (!srv__filter_next(req, false))
             return;
     srv__terminal(req, false);
@@ -176,20 +175,20 @@ static void srv__chain_job(srv_job *job)
 static void srv__chain_inline(srv_request *req)
 {
     srv_server *srv = req->srv;
-    const srv__router *r = &srv->router;
+    size_t n = req->routing.chain_len;
     /* The engine may write and release the request inside srv_respond:
      * hold it until the application code has returned. */
     atomic_fetch_add(&req->refs, 1);
     srv__run_hooks(req);
-    while (req->routing.next_filter < r->filter_count &&
-           (r->filters[req->routing.next_filter].flags & SRV_FILTER_NONBLOCKING)) {
+    while (req->routing.next_filter < n &&
+           (srv__chain_at(req, req->routing.next_filter)->flags & SRV_FILTER_NONBLOCKING)) {
         if (!srv__filter_next(req, true)) {
             srv__inline_kept(req);
             srv__request_unref(req);
             return;
         }
     }
-    if (req->routing.next_filter == r->filter_count && !srv__terminal_blocks(req)) {
+    if (req->routing.next_filter == n && !srv__terminal_blocks(req)) {
         srv__terminal(req, true);
         srv__request_unref(req);
         return;
@@ -231,7 +230,7 @@ bool srv__request_nonblocking(srv_request *req)
         return true; /* answered inside dispatch */
     /* A filter may answer early, but which one does is known only once it
      * ran: any blocking filter sends the whole request to a worker. */
-    return !req->srv->router.filters_block && !srv__terminal_blocks(req);
+    return !req->routing.chain_blocks && !srv__terminal_blocks(req);
 }
 
 static void srv__request_route(srv_request *req, bool run_here)
@@ -247,7 +246,7 @@ static void srv__request_route(srv_request *req, bool run_here)
         return;
     }
     const srv__route *rt = req->route;
-    bool chain = srv->router.filter_count > 0 || srv->router.hook_count > 0;
+    bool chain = req->routing.chain_len > 0 || srv->router.hook_count > 0;
 
     if (!chain && rt == NULL) {
         atomic_fetch_add(&req->refs, 1); /* srv_respond takes it */

@@ -1,6 +1,7 @@
 /*
  * Registering filters and response hooks (srv_filter_add,
- * srv_response_hook_add): checked here, kept by the router, run by
+ * srv_response_hook_add): checked here, kept by the router (global, per
+ * prefix, per route; router.c builds each request's chain), run by
  * dispatch.c.
  */
 #include "srv_core.h"
@@ -27,7 +28,15 @@ int srv_filter_add(srv_server *srv, const srv_filter_opts *opts)
         return SRV_EINVAL;
     if (atomic_load(&srv->state) != SRV__NEW)
         return SRV_ESTATE;
+    bool route = o.route_method != NULL || o.route_path != NULL;
+    if ((route && (o.route_method == NULL || o.route_path == NULL)) ||
+        (route && o.prefix != NULL))
+        return SRV_EINVAL;
     srv__filter f = {.fn = o.filter, .ctx = o.ctx, .flags = o.flags};
+    if (o.prefix != NULL)
+        return srv__router_add_prefix_filter(&srv->router, o.prefix, &f);
+    if (route)
+        return srv__router_add_route_filter(&srv->router, o.route_method, o.route_path, &f);
     return srv__router_add_filter(&srv->router, &f);
 }
 

@@ -122,10 +122,19 @@ static enum srv__seg_kind srv__seg_kind(const char *s, size_t n, const char **na
     return SRV__SEG_LIT;
 }
 
+static void srv__filter_release(srv__filter *f)
+{
+    if (f->free_ctx != NULL)
+        f->free_ctx(f->ctx);
+}
+
 static void srv__route_free(srv__route *rt)
 {
     if (rt == NULL)
         return;
+    for (size_t i = 0; i < rt->filter_count; i++)
+        srv__filter_release(&rt->filters[i]);
+    free(rt->filters);
     for (size_t i = 0; i < rt->param_count; i++)
         free(rt->params[i]);
     free(rt->params);
@@ -298,6 +307,113 @@ int srv__router_add_filter(srv__router *r, const srv__filter *f)
     return 0;
 }
 
+/* The node a valid pattern leads to, NULL when no route made it. */
+static srv__rnode *srv__node_find(const srv__router *r, const char *path)
+{
+    srv__rnode *n = r->root;
+    const char *p = path + 1;
+    while (n != NULL) {
+        const char *slash = strchr(p, '/');
+        size_t len = slash ? (size_t)(slash - p) : strlen(p);
+        const char *name;
+        size_t name_len;
+        switch (srv__seg_kind(p, len, &name, &name_len)) {
+        case SRV__SEG_PARAM:
+            n = n->param;
+            break;
+        case SRV__SEG_WILD:
+            n = slash == NULL ? n->wild : NULL;
+            break;
+        case SRV__SEG_LIT: {
+            long i = srv__lit_find(n, p, len);
+            n = i >= 0 ? n->lits[i] : NULL;
+            break;
+        }
+        default:
+            return NULL;
+        }
+        if (slash == NULL)
+            return n;
+        p = slash + 1;
+    }
+    return NULL;
+}
+
+int srv__router_add_route_filter(srv__router *r, const char *method, const char *pattern,
+                                 const srv__filter *f)
+{
+    if (method == NULL || pattern == NULL || pattern[0] != '/')
+        return SRV_EINVAL;
+    srv__rnode *n = srv__node_find(r, pattern);
+    srv__route *rt = NULL;
+    for (size_t i = 0; n != NULL && i < n->nroutes; i++)
+        if (strcmp(n->routes[i]->method, method) == 0)
+            rt = n->routes[i];
+    if (rt == NULL)
+        return SRV_ENOROUTE;
+    srv__filter *grown = realloc(rt->filters, (rt->filter_count + 1) * sizeof *grown);
+    if (grown == NULL)
+        return SRV_ENOMEM;
+    rt->filters = grown;
+    rt->filters[rt->filter_count++] = *f;
+    r->scoped = true;
+    return 0;
+}
+
+/* A prefix is '/' and literal segments: no empty one inside, no dot
+ * segment (never routed), no pattern syntax, no query. Its copy has no
+ * trailing slash ("/api/" and "/api" are the same prefix). */
+static int srv__prefix_norm(const char *prefix, char **out, size_t *nsegs)
+{
+    if (prefix == NULL || prefix[0] != '/')
+        return SRV_EINVAL;
+    size_t len = strlen(prefix);
+    if (len > 1 && prefix[len - 1] == '/' && prefix[--len - 1] == '/')
+        return SRV_EINVAL; /* "//", "/a//" */
+    size_t segs = 0;
+    for (const char *p = prefix + 1; p < prefix + len;) {
+        const char *slash = memchr(p, '/', (size_t)(prefix + len - p));
+        size_t n = slash ? (size_t)(slash - p) : (size_t)(prefix + len - p);
+        if (n == 0 || memchr(p, '{', n) || memchr(p, '}', n) || memchr(p, '?', n) ||
+            memchr(p, '#', n) || (n == 1 && p[0] == '.') ||
+            (n == 2 && p[0] == '.' && p[1] == '.'))
+            return SRV_EINVAL;
+        segs++;
+        p += n + 1;
+    }
+    if (len == 1)
+        len = 0; /* "/": every path */
+    *out = strndup(prefix, len);
+    if (*out == NULL)
+        return SRV_ENOMEM;
+    *nsegs = segs;
+    return 0;
+}
+
+int srv__router_add_prefix_filter(srv__router *r, const char *prefix, const srv__filter *f)
+{
+    char *norm;
+    size_t nsegs;
+    int rc = srv__prefix_norm(prefix, &norm, &nsegs);
+    if (rc != 0)
+        return rc;
+    srv__pfilter *grown = realloc(r->pfilters, (r->pfilter_count + 1) * sizeof *grown);
+    if (grown == NULL) {
+        free(norm);
+        return SRV_ENOMEM;
+    }
+    r->pfilters = grown;
+    /* Shortest first; among equals, registration order. */
+    size_t at = r->pfilter_count;
+    while (at > 0 && r->pfilters[at - 1].nsegs > nsegs)
+        at--;
+    memmove(r->pfilters + at + 1, r->pfilters + at, (r->pfilter_count - at) * sizeof *grown);
+    r->pfilters[at] = (srv__pfilter){.prefix = norm, .nsegs = nsegs, .f = *f};
+    r->pfilter_count++;
+    r->scoped = true;
+    return 0;
+}
+
 void srv__router_set_compress(srv__router *r, struct srv__compress *c,
                               void (*free_fn)(struct srv__compress *c))
 {
@@ -353,9 +469,13 @@ void srv__router_free(srv__router *r)
     srv__node_free(r->root);
     free(r->all);
     for (size_t i = 0; i < r->filter_count; i++)
-        if (r->filters[i].free_ctx != NULL)
-            r->filters[i].free_ctx(r->filters[i].ctx);
+        srv__filter_release(&r->filters[i]);
     free(r->filters);
+    for (size_t i = 0; i < r->pfilter_count; i++) {
+        srv__filter_release(&r->pfilters[i].f);
+        free(r->pfilters[i].prefix);
+    }
+    free(r->pfilters);
     free(r->hooks);
     if (r->compress != NULL)
         r->compress_free(r->compress);
@@ -617,6 +737,73 @@ static bool srv__value_has_dots(const char *v)
     }
 }
 
+/* Whether the checked raw path p[0..n) lies under prefix (segments of
+ * literal text, compared with the request's %-decoded segments the way
+ * literal route segments are, so "/%61pi/x" is under "/api" and
+ * "/api%2Fx" is not: an encoded slash stays inside its segment). */
+static bool srv__under_prefix(const char *p, size_t n, const char *prefix)
+{
+    const char *end = p + n;
+    p++; /* the leading '/' */
+    while (*prefix != '\0') {
+        prefix++; /* its '/' */
+        if (p > end)
+            return false; /* the path has fewer segments */
+        size_t plen = strcspn(prefix, "/");
+        const char *slash = memchr(p, '/', (size_t)(end - p));
+        const char *seg_end = slash ? slash : end;
+        size_t i = 0;
+        for (const char *q = p; q < seg_end; i++) {
+            char c = *q;
+            if (c == '%') {
+                c = (char)(srv__hexval(q[1]) * 16 + srv__hexval(q[2]));
+                q += 3;
+            } else {
+                q++;
+            }
+            if (i >= plen || prefix[i] != c)
+                return false;
+        }
+        if (i != plen)
+            return false;
+        prefix += plen;
+        p = seg_end + 1;
+    }
+    return true;
+}
+
+/* req's filter chain: the global filters, then those of the prefixes the
+ * path lies under (shortest first), then the route's own. Only when some
+ * prefix or route filter exists; otherwise the global list serves as is. */
+static void srv__chain_build(srv_request *req, const char *path, size_t len,
+                             const srv__route *route)
+{
+    srv__routing *rt = &req->routing;
+    const srv__router *r = &req->srv->router;
+    size_t max = r->filter_count + r->pfilter_count + (route ? route->filter_count : 0);
+    if (!r->scoped || max == r->filter_count)
+        return;
+    const srv__filter **chain = srv__arena_alloc(&req->arena, max * sizeof *chain);
+    if (chain == NULL) {
+        rt->status = 500;
+        return;
+    }
+    size_t k = 0;
+    bool blocks = false;
+    for (size_t i = 0; i < r->filter_count; i++)
+        chain[k++] = &r->filters[i];
+    for (size_t i = 0; path != NULL && i < r->pfilter_count; i++)
+        if (srv__under_prefix(path, len, r->pfilters[i].prefix))
+            chain[k++] = &r->pfilters[i].f;
+    for (size_t i = 0; route != NULL && i < route->filter_count; i++)
+        chain[k++] = &route->filters[i];
+    for (size_t i = r->filter_count; i < k; i++)
+        blocks |= !(chain[i]->flags & SRV_FILTER_NONBLOCKING);
+    rt->chain = chain;
+    rt->chain_len = k;
+    rt->chain_blocks = r->filters_block || blocks;
+}
+
 void srv__router_lookup(srv_request *req)
 {
     srv__routing *rt = &req->routing;
@@ -624,6 +811,9 @@ void srv__router_lookup(srv_request *req)
         return;
     rt->done = true;
     req->route = NULL;
+    rt->chain = NULL;
+    rt->chain_len = req->srv->router.filter_count;
+    rt->chain_blocks = req->srv->router.filters_block;
     const char *path;
     size_t len;
     if (req->target == NULL || !srv__raw_path(req->target, &path, &len)) {
@@ -647,6 +837,7 @@ void srv__router_lookup(srv_request *req)
     srv__walk_path(r, &w, block, path, len);
     if (w.found == NULL) {
         rt->status = !w.known ? 404 : w.options ? 204 : 405;
+        srv__chain_build(req, path, len, NULL);
         return;
     }
     const srv__route *route = w.found;
@@ -673,6 +864,9 @@ void srv__router_lookup(srv_request *req)
     }
     req->route = route;
     rt->status = 0;
+    srv__chain_build(req, path, len, route);
+    if (rt->status != 0)
+        req->route = NULL;
 }
 
 char *srv__router_allow(const srv_request *req)

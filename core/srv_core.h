@@ -43,6 +43,8 @@ typedef struct srv__route {
     size_t param_count;
     bool wildcard; /* the last of them is a {*wildcard} */
     size_t index;  /* registration order: srv__router_at(index) */
+    struct srv__filter *filters; /* the route's own filters, in order */
+    size_t filter_count;
 } srv__route;
 
 typedef struct srv__rnode srv__rnode; /* a trie node (router.c) */
@@ -53,6 +55,13 @@ typedef struct srv__filter {
     unsigned flags; /* SRV_FILTER_* */
     void (*free_ctx)(void *ctx); /* the library's own filters (CORS); NULL */
 } srv__filter;
+
+/* A filter attached to a path prefix (router.c matches it). */
+typedef struct srv__pfilter {
+    char *prefix; /* "/api": no trailing slash; "" for "/" */
+    size_t nsegs; /* its segments: the order among prefix filters */
+    srv__filter f;
+} srv__pfilter;
 
 typedef struct srv__hook {
     srv_response_hook_fn fn;
@@ -66,9 +75,12 @@ typedef struct srv__router {
     size_t stream_body_routes; /* routes with SRV_ROUTE_STREAM_BODY */
     srv__route **all; /* every route in registration order */
     size_t count, all_cap;
-    srv__filter *filters;
+    srv__filter *filters; /* the global chain */
     size_t filter_count;
-    bool filters_block; /* some filter is not SRV_FILTER_NONBLOCKING */
+    bool filters_block; /* some global filter is not SRV_FILTER_NONBLOCKING */
+    srv__pfilter *pfilters; /* sorted by nsegs, then registration order */
+    size_t pfilter_count;
+    bool scoped; /* some prefix or route filter exists: chains per request */
     srv__hook *hooks;
     size_t hook_count;
     /* Response compression (compress.c's, freed through compress_free so
@@ -85,6 +97,11 @@ typedef struct srv__routing {
     bool done;      /* looked up */
     int status;     /* 0: req->route; else 400, 404, 405 or 204 (automatic OPTIONS) */
     const char **values; /* decoded parameter values, req->route->params names */
+    /* The request's filter chain: global, prefix (shortest first), route.
+     * chain NULL: the global filters (nothing scoped matched). */
+    const srv__filter **chain;
+    size_t chain_len;
+    bool chain_blocks;   /* some filter of the chain may block */
     size_t next_filter;  /* dispatch.c: the next filter to run */
     bool hooks_done;     /* dispatch.c: the response hooks ran */
 } srv__routing;
@@ -98,6 +115,13 @@ size_t srv__router_count(const srv__router *r);
 void srv__router_at(const srv__router *r, size_t i, const char **method, const char **path);
 size_t srv__router_index(const srv__router *r, const srv__route *rt);
 int srv__router_add_filter(srv__router *r, const srv__filter *f);
+/* A filter for one path prefix ("/api", "/api/": the segment "api" and
+ * below) or for the route registered with method and pattern (shape
+ * compared, as SRV_EEXIST does). SRV_EINVAL (a bad prefix), SRV_ENOROUTE,
+ * SRV_ENOMEM. */
+int srv__router_add_prefix_filter(srv__router *r, const char *prefix, const srv__filter *f);
+int srv__router_add_route_filter(srv__router *r, const char *method, const char *pattern,
+                                 const srv__filter *f);
 int srv__router_add_hook(srv__router *r, const srv__hook *h);
 /* Keep ctx until srv__router_free, which calls free_fn(ctx) (the context
  * of a route the library registered itself). 0 or SRV_ENOMEM. */
@@ -433,6 +457,8 @@ struct srv_request {
         bool resumed;  /* resumed while on_data ran */
         bool over;     /* no more delivery: ended, stopped or detached */
         bool detached; /* the engine let go: no body_kick */
+        bool end_pending; /* ended while on_data ran: on_end(end_err) after it */
+        int end_err;
         int early;     /* ended (SRV_E...) before the application read */
         uint64_t received, limit; /* limit 0: none */
         srv_body_data_fn on_data;
@@ -442,6 +468,13 @@ struct srv_request {
     /* Last body activity (ms): the request timeout counts from it. */
     atomic_uint_fast64_t body_touch_ms;
 };
+
+/* The i-th filter of req's chain (i < req->routing.chain_len), once
+ * routed. */
+static inline const srv__filter *srv__chain_at(const srv_request *req, size_t i)
+{
+    return req->routing.chain != NULL ? req->routing.chain[i] : &req->srv->router.filters[i];
+}
 
 /* ---- request.c: lifetime and building ---------------------------------- */
 

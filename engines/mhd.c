@@ -1,7 +1,7 @@
 /* The "mhd" engine: GNU libmicrohttpd 0.9.75, epoll. io_threads loops (a daemon each, run
  * by a thread of ours with MHD_run) parse and write; the gate accepts; handlers run on the
  * core's worker pool while the connection is suspended (respond resumes it); a watchdog
- * thread enforces header/keep-alive deadlines. HTTPS through libmicrohttpd's own GnuTLS
+ * thread carries out the core's connection policy (api/srv_conn.h). HTTPS through libmicrohttpd's own GnuTLS
  * (MHD_USE_TLS), with the core's GnuTLS contexts. */
 #include "srv_conn.h"
 #include "srv_engine.h"
@@ -58,18 +58,6 @@
  * its head: at most this long on the MHD thread for a slow reader. */
 #define EMHD_RAW_WRITE_MS 1000
 
-/* Where a connection is, for the watchdog and quiesce. */
-enum {
-    EMHD_IDLE,  /* no request yet, or between requests */
-    EMHD_HEAD,  /* request line received, head not complete */
-    EMHD_BODY,  /* head complete, body arriving (deadline: the body pace) */
-    EMHD_ACTIVE, /* request complete: handler (request_timeout_ms) */
-    EMHD_SEND,   /* response queued, MHD writing it (deadline: no progress) */
-    EMHD_REFUSED, /* stop answered 503 while it arrived: MHD closes it */
-    EMHD_SBODY   /* a streamed body the application reads (dispatched: not
-                  * arriving); deadline: the pace window, cut with 408 */
-};
-
 /* Lingering close (the core's policy, api/srv_conn.h): a connection MHD
  * closes while the client may still be sending keeps a duplicate of its
  * socket, write side shut, and is drained until EOF within SRV_LINGER_MS
@@ -103,9 +91,19 @@ struct emhd_conn {
     /* TLS: the certificate generation its handshake took (emhd_tls_cert),
      * held until MHD has freed the session (NOTIFY_CLOSED). MHD thread. */
     const srv_tls_gnutls *tls;
-    bool over_limit;         /* accepted past max_connections */
-    bool gone;               /* lock: its client hung up (emhd_over_limit) */
+    /* The policy's record (api/srv_conn.h): admission past max_connections
+     * (refused: 503 at its first request), the srv_stats counts. Opened by
+     * the gate at the accept; the MHD thread's from NOTIFY_STARTED. */
+    srv__conn policy;
+    /* policy's lock. The MHD thread moves the state (srv__conn_set); the
+     * watchdog and the stop decide on it (srv__conn_due) and move it too
+     * (send progress, a request begun at a quiesce, an answer past MHD).
+     * One short lock per change, uncontended but for the watchdog's tick,
+     * rather than an atomic snapshot: both sides then call the policy's
+     * own functions on the one record, and none acts on a stale copy. */
+    pthread_mutex_t mu;
     bool reused;             /* MHD thread only: a request completed on it */
+    bool asked;              /* MHD thread only: MHD reported a request line on it */
     struct emhd_req *req; /* MHD thread only: the request MHD has not completed */
     bool expect_close;       /* MHD thread only: the last request ends it */
     /* MHD thread only: emhd_sent since it went idle, taken when needed
@@ -137,9 +135,6 @@ struct emhd_conn {
     bool hs_waiting;
     size_t hs_bytes;          /* TLS: bytes read before the handshake was done (pull) */
     gnutls_session_t session; /* TLS: MHD's session (set at NOTIFY_STARTED) */
-    atomic_bool pre_arriving; /* quiesce counted that request as arriving */
-    atomic_int phase;        /* EMHD_IDLE, EMHD_HEAD, ... */
-    atomic_llong deadline;   /* ms (CLOCK_MONOTONIC) for IDLE/HEAD/BODY/SEND; 0: none */
     /* In SEND: the client's acknowledged bytes when last seen to move (the
      * MHD thread sets it when SEND begins, then the watchdog). */
     _Atomic unsigned long long acked;
@@ -179,12 +174,11 @@ typedef struct emhd_handoff {
     struct emhd_handoff *next;
     bool found;          /* emhd_handoff_take: a record was there */
     int fd;
+    srv__conn conn;      /* the gate's, opened at the accept (when found) */
     /* Which hand-over of fd (from 1): the loop drops the record of a
      * connection MHD refused by it, as the gate may have accepted a new
      * connection on the same descriptor in the meantime. */
     unsigned long long seq;
-    long long accepted;  /* ms: its first head is due header_timeout later */
-    bool arriving;       /* counted by srv__request_arriving (a stop is on) */
     int bad;             /* the gate's `bad` and `good` (emhd_gate_ops.hand) */
     uint64_t good;
 } emhd_handoff;
@@ -240,9 +234,10 @@ typedef struct emhd_server {
      * CA text is MHD's trust list) is held until destroy. */
     bool tls;
     const srv_tls_gnutls *tls_start;
-    unsigned max_connections;
-    long long header_ms;     /* a head must arrive within this */
-    long long keepalive_ms;  /* idle time allowed between requests */
+    /* The policy's deadlines are srv__conn's; these serve the engine's own
+     * looks: a stuck query's retry (emhd_watch), quiesce's idle time. */
+    long long header_ms;
+    long long keepalive_ms;
     size_t swallow_limit;    /* body bytes discarded after a 413 */
     unsigned lib;            /* MHD_get_version() as MHD_VERSION's 0xMMmmpp00 */
     bool quiesced;           /* controlling thread only */
@@ -252,7 +247,7 @@ typedef struct emhd_server {
     atomic_uint held;        /* core requests not yet completed by MHD */
     pthread_mutex_t lock;    /* conns, open, start_msg, wd_stop, linger */
     emhd_conn *conns;
-    unsigned open;
+    unsigned open;           /* MHD's connections: the gate's room below MHD's limit */
     char start_msg[200]; /* MHD's last complaint while starting */
     pthread_t watchdog;
     bool watchdog_started;
@@ -262,10 +257,6 @@ typedef struct emhd_server {
     unsigned lingering;
     atomic_bool stopping;    /* emhd_stop began: MHD closes everything */
     atomic_bool quiescing;   /* emhd_quiesce began: idle connections close */
-    /* emhd_over_limit: listed connections whose client already left
-     * (ec->gone), and when it last looked (lock). */
-    unsigned hung_up;
-    long long hung_up_at;
     /* The loop threads seen so far: slots filled under lock, then
      * published by nworkers (read without the lock by emhd_log). */
     emhd_worker *workers;
@@ -321,12 +312,9 @@ typedef struct emhd_req {
     /* Who hands the response over (EMHD_HAND_*): respond and the MHD
      * thread agree through it whether the connection must be resumed. */
     atomic_int hand;
-    bool arriving;    /* counted by srv__request_arriving */
     bool failed;      /* req holds the core's answer to bad input (emhd_fail) */
     bool closes;      /* the answer queued closes the connection whatever req says */
     atomic_int sstate; /* a streamed response's suspend hand-over (EMHD_S_*) */
-    long long body_due;  /* ms: the body's deadline (the pace window's end) */
-    size_t body_bytes;   /* body bytes received so far */
     /* Its head's bytes (from the method, as MHD counts them) when it has no
      * body; 0 otherwise or not parsed: then emhd_handed samples TCP's
      * count (emhd_conn.rcvd). */
@@ -343,7 +331,6 @@ typedef struct emhd_req {
     bool hasbody;     /* the head announced a body (a length > 0, or chunks) */
     int bad;          /* the core's status for its framing once `good` more bytes came */
     uint64_t good;
-    uint64_t bwin;    /* body bytes since the pace window opened */
     atomic_int bst;   /* EMHD_B_* bits: who resumes a body wait */
     const char *uri;  /* MHD's copy of the target, in its read buffer */
     size_t target_len;
@@ -355,39 +342,54 @@ typedef struct emhd_req {
  * clears SUSP resumes the connection (exactly one does). ANS stays. */
 enum { EMHD_B_SUSP = 1, EMHD_B_KICK = 2, EMHD_B_ANS = 4 };
 
-/* The core's clock, signed: deadlines here are atomic_llong, 0 for none. */
+/* The core's clock, signed (the engine's own waits: linger, stop, raw writes). */
 static long long emhd_now_ms(void)
 {
     return (long long)srv__now_ms();
 }
 
-static void emhd_phase(emhd_conn *ec, int phase, long long deadline)
+/* The policy's state of a connection (ec->policy, under ec->mu). ec NULL
+ * (out of memory at its start): no policy, nothing to do. */
+static void emhd_state(emhd_conn *ec, enum srv__conn_state state)
 {
     if (ec == NULL)
         return;
-    atomic_store(&ec->deadline, deadline);
-    atomic_store(&ec->phase, phase);
+    pthread_mutex_lock(&ec->mu);
+    srv__conn_set(&ec->policy, state, srv__now_ms());
+    pthread_mutex_unlock(&ec->mu);
 }
 
-/* The MHD thread moves a request on from `from`; false when stop refused
- * it meanwhile (EMHD_REFUSED: its 503 is written, MHD must close). */
-static bool emhd_phase_from(emhd_conn *ec, int from, int phase, long long deadline)
+/* The MHD thread moves a request on from `from`; false when the watchdog
+ * or the stop answered it meanwhile (SRV_CONN_LINGER: its answer is
+ * written past MHD, which must close). A refused connection stays
+ * SRV_CONN_REFUSE (srv__conn_set) and moves on with its request to its 503. */
+static bool emhd_state_from(emhd_conn *ec, enum srv__conn_state from, enum srv__conn_state to)
 {
     if (ec == NULL)
         return true;
-    if (!atomic_compare_exchange_strong(&ec->phase, &from, phase))
-        return false;
-    atomic_store(&ec->deadline, deadline);
-    return true;
+    pthread_mutex_lock(&ec->mu);
+    enum srv__conn_state now = ec->policy.state;
+    bool ok = now == from || now == SRV_CONN_REFUSE;
+    if (ok)
+        srv__conn_set(&ec->policy, to, srv__now_ms());
+    pthread_mutex_unlock(&ec->mu);
+    return ok;
 }
 
-/* The request no longer arrives (handed to the core, or abandoned). */
-static void emhd_arrived(emhd_req *er)
+static enum srv__conn_state emhd_state_of(emhd_conn *ec)
 {
-    if (er->arriving) {
-        er->arriving = false;
-        srv__request_arriving(er->es->srv, -1);
-    }
+    pthread_mutex_lock(&ec->mu);
+    enum srv__conn_state state = ec->policy.state;
+    pthread_mutex_unlock(&ec->mu);
+    return state;
+}
+
+/* No request on it (ec->mu held): accepted, kept alive, or refused with
+ * nothing asked yet. */
+static bool emhd_waiting(const srv__conn *c)
+{
+    return c->state == SRV_CONN_FIRST || c->state == SRV_CONN_IDLE ||
+           (c->state == SRV_CONN_REFUSE && !c->begun);
 }
 
 /* Drain the lingering sockets (lock held): discard what arrived, close
@@ -434,31 +436,25 @@ static unsigned long long emhd_acked(int fd)
     return (unsigned long long)ti.tcpi_bytes_acked;
 }
 
-/* A response being written (EMHD_SEND) at its deadline (lock held): true,
- * with the deadline moved header_ms on, when the client acknowledged bytes
- * since the last look. MHD's own timeout cannot be used: it is
- * max(header, keep-alive) + 1 s and counts bytes put in the socket buffer
- * (megabytes), not bytes the client took. */
-static bool emhd_send_progressed(emhd_conn *ec, long long now, long long header_ms)
+/* A response being written (SRV_CONN_SEND; ec->mu held): true, with the
+ * policy's deadline moved on (srv__conn_progress), when the client
+ * acknowledged bytes since the last look. MHD's own timeout cannot be
+ * used: it is max(header, keep-alive) + 1 s and counts bytes put in the
+ * socket buffer (megabytes), not bytes the client took. */
+static bool emhd_send_progressed(emhd_conn *ec, long long now)
 {
     unsigned long long acked = emhd_acked(ec->fd);
     unsigned long long before = atomic_load(&ec->acked);
     if (acked == ULLONG_MAX || (acked == before && before != EMHD_ACKED_UNSAMPLED))
         return false;
     atomic_store(&ec->acked, acked);
-    long long d = atomic_load(&ec->deadline);
-    /* only if still SEND with that deadline: the MHD thread may have moved on */
-    if (atomic_load(&ec->phase) == EMHD_SEND)
-        atomic_compare_exchange_strong(&ec->deadline, &d, now + header_ms);
+    srv__conn_progress(&ec->policy, (uint64_t)now);
     return true;
 }
 
-/* Every 100 ms (10 ms while sockets linger): shut down connections past
- * their header, body or keep-alive deadline, or whose response made no
- * progress for header_timeout_ms. MHD then reads EOF and closes
- * them on its own thread. */
 /*
- * While quiescing (es->lock held): an idle kept-alive connection closes,
+ * While quiescing (es->lock and ec->mu held): an idle kept-alive
+ * connection closes (the policy's quiet close at a quiesce),
  * unless a next request has begun on it: bytes received since its last
  * answer was written (TCP_INFO, against ec->rcvd), which MHD keeps in its
  * buffer and reports only once the request line is whole. That one counts
@@ -474,8 +470,8 @@ static unsigned long long emhd_received(int fd);
 
 static void emhd_quiesce_idle(emhd_server *es, emhd_conn *ec, long long now)
 {
-    long long d = atomic_load(&ec->deadline);
-    if (atomic_load(&ec->phase) != EMHD_IDLE || ec->fd < 0 || d == 0)
+    srv__conn *c = &ec->policy;
+    if (!emhd_waiting(c) || ec->fd < 0 || c->deadline == UINT64_MAX)
         return;
     /* TLS, handshake not done on our side: its bytes are no request yet.
      * Looked at again once done (the client may be about to send one);
@@ -489,18 +485,15 @@ static void emhd_quiesce_idle(emhd_server *es, emhd_conn *ec, long long now)
     unsigned long long got = emhd_received(ec->fd);
     bool begun = got != ULLONG_MAX && got - fin > atomic_load(&ec->rcvd); /* MAX: unknown */
     if (begun) {
-        /* Counted before the phase moves: emhd_uri_log, on the MHD thread,
-         * may take the count back at once. */
-        atomic_store(&ec->pre_arriving, true);
-        srv__request_arriving(es->srv, 1);
-        if (!emhd_phase_from(ec, EMHD_IDLE, EMHD_HEAD, now + es->header_ms) &&
-            atomic_exchange(&ec->pre_arriving, false))
-            srv__request_arriving(es->srv, -1); /* MHD got there first */
+        /* A head arriving (the policy counts it for the stop's grace, with
+         * its deadline), or a refused one's request (503 at its deadline). */
+        srv__conn_begun(c, (uint64_t)now);
         return;
     }
+    long long d = (long long)c->deadline;
     if (now < d - es->keepalive_ms + EMHD_STOP_IDLE_MS) /* idle since d - keepalive */
         return;
-    atomic_store(&ec->deadline, 0); /* looked at once */
+    c->deadline = UINT64_MAX; /* looked at once */
     shutdown(ec->fd, SHUT_RDWR);
 }
 
@@ -509,14 +502,14 @@ static void emhd_quiesce_idle(emhd_server *es, emhd_conn *ec, long long now)
  * libmicrohttpd 0.9.75 often misses a FIN that comes in the middle of a
  * body, and the request would wait for its pace deadline. A FIN with the
  * socket drained, seen on two ticks (EMHD_FIN_MS) while MHD is reading
- * (not paused: the phase), can no longer complete the body: true, and the
+ * (not paused: the state), can no longer complete the body: true, and the
  * connection is to be cut as a vanished client's.
  */
 #define EMHD_FIN_MS 100
 
-static bool emhd_fin_mid_body(emhd_conn *ec, int phase, long long now)
+static bool emhd_fin_mid_body(emhd_conn *ec, enum srv__conn_state state, long long now)
 {
-    if ((phase != EMHD_SBODY && phase != EMHD_BODY) || ec->fd < 0) {
+    if ((state != SRV_CONN_BODY_STREAM && state != SRV_CONN_BODY) || ec->fd < 0) {
         ec->fin_at = 0;
         return false;
     }
@@ -534,8 +527,29 @@ static bool emhd_fin_mid_body(emhd_conn *ec, int phase, long long now)
 }
 
 static unsigned long long emhd_sent(int fd);
+static void emhd_answer_raw(emhd_server *es, struct MHD_Connection *conn, int fd, int status,
+                            const char *target, size_t target_len);
 static void emhd_answer_req(emhd_server *es, struct MHD_Connection *conn, srv_request *req,
                             int fd, int status);
+
+/* The policy's answer to a request still arriving (SRV_CONN_ANSWER: 408
+ * at its deadline, 503 to a refused one or at the stop), which MHD cannot
+ * give: it has no request to answer before the head is whole, and 0.9.75
+ * refuses a response mid-body. In cleartext the core's answer is written
+ * past MHD and the write side shut; over TLS (only MHD writes) a close.
+ * SRV_CONN_LINGER then: the MHD thread's next step fails (emhd_state_from)
+ * and MHD closes; at the linger's end the watchdog shuts it down.
+ * es->lock and ec->mu held. */
+static void emhd_answer_cut(emhd_server *es, emhd_conn *ec, int status)
+{
+    srv__conn_set(&ec->policy, SRV_CONN_LINGER, srv__now_ms());
+    if (es->tls) {
+        shutdown(ec->fd, SHUT_RDWR);
+        return;
+    }
+    emhd_answer_raw(es, ec->conn, ec->fd, status, NULL, 0);
+    shutdown(ec->fd, SHUT_WR);
+}
 
 /* Answer 431 on a stuck connection's socket (a duplicate, ours) and shut
  * it down, so MHD closes it. Watchdog thread, lock not held. */
@@ -554,6 +568,79 @@ static void emhd_stuck_answer(emhd_server *es, int fd)
 
 #define EMHD_STUCK_MAX 16
 
+/*
+ * One connection's tick (es->lock and ec->mu held): what the policy says
+ * is due (srv__conn_due), carried out, with what libmicrohttpd hides from
+ * it: a quiesce's idle connection may hold part of a request line
+ * (emhd_quiesce_idle), a write's progress is TCP's acknowledged count
+ * (MHD reports none), a client's FIN mid-body (0.9.75 may miss it), and a
+ * query MHD could not hold (emhd_log). Returns a duplicate of the socket
+ * to answer 431 on once the lock is let go, or -1.
+ */
+static int emhd_watch(emhd_server *es, emhd_conn *ec, long long now, bool room)
+{
+    srv__conn *c = &ec->policy;
+    if (emhd_waiting(c) && atomic_load(&es->quiescing)) {
+        emhd_quiesce_idle(es, ec, now); /* the policy's quiet close, when safe */
+        return -1;
+    }
+    /* A response being written for a pass already: take the count its
+     * deadline is measured from (the deadline restarts then). */
+    if (c->state == SRV_CONN_SEND && atomic_load(&ec->acked) == EMHD_ACKED_UNSAMPLED) {
+        (void)emhd_send_progressed(ec, now);
+        return -1;
+    }
+    if (emhd_fin_mid_body(ec, c->state, now)) {
+        ec->fin_at = 0;
+        c->deadline = UINT64_MAX;
+        shutdown(ec->fd, SHUT_RDWR); /* body_cut stays false: it left */
+        return -1;
+    }
+    enum srv__conn_due due = srv__conn_due(c, (uint64_t)now, 0, 0);
+    if (due == SRV_CONN_WAIT)
+        return -1;
+    if (c->state == SRV_CONN_SEND && emhd_send_progressed(ec, now))
+        return -1;
+    if (ec->fd >= 0 && atomic_exchange(&ec->lib_stuck, false)) {
+        /* MHD wrote its own answer meanwhile (a later libmicrohttpd
+         * does): its close ends the connection. */
+        if (emhd_sent(ec->fd) != ec->lib_sent) {
+            c->deadline = (uint64_t)(now + es->header_ms);
+            return -1;
+        }
+        /* In cleartext the core's 431, written after the lock is let go;
+         * over TLS only MHD can write: a close. */
+        int fd = es->tls || !room ? -1 : fcntl(ec->fd, F_DUPFD_CLOEXEC, 0);
+        if (fd >= 0) {
+            c->deadline = UINT64_MAX;
+            return fd;
+        }
+    }
+    c->deadline = UINT64_MAX; /* looked at once */
+    if (ec->fd < 0)
+        return -1;
+    if (due == SRV_CONN_CLOSE) {
+        if (c->state == SRV_CONN_SEND) /* not reading (nginx's send_timeout): reset */
+            atomic_store(&ec->stalled, true);
+        shutdown(ec->fd, SHUT_RDWR);
+        return -1;
+    }
+    if (c->state == SRV_CONN_BODY_STREAM) {
+        /* Below the pace: the core's 408 to the application (MHD cannot
+         * write mid-body), unless the client already left (MHD 0.9.75
+         * does not always see a FIN mid-body at once): a vanished client. */
+        struct pollfd pf = {.fd = ec->fd, .events = POLLRDHUP};
+        bool gone = poll(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+        atomic_store(&ec->body_cut, !gone);
+        shutdown(ec->fd, SHUT_RDWR);
+        return -1;
+    }
+    emhd_answer_cut(es, ec, srv__conn_status(c));
+    return -1;
+}
+
+/* Every 100 ms (10 ms while sockets linger or a quiesce is on): each
+ * connection's emhd_watch; the lingering sockets drained. */
 static void *emhd_watchdog(void *arg)
 {
     emhd_server *es = arg;
@@ -564,60 +651,11 @@ static void *emhd_watchdog(void *arg)
         long long now = emhd_now_ms();
         emhd_linger_drain(es, now);
         for (emhd_conn *ec = es->conns; ec != NULL; ec = ec->next) {
-            long long d = atomic_load(&ec->deadline);
-            int phase = atomic_load(&ec->phase);
-            if (phase == EMHD_IDLE && atomic_load(&es->quiescing)) {
-                emhd_quiesce_idle(es, ec, now);
-                continue;
-            }
-            /* A response being written for a pass already: take the count
-             * its deadline is measured from (the deadline restarts then). */
-            if (phase == EMHD_SEND && atomic_load(&ec->acked) == EMHD_ACKED_UNSAMPLED) {
-                (void)emhd_send_progressed(ec, now, es->header_ms);
-                continue;
-            }
-            if (emhd_fin_mid_body(ec, phase, now)) {
-                ec->fin_at = 0;
-                atomic_store(&ec->deadline, 0);
-                shutdown(ec->fd, SHUT_RDWR); /* body_cut stays false: it left */
-                continue;
-            }
-            if (d == 0 || now < d || phase == EMHD_ACTIVE)
-                continue;
-            if (phase == EMHD_SEND && emhd_send_progressed(ec, now, es->header_ms))
-                continue;
-            if (ec->fd >= 0 && atomic_exchange(&ec->lib_stuck, false)) {
-                /* MHD wrote its own answer meanwhile (a later libmicrohttpd
-                 * does): its close ends the connection. */
-                if (emhd_sent(ec->fd) != ec->lib_sent) {
-                    atomic_store(&ec->deadline, now + es->header_ms);
-                    continue;
-                }
-                /* In cleartext the core's 431, written after the lock is
-                 * let go; over TLS only MHD can write: a close. */
-                int fd = es->tls || nstuck == EMHD_STUCK_MAX
-                             ? -1 : fcntl(ec->fd, F_DUPFD_CLOEXEC, 0);
-                if (fd >= 0) {
-                    atomic_store(&ec->deadline, 0);
-                    stuck[nstuck++] = fd;
-                    continue;
-                }
-            }
-            atomic_store(&ec->deadline, 0);
-            if (ec->fd < 0)
-                continue;
-            if (phase == EMHD_SEND) /* not reading (nginx's send_timeout): reset */
-                atomic_store(&ec->stalled, true);
-            if (phase == EMHD_SBODY) {
-                /* Below the pace: the core's 408 (no one reads it). Unless
-                 * the client already left (MHD 0.9.75 does not always see
-                 * a FIN mid-body at once): then it is a vanished client. */
-                struct pollfd pf = {.fd = ec->fd, .events = POLLRDHUP};
-                bool gone = poll(&pf, 1, 0) > 0 &&
-                            (pf.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
-                atomic_store(&ec->body_cut, !gone);
-            }
-            shutdown(ec->fd, SHUT_RDWR);
+            pthread_mutex_lock(&ec->mu);
+            int fd = emhd_watch(es, ec, now, nstuck < EMHD_STUCK_MAX);
+            pthread_mutex_unlock(&ec->mu);
+            if (fd >= 0)
+                stuck[nstuck++] = fd;
         }
         if (nstuck > 0) {
             pthread_mutex_unlock(&es->lock);
@@ -811,7 +849,11 @@ static void emhd_log(void *cls, const char *fmt, va_list ap)
         if (ec != NULL && ec->fd >= 0 && !atomic_load(&ec->lib_stuck)) {
             ec->lib_sent = emhd_sent(ec->fd);
             atomic_store(&ec->lib_stuck, true);
-            atomic_store(&ec->deadline, emhd_now_ms() + EMHD_LIB_STUCK_MS);
+            /* Sooner than the head's deadline: not the policy's rule, a
+             * libmicrohttpd's loss (emhd_watch). */
+            pthread_mutex_lock(&ec->mu);
+            ec->policy.deadline = srv__now_ms() + EMHD_LIB_STUCK_MS;
+            pthread_mutex_unlock(&ec->mu);
         }
     }
     emhd_sample_idle(es);
@@ -932,8 +974,9 @@ static void emhd_sbody_closed(emhd_req *er, struct MHD_Connection *conn, bool li
 
 /* A request MHD closed without MHD_OPTION_NOTIFY_COMPLETED (it happens in
  * 0.9.75 on some paths after the URI callback, e.g. a NUL in a header
- * line): let go of it as notify_completed would, so neither its memory nor
- * its "arriving" count (which srv_server_stop's grace waits for) leaks.
+ * line): let go of it as notify_completed would, so its memory does not
+ * leak (its "arriving" count is the connection's policy's, which its close
+ * or next request settles).
  * Never for a suspended one (MHD does not close those). */
 static void emhd_abandon(emhd_server *es, emhd_req *er)
 {
@@ -941,7 +984,6 @@ static void emhd_abandon(emhd_server *es, emhd_req *er)
         emhd_splitting = NULL;
     if (er->ec != NULL)
         er->ec->req = NULL;
-    emhd_arrived(er);
     if (atomic_load(&er->hand) == EMHD_HAND_SUSPENDED)
         return;
     if (er->sbody && er->req != NULL)
@@ -992,13 +1034,18 @@ static void emhd_closing(emhd_server *es, struct MHD_Connection *conn, emhd_conn
      * not split (no space). Its other refusals of a request line (505, 414,
      * 400) are written by MHD itself; they are not logged (0.9.75 gives no
      * hook before its request callbacks, and no status once closing). */
-    long long d = atomic_load(&ec->deadline);
+    pthread_mutex_lock(&ec->mu);
+    srv__conn *c = &ec->policy;
+    /* Between requests, or a first head the gate saw begin that MHD never
+     * reported (the gate's look counts its bytes as begun). */
+    bool waiting = (emhd_waiting(c) || (c->state == SRV_CONN_HEAD && !ec->asked)) &&
+                   srv__now_ms() < c->deadline;
+    pthread_mutex_unlock(&ec->mu);
     /* Over TLS MHD's drop is a close (nothing can be written past MHD), so
      * there is no answer to count either: a failed handshake closes the
      * same way. */
-    if (!es->tls && !ec->expect_close && !stopping && !peer_gone &&
-        atomic_load(&ec->phase) == EMHD_IDLE &&
-        d != 0 && emhd_now_ms() < d && (!ec->sampled || emhd_sent(ec->fd) == ec->sent))
+    if (!es->tls && !ec->expect_close && !stopping && !peer_gone && waiting &&
+        (!ec->sampled || emhd_sent(ec->fd) == ec->sent))
         emhd_answer_raw(es, conn, ec->fd, 400, NULL, 0);
     if (peer_gone || stopping)
         return; /* nothing to wait for, or MHD_stop_daemon closes it all */
@@ -1078,8 +1125,10 @@ static int emhd_tls_finished(gnutls_session_t session, unsigned htype, unsigned 
             : NULL;
     emhd_conn *ec = ci != NULL ? ci->socket_context : NULL;
     if (ec != NULL) {
-        if (atomic_load(&ec->phase) == EMHD_IDLE)
+        pthread_mutex_lock(&ec->mu);
+        if (emhd_waiting(&ec->policy))
             atomic_store(&ec->rcvd, emhd_received(ec->fd));
+        pthread_mutex_unlock(&ec->mu);
         atomic_store(&ec->handshaken, true);
     }
     return 0;
@@ -1243,7 +1292,7 @@ static void emhd_tls_session(emhd_server *es, struct MHD_Connection *conn, emhd_
  * and is dropped. Without a record (none is expected): accepted now. */
 static emhd_handoff emhd_handoff_take(emhd_server *es, int fd, unsigned long long seq)
 {
-    emhd_handoff h = {.fd = fd, .accepted = emhd_now_ms()};
+    emhd_handoff h = {.fd = fd};
     for (emhd_handoff **pp = &es->handoffs; *pp != NULL; pp = &(*pp)->next) {
         if ((*pp)->fd != fd || (seq != 0 && (*pp)->seq != seq))
             continue;
@@ -1300,10 +1349,8 @@ static void emhd_handoff_drop(emhd_server *es, int fd, unsigned long long seq)
     pthread_mutex_lock(&es->lock);
     emhd_handoff mine = emhd_handoff_take(es, fd, seq);
     pthread_mutex_unlock(&es->lock);
-    if (mine.arriving)
-        srv__request_arriving(es->srv, -1);
     if (mine.found)
-        srv__stats_connection_closed(es->srv);
+        srv__conn_close(&mine.conn);
 }
 
 /* The loop's thread: the connections the gate queued go to its daemon. */
@@ -1381,30 +1428,28 @@ static void *emhd_loop_main(void *arg)
 
 /* The gate's thread: hand fd to the next loop. */
 static void emhd_gate_hand(void *ctx, int fd, const struct sockaddr *peer, socklen_t peer_len,
-                           long long accepted, bool arriving, int bad, uint64_t good)
+                           const srv__conn *conn, int bad, uint64_t good)
 {
     emhd_server *es = ctx;
     emhd_handoff *h = malloc(sizeof *h);
     emhd_add *a = malloc(sizeof *a);
     pthread_mutex_lock(&es->lock);
     emhd_handoff stale = emhd_handoff_take(es, fd, 0); /* the gate alone adds records */
-    if (stale.arriving)
-        srv__request_arriving(es->srv, -1);
-    if (stale.found) /* MHD closed that one without a word: its count goes */
-        srv__stats_connection_closed(es->srv);
+    if (stale.found) /* MHD closed that one without a word: its slot and count go */
+        srv__conn_close(&stale.conn);
     unsigned long long seq = 0;
     if (h != NULL) {
         seq = ++es->handoff_seq;
-        *h = (emhd_handoff){.next = es->handoffs, .fd = fd, .seq = seq, .accepted = accepted,
-                            .arriving = arriving, .bad = bad, .good = good};
+        *h = (emhd_handoff){.next = es->handoffs, .fd = fd, .seq = seq, .conn = *conn,
+                            .bad = bad, .good = good};
         es->handoffs = h;
         es->nhandoffs++;
     }
     pthread_mutex_unlock(&es->lock);
-    if (h != NULL && arriving)
-        srv__request_arriving(es->srv, 1);
-    if (h == NULL) /* NOTIFY_STARTED, finding no record, counts it again */
-        srv__stats_connection_closed(es->srv);
+    if (h == NULL) { /* NOTIFY_STARTED, finding no record, opens it again */
+        srv__conn lost = *conn;
+        srv__conn_close(&lost);
+    }
     if (a == NULL || peer_len > sizeof a->peer) {
         free(a);
         close(fd);
@@ -1457,9 +1502,19 @@ static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void 
         emhd_handoff h = emhd_handoff_take(es, fd, 0);
         pthread_mutex_unlock(&es->lock);
         emhd_conn *ec = srv__zalloc(sizeof *ec);
-        if (ec == NULL && h.arriving)
-            srv__request_arriving(es->srv, -1);
+        if (ec != NULL && pthread_mutex_init(&ec->mu, NULL) != 0) {
+            free(ec);
+            ec = NULL;
+        }
+        if (ec == NULL && h.found)
+            srv__conn_close(&h.conn);
         if (ec != NULL) {
+            /* The gate admitted it at the accept; one without a record (out
+             * of memory there) is admitted and counted now. */
+            if (h.found)
+                ec->policy = h.conn;
+            else
+                (void)srv__conn_open(&ec->policy, es->srv, srv__now_ms());
             ec->fd = fd;
             ec->conn = conn;
             ec->es = es;
@@ -1471,21 +1526,7 @@ static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void 
             if (es->conns != NULL)
                 es->conns->prev = ec;
             es->conns = ec;
-            ec->over_limit = ++es->open > es->max_connections;
-            /* The first head is due header_timeout after the accept (like
-             * Tomcat's connectionTimeout); one we will refuse, within the
-             * policy's SRV_REFUSE_WAIT_MS. */
-            long long wait = es->header_ms;
-            if (ec->over_limit && wait > SRV_REFUSE_WAIT_MS)
-                wait = SRV_REFUSE_WAIT_MS;
-            if (h.arriving) {
-                /* Bytes of a request came while the server stops: the
-                 * grace waits for it (the count moves to the connection). */
-                atomic_store(&ec->pre_arriving, true);
-                emhd_phase(ec, EMHD_HEAD, h.accepted + es->header_ms);
-            } else {
-                emhd_phase(ec, EMHD_IDLE, h.accepted + wait);
-            }
+            es->open++;
             pthread_mutex_unlock(&es->lock);
             ec->worker = es->workers != NULL ? emhd_worker_self(es, true) : NULL;
             emhd_went_idle(ec);
@@ -1493,18 +1534,12 @@ static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void 
         if (es->tls)
             emhd_tls_session(es, conn, ec);
         *socket_context = ec;
-        /* The gate counted it at the accept; one without a record (out of
-         * memory there) it gave back, to be counted here. */
-        if (!h.found)
-            srv__stats_connection_opened(es->srv);
         return;
     }
     emhd_conn *ec = *socket_context;
     if (ec != NULL) {
         if (ec->req != NULL)
             emhd_abandon(es, ec->req);
-        if (atomic_exchange(&ec->pre_arriving, false))
-            srv__request_arriving(es->srv, -1);
         emhd_closing(es, conn, ec);
         emhd_unsampled_remove(ec);
         /* Under the lock, before MHD closes the fd: quiesce never shuts
@@ -1517,16 +1552,15 @@ static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void 
         if (ec->next != NULL)
             ec->next->prev = ec->prev;
         es->open--;
-        if (ec->gone)
-            es->hung_up--;
         pthread_mutex_unlock(&es->lock);
+        srv__conn_close(&ec->policy); /* its slot and counts; no thread but ours has ec now */
+        pthread_mutex_destroy(&ec->mu);
         emhd_gate_kick(es->gate); /* a slot is free: accept again if it stopped */
         if (ec->tls != NULL) /* MHD freed the session before this call */
             srv__tls_gnutls_release(ec->tls);
         free(ec);
         *socket_context = NULL;
     }
-    srv__stats_connection_closed(es->srv);
 }
 
 /* The request line is parsed: `uri` is the raw request-target, before MHD
@@ -1541,8 +1575,6 @@ static void *emhd_uri_log(void *cls, const char *uri, struct MHD_Connection *con
         return NULL; /* the access handler then closes the connection */
     er->es = es;
     er->conn = conn;
-    er->arriving = true;
-    srv__request_arriving(es->srv, 1);
     er->uri = uri;
     er->target_len = n;
     if (n > 0)
@@ -1550,18 +1582,26 @@ static void *emhd_uri_log(void *cls, const char *uri, struct MHD_Connection *con
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     er->ec = ci != NULL ? ci->socket_context : NULL;
-    if (er->ec != NULL && atomic_exchange(&er->ec->pre_arriving, false))
-        srv__request_arriving(es->srv, -1); /* counted above now */
     if (er->ec != NULL) {
-        if (er->ec->req != NULL) /* never completed: not ours to keep */
-            emhd_abandon(es, er->ec->req);
-        er->ec->req = er;
-        /* The first head keeps the deadline set at the accept; a later one
-         * gets header_timeout from its request line. */
-        long long d = er->ec->reused ? emhd_now_ms() + es->header_ms
-                                     : atomic_load(&er->ec->deadline);
-        emhd_phase(er->ec, EMHD_HEAD, d);
-        emhd_unsampled_remove(er->ec); /* no longer idle */
+        emhd_conn *ec = er->ec;
+        if (ec->req != NULL) /* never completed: not ours to keep */
+            emhd_abandon(es, ec->req);
+        ec->req = er;
+        ec->asked = true;
+        pthread_mutex_lock(&ec->mu);
+        srv__conn *c = &ec->policy;
+        /* Refused at the accept, its first request comes after a slot
+         * freed: it is served (the policy's readmission). */
+        if (!ec->reused)
+            (void)srv__conn_readmit(c);
+        /* A head arriving (counted for the stop's grace): the first keeps
+         * the accept's deadline, a later one gets header_timeout_ms from
+         * here (its request line; MHD reports no earlier byte). Not once
+         * answered past MHD (SRV_CONN_LINGER): MHD is to close. */
+        if (emhd_waiting(c) || c->state == SRV_CONN_HEAD || c->state == SRV_CONN_REFUSE)
+            srv__conn_begun(c, srv__now_ms());
+        pthread_mutex_unlock(&ec->mu);
+        emhd_unsampled_remove(ec); /* no longer idle */
     }
     if (uri != NULL)
         emhd_splitting = er;
@@ -1592,7 +1632,6 @@ static void emhd_notify_completed(void *cls, struct MHD_Connection *conn, void *
     *con_cls = NULL;
     if (er->ec != NULL && er->ec->req == er)
         er->ec->req = NULL;
-    emhd_arrived(er);
     if (er->sbody && er->req != NULL)
         emhd_sbody_closed(er, conn, toe == MHD_REQUEST_TERMINATED_WITH_ERROR);
     bool ready = atomic_load(&er->hand) == EMHD_HAND_READY;
@@ -1628,7 +1667,7 @@ static void emhd_notify_completed(void *cls, struct MHD_Connection *conn, void *
          * reading, so close with a reset (emhd_closing). Not at stop: what
          * MHD already wrote to the socket must still reach the client. */
         if (toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED &&
-            atomic_load(&er->ec->phase) == EMHD_SEND)
+            emhd_state_of(er->ec) == SRV_CONN_SEND)
             atomic_store(&er->ec->stalled, true);
         er->ec->reused = true;
         er->ec->expect_close = er->closes || !(toe == MHD_REQUEST_TERMINATED_COMPLETED_OK &&
@@ -1639,7 +1678,11 @@ static void emhd_notify_completed(void *cls, struct MHD_Connection *conn, void *
          * close). Counted before the phase lets quiesce look. */
         if (!es->tls && er->wire != 0 && !er->ec->expect_close)
             atomic_fetch_add(&er->ec->rcvd, er->wire);
-        emhd_phase(er->ec, EMHD_IDLE, emhd_now_ms() + es->keepalive_ms);
+        /* keepalive_timeout_ms from here; one answered past MHD lingers on */
+        pthread_mutex_lock(&er->ec->mu);
+        if (er->ec->policy.state != SRV_CONN_LINGER)
+            srv__conn_set(&er->ec->policy, SRV_CONN_IDLE, srv__now_ms());
+        pthread_mutex_unlock(&er->ec->mu);
     }
     if (atomic_load(&er->hand) == EMHD_HAND_SUSPENDED) {
         /* MHD never closes a suspended connection (it panics in
@@ -1724,6 +1767,21 @@ static void emhd_add_headers(struct MHD_Response *r, srv_request *req, bool bare
         (void)MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
 }
 
+/* An answer is being written (from SRV_CONN_APP): the watchdog cuts it
+ * once the client acknowledges nothing for the policy's send deadline
+ * (emhd_send_progressed). */
+static void emhd_sending(emhd_conn *ec)
+{
+    if (ec == NULL)
+        return;
+    pthread_mutex_lock(&ec->mu);
+    if (ec->policy.state == SRV_CONN_APP) {
+        atomic_store(&ec->acked, EMHD_ACKED_UNSAMPLED);
+        srv__conn_set(&ec->policy, SRV_CONN_SEND, srv__now_ms());
+    }
+    pthread_mutex_unlock(&ec->mu);
+}
+
 /* Queue req's (non-streamed) answer on er's connection. req is er->req,
  * or a replacement the caller releases after this (copy: MHD keeps its
  * own copy of the body). */
@@ -1745,12 +1803,8 @@ static enum MHD_Result emhd_queue(emhd_req *er, struct MHD_Connection *conn, srv
     emhd_add_headers(r, req, bare, er->closes || !srv__response_keep_alive(req));
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)srv__response_status(req), r);
     MHD_destroy_response(r);
-    /* Being written: the watchdog cuts it once the client acknowledges
-     * nothing for header_timeout_ms (emhd_send_progressed). */
-    if (ret == MHD_YES && er->ec != NULL) {
-        atomic_store(&er->ec->acked, EMHD_ACKED_UNSAMPLED);
-        (void)emhd_phase_from(er->ec, EMHD_ACTIVE, EMHD_SEND, emhd_now_ms() + er->es->header_ms);
-    }
+    if (ret == MHD_YES)
+        emhd_sending(er->ec);
     return ret;
 }
 
@@ -1790,12 +1844,12 @@ static void emhd_handed(emhd_req *er)
 static enum MHD_Result emhd_fail(emhd_req *er, struct MHD_Connection *conn, int status)
 {
     /* its answer is queued next (emhd_send: the SEND deadline) */
-    if (!emhd_phase_from(er->ec, EMHD_BODY, EMHD_ACTIVE, 0))
+    if (!emhd_state_from(er->ec, SRV_CONN_BODY, SRV_CONN_QUEUED))
         return MHD_NO;
     emhd_handed(er);
     er->failed = true;
     srv__request_fail(er->req, status); /* calls respond: not suspended */
-    emhd_arrived(er);
+    emhd_state(er->ec, SRV_CONN_APP); /* answered: no longer arriving */
     return emhd_send(er, conn);
 }
 
@@ -1807,7 +1861,7 @@ static enum MHD_Result emhd_cut(emhd_req *er, struct MHD_Connection *conn)
 {
     er->phase = EMHD_REQ_ANSWERED;
     srv__request_fail(er->req, er->body_status); /* calls respond: not suspended */
-    emhd_arrived(er);
+    (void)emhd_state_from(er->ec, SRV_CONN_BODY, SRV_CONN_APP); /* no longer arriving */
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (ci != NULL && !er->es->tls)
@@ -1835,48 +1889,6 @@ static enum MHD_Result emhd_add_header(void *cls, enum MHD_ValueKind kind, const
     h->status = srv__request_add_header(h->req, key, key_size, value != NULL ? value : "",
                                         value != NULL ? value_size : 0);
     return h->status == 0 ? MHD_YES : MHD_NO;
-}
-
-/*
- * A connection accepted past max_connections is refused with 503 at its
- * first request unless slots freed meanwhile. Clients that already hung up
- * do not hold a slot even if their MHD thread has not read the EOF yet
- * (another polling thread, or later in the same epoll batch): a client that
- * closes and reconnects at the limit is served, not refused. Finding them
- * polls every connection, so it runs at most once per EMHD_HUNGUP_MS and
- * remembers what it found (es->hung_up, ec->gone): a flood of connections
- * past the limit costs O(1) each, not a walk of all of them under the lock.
- */
-#define EMHD_HUNGUP_MS 20
-
-static bool emhd_over_limit(emhd_server *es, emhd_conn *self)
-{
-    pthread_mutex_lock(&es->lock);
-    long long now = emhd_now_ms();
-    if (es->open - es->hung_up > es->max_connections && now - es->hung_up_at >= EMHD_HUNGUP_MS) {
-        es->hung_up_at = now;
-        unsigned n_max = es->open - es->hung_up;
-        struct pollfd *p = malloc(n_max * sizeof *p);
-        emhd_conn **who = malloc(n_max * sizeof *who);
-        nfds_t n = 0;
-        for (emhd_conn *ec = es->conns; p != NULL && who != NULL && ec != NULL && n < n_max;
-             ec = ec->next)
-            if (ec != self && !ec->gone && ec->fd >= 0) {
-                who[n] = ec;
-                p[n++] = (struct pollfd){.fd = ec->fd, .events = POLLRDHUP};
-            }
-        if (p != NULL && who != NULL && n > 0 && poll(p, n, 0) > 0)
-            for (nfds_t i = 0; i < n; i++)
-                if (p[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
-                    who[i]->gone = true;
-                    es->hung_up++;
-                }
-        free(p);
-        free(who);
-    }
-    bool over = es->open - es->hung_up > es->max_connections;
-    pthread_mutex_unlock(&es->lock);
-    return over;
 }
 
 /* Bytes [a, b) are between min and max long and each is a NUL (one of
@@ -1988,11 +2000,12 @@ static enum MHD_Result emhd_begin(emhd_server *es, emhd_req *er, struct MHD_Conn
         st = srv__request_set_method(er->req, method, strlen(method));
     if (st == 0)
         st = srv__request_set_target(er->req, er->target, er->target_len);
-    if (st == 0 && er->ec != NULL && er->ec->over_limit) {
-        if (emhd_over_limit(es, er->ec))
-            st = 503;
-        else
-            er->ec->over_limit = false; /* a slot freed: it holds one now */
+    if (st == 0 && er->ec != NULL && !er->ec->policy.admitted) {
+        /* Past max_connections (srv__conn_open): its 503, then it lingers
+         * as the policy's refusals do (and leaves those being read). */
+        enum MHD_Result r = emhd_fail(er, conn, 503);
+        emhd_state(er->ec, SRV_CONN_LINGER);
+        return r;
     }
     if (st == 0) {
         /* MHD accepted only "HTTP/d.d" with major 1 (else it sent 400/505). */
@@ -2024,6 +2037,25 @@ static enum MHD_Result emhd_begin(emhd_server *es, emhd_req *er, struct MHD_Conn
     return MHD_YES;
 }
 
+/* n body bytes came while the connection waits in `state` (SRV_CONN_BODY,
+ * or SRV_CONN_BODY_STREAM, which a pause left: a new pace window then):
+ * the policy's pace. False when answered past MHD meanwhile. */
+static bool emhd_body_bytes(emhd_conn *ec, enum srv__conn_state state, size_t n)
+{
+    if (ec == NULL)
+        return true;
+    pthread_mutex_lock(&ec->mu);
+    srv__conn *c = &ec->policy;
+    uint64_t now = srv__now_ms();
+    bool ok = c->state == state || c->state == SRV_CONN_REFUSE || state == SRV_CONN_BODY_STREAM;
+    if (ok && c->state != state)
+        srv__conn_set(c, state, now);
+    if (ok)
+        srv__conn_body_bytes(c, n, now);
+    pthread_mutex_unlock(&ec->mu);
+    return ok;
+}
+
 /* A piece of body: into the request, or discarded after a status. */
 static enum MHD_Result emhd_body(emhd_server *es, emhd_req *er, struct MHD_Connection *conn,
                                  const char *data, size_t *size)
@@ -2031,10 +2063,7 @@ static enum MHD_Result emhd_body(emhd_server *es, emhd_req *er, struct MHD_Conne
     size_t n = *size;
     *size = 0;
     if (er->phase != EMHD_REQ_ANSWERED) {
-        er->body_bytes += n;
-        if (srv__pace_bytes(&er->bwin, n)) /* the pace is kept: a new window */
-            er->body_due = emhd_now_ms() + es->header_ms;
-        if (!emhd_phase_from(er->ec, EMHD_BODY, EMHD_BODY, er->body_due))
+        if (!emhd_body_bytes(er->ec, SRV_CONN_BODY, n))
             return MHD_NO;
     }
     if (er->body_status == 0) {
@@ -2055,11 +2084,13 @@ static enum MHD_Result emhd_body(emhd_server *es, emhd_req *er, struct MHD_Conne
 /* The request is complete: hand it to the core. */
 static enum MHD_Result emhd_dispatch(emhd_server *es, emhd_req *er, struct MHD_Connection *conn)
 {
-    if (!emhd_phase_from(er->ec, EMHD_BODY, EMHD_ACTIVE, 0)) /* request_timeout_ms from now */
+    /* Still arriving until dispatch counts it in flight, then the
+     * application's (request_timeout_ms from now). */
+    if (!emhd_state_from(er->ec, SRV_CONN_BODY, SRV_CONN_QUEUED))
         return MHD_NO;
     emhd_handed(er);
     srv__request_dispatch(er->req);
-    emhd_arrived(er); /* after dispatch counted it in flight */
+    emhd_state(er->ec, SRV_CONN_APP);
     /* Answered already (404/405, a non-blocking handler, a fast worker):
      * queue it in this very call. */
     if (atomic_load(&er->hand) == EMHD_HAND_READY)
@@ -2096,7 +2127,7 @@ static bool emhd_b_wake(emhd_req *er, int bit)
  * holds stays unconsumed, the socket fills, the client's send blocks. */
 static enum MHD_Result emhd_b_wait(emhd_server *es, emhd_req *er, struct MHD_Connection *conn)
 {
-    emhd_phase(er->ec, EMHD_ACTIVE, 0);
+    emhd_state(er->ec, SRV_CONN_APP);
     atomic_fetch_add(&es->outstanding, 1); /* stop waits for every resume */
     MHD_suspend_connection(conn);
     int cur = atomic_load(&er->bst);
@@ -2113,12 +2144,12 @@ static enum MHD_Result emhd_b_wait(emhd_server *es, emhd_req *er, struct MHD_Con
     return MHD_YES;
 }
 
-/* The pace window: opened when reading starts or goes on after a pause,
- * restarted each SRV_BODY_MIN_PACE_BYTES; the watchdog cuts it (408). */
-static void emhd_b_window(emhd_server *es, emhd_req *er)
+/* The pace window (the policy's SRV_CONN_BODY_STREAM): opened when reading
+ * starts or goes on after a pause, restarted each SRV_BODY_MIN_PACE_BYTES
+ * (emhd_body_bytes); the watchdog cuts it (408). */
+static void emhd_b_window(emhd_req *er)
 {
-    er->bwin = 0;
-    emhd_phase(er->ec, EMHD_SBODY, emhd_now_ms() + es->header_ms);
+    emhd_state(er->ec, SRV_CONN_BODY_STREAM);
 }
 
 /* Write the claimed answer past MHD (cleartext only: over TLS only MHD
@@ -2187,7 +2218,7 @@ static enum MHD_Result emhd_sbody(emhd_server *es, emhd_req *er, struct MHD_Conn
             if (!er->bend && er->hasbody)
                 srv__request_set_close(er->req);
             emhd_handed(er);
-            emhd_phase(er->ec, EMHD_ACTIVE, 0);
+            emhd_state(er->ec, SRV_CONN_APP);
             return emhd_send(er, conn);
         }
         int k = srv__body_state(er->req);
@@ -2206,10 +2237,7 @@ static enum MHD_Result emhd_sbody(emhd_server *es, emhd_req *er, struct MHD_Conn
                 er->good -= n;
             }
             er->bstarted = true;
-            if (er->ec != NULL && atomic_load(&er->ec->phase) != EMHD_SBODY)
-                emhd_b_window(es, er);
-            if (srv__pace_bytes(&er->bwin, n))
-                emhd_b_window(es, er);
+            (void)emhd_body_bytes(er->ec, SRV_CONN_BODY_STREAM, n);
             int st = n > 0 ? srv__body_data(er->req, data, n) : k;
             if (cut) {
                 if (st != SRV__BODY_OVER)
@@ -2229,7 +2257,7 @@ static enum MHD_Result emhd_sbody(emhd_server *es, emhd_req *er, struct MHD_Conn
                 return emhd_b_wait(es, er, conn);
             }
             er->bstarted = true;
-            emhd_b_window(es, er);
+            emhd_b_window(er);
             return MHD_YES;
         }
         /* Nothing after the head: MHD has the whole body. */
@@ -2241,7 +2269,7 @@ static enum MHD_Result emhd_sbody(emhd_server *es, emhd_req *er, struct MHD_Conn
         }
         if (!er->bend && k == SRV__BODY_GO) {
             er->bend = true;
-            emhd_phase(er->ec, EMHD_ACTIVE, 0);
+            emhd_state(er->ec, SRV_CONN_APP);
             srv__body_end(er->req, 0); /* on_end may answer: look again */
             continue;
         }
@@ -2266,9 +2294,9 @@ static enum MHD_Result emhd_sbody_begin(emhd_server *es, emhd_req *er,
     er->need100 = srv__request_expects_continue(req);
     er->hasbody = te != NULL || (cl != NULL && strcmp(cl, "0") != 0);
     er->phase = EMHD_REQ_SBODY;
-    emhd_phase(er->ec, EMHD_ACTIVE, 0); /* dispatched: request_timeout_ms */
+    emhd_state(er->ec, SRV_CONN_QUEUED); /* arriving until dispatch counts it */
     srv__request_dispatch(req);
-    emhd_arrived(er); /* after dispatch counted it in flight */
+    emhd_state(er->ec, SRV_CONN_APP); /* dispatched: request_timeout_ms */
     size_t none = 0;
     return emhd_sbody(es, er, conn, NULL, &none);
 }
@@ -2282,7 +2310,7 @@ static void emhd_body_kick(void *state, srv_request *req)
     if (!emhd_b_wake(er, EMHD_B_KICK))
         return; /* the MHD thread runs: it looks at the state again */
     if (er->bfirst && !er->bend) /* reading goes on: its pace window opens */
-        emhd_b_window(es, er);
+        emhd_b_window(er);
     emhd_resume(es, er->conn);
     atomic_fetch_sub(&es->outstanding, 1);
 }
@@ -2312,9 +2340,8 @@ static enum MHD_Result emhd_access(void *cls, struct MHD_Connection *conn, const
 
     switch (er->phase) {
     case EMHD_REQ_HEAD:
-        /* Head complete: the body (if any) has its own deadline. */
-        er->body_due = emhd_now_ms() + es->header_ms;
-        if (!emhd_phase_from(er->ec, EMHD_HEAD, EMHD_BODY, er->body_due))
+        /* Head complete: the body (if any) has the policy's pace. */
+        if (!emhd_state_from(er->ec, SRV_CONN_HEAD, SRV_CONN_BODY))
             return MHD_NO;
         return emhd_begin(es, er, conn, method, version); /* -> BODY or ANSWERED */
     case EMHD_REQ_BODY:
@@ -2365,11 +2392,7 @@ static ssize_t emhd_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
         size_t n = len < max ? len : max;
         memcpy(buf, d, n);
         srv__stream_sent(er->req, n);
-        /* Writing again after a wait: the send deadline counts from now. */
-        if (er->ec != NULL && atomic_load(&er->ec->phase) == EMHD_ACTIVE) {
-            atomic_store(&er->ec->acked, EMHD_ACKED_UNSAMPLED);
-            (void)emhd_phase_from(er->ec, EMHD_ACTIVE, EMHD_SEND, emhd_now_ms() + es->header_ms);
-        }
+        emhd_sending(er->ec); /* writing again after a wait: the send deadline from now */
         return (ssize_t)n;
     }
     if (k == SRV__STREAM_END)
@@ -2378,7 +2401,7 @@ static ssize_t emhd_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
         return MHD_CONTENT_READER_END_WITH_ERROR;
     /* Nothing yet: no send deadline while the application is silent, and
      * the connection leaves MHD's loop until the kick. */
-    (void)emhd_phase_from(er->ec, EMHD_SEND, EMHD_ACTIVE, 0);
+    (void)emhd_state_from(er->ec, SRV_CONN_SEND, SRV_CONN_APP);
     atomic_fetch_add(&es->outstanding, 1); /* stop resumes every one first */
     MHD_suspend_connection(er->conn);
     if (atomic_exchange(&er->sstate, EMHD_S_SUSP) == EMHD_S_KICKED) {
@@ -2427,10 +2450,8 @@ static enum MHD_Result emhd_stream_send(emhd_req *er, struct MHD_Connection *con
     }
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)srv__response_status(req), r);
     MHD_destroy_response(r);
-    if (ret == MHD_YES && er->ec != NULL) {
-        atomic_store(&er->ec->acked, EMHD_ACKED_UNSAMPLED);
-        (void)emhd_phase_from(er->ec, EMHD_ACTIVE, EMHD_SEND, emhd_now_ms() + er->es->header_ms);
-    }
+    if (ret == MHD_YES)
+        emhd_sending(er->ec);
     return ret;
 }
 
@@ -2580,7 +2601,6 @@ static int emhd_start(srv_server *srv, void **state)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the watchdog's clock */
     pthread_cond_init(&es->wd_cond, &ca);
     pthread_condattr_destroy(&ca);
-    es->max_connections = cfg->max_connections;
     es->header_ms = cfg->header_timeout_ms;
     es->keepalive_ms = cfg->keepalive_timeout_ms;
     es->swallow_limit = cfg->max_body_bytes > (1u << 20) ? cfg->max_body_bytes : (1u << 20);
@@ -2771,8 +2791,11 @@ static void emhd_quiesce(void *state)
     atomic_store(&es->quiescing, true);
     long long now = emhd_now_ms();
     pthread_mutex_lock(&es->lock);
-    for (emhd_conn *ec = es->conns; ec != NULL; ec = ec->next)
+    for (emhd_conn *ec = es->conns; ec != NULL; ec = ec->next) {
+        pthread_mutex_lock(&ec->mu);
         emhd_quiesce_idle(es, ec, now);
+        pthread_mutex_unlock(&ec->mu);
+    }
     pthread_cond_signal(&es->wd_cond); /* its quicker pace while quiescing */
     pthread_mutex_unlock(&es->lock);
 }
@@ -2785,33 +2808,32 @@ static bool emhd_input_waiting(emhd_server *es)
     pthread_mutex_lock(&es->lock);
     for (emhd_conn *ec = es->conns; ec != NULL && !any; ec = ec->next) {
         char b;
-        int p = atomic_load(&ec->phase);
-        any = p != EMHD_ACTIVE && p != EMHD_SEND && p != EMHD_SBODY && ec->fd >= 0 &&
+        enum srv__conn_state st = emhd_state_of(ec);
+        any = st != SRV_CONN_QUEUED && st != SRV_CONN_APP && st != SRV_CONN_SEND &&
+              st != SRV_CONN_BODY_STREAM && ec->fd >= 0 &&
               recv(ec->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
     }
     pthread_mutex_unlock(&es->lock);
     return any;
 }
 
-/* The grace period is over: a request still arriving gets the core's 503
- * (written here: MHD has no request to answer yet) and its write side
- * shut; the MHD thread sees EMHD_REFUSED and closes it. Over TLS it is
- * only shut: nothing can be written into the TLS stream past MHD. */
+/* The grace period is over: what the policy answers at a stop
+ * (srv__conn_due: 503 to a request still arriving, or to a refused
+ * connection's) is written past MHD (emhd_answer_cut: MHD has no request
+ * to answer yet; over TLS a close). A streamed body's request is the
+ * core's to answer (dispatched); the rest MHD_stop_daemon closes after
+ * the loops wrote the last answers. */
 static void emhd_refuse_arriving(emhd_server *es)
 {
+    uint64_t now = srv__now_ms();
     pthread_mutex_lock(&es->lock);
     for (emhd_conn *ec = es->conns; ec != NULL; ec = ec->next) {
-        int p = atomic_load(&ec->phase);
-        if ((p == EMHD_HEAD || p == EMHD_BODY) && ec->fd >= 0 &&
-            atomic_compare_exchange_strong(&ec->phase, &p, EMHD_REFUSED)) {
-            atomic_store(&ec->deadline, 0);
-            if (es->tls) {
-                shutdown(ec->fd, SHUT_RDWR);
-                continue;
-            }
-            emhd_answer_raw(es, ec->conn, ec->fd, 503, NULL, 0);
-            shutdown(ec->fd, SHUT_WR);
-        }
+        pthread_mutex_lock(&ec->mu);
+        srv__conn *c = &ec->policy;
+        if (ec->fd >= 0 && c->state != SRV_CONN_BODY_STREAM &&
+            srv__conn_due(c, now, 1, 0) == SRV_CONN_ANSWER)
+            emhd_answer_cut(es, ec, srv__conn_status(c));
+        pthread_mutex_unlock(&ec->mu);
     }
     pthread_mutex_unlock(&es->lock);
 }
@@ -2860,9 +2882,7 @@ static void emhd_stop(void *state)
     while (es->handoffs != NULL) {
         emhd_handoff *h = es->handoffs;
         es->handoffs = h->next;
-        if (h->arriving)
-            srv__request_arriving(es->srv, -1);
-        srv__stats_connection_closed(es->srv);
+        srv__conn_close(&h->conn);
         free(h);
     }
     es->nhandoffs = 0;
@@ -2877,6 +2897,7 @@ static void emhd_destroy(void *state)
     /* MHD reported every connection closed during MHD_stop_daemon. */
     while (es->conns != NULL) {
         emhd_conn *next = es->conns->next;
+        pthread_mutex_destroy(&es->conns->mu);
         free(es->conns);
         es->conns = next;
     }

@@ -30,6 +30,7 @@ typedef struct emhd_wait {
     struct emhd_wait *prev, *next;
     int fd;
     long long accepted;
+    srv__conn conn; /* the policy's (admission, counts), handed on with fd */
     struct sockaddr_storage peer;
     socklen_t peer_len;
     int bad;       /* the hand's `bad` and `good` (emhd_gate_look) */
@@ -40,7 +41,6 @@ struct emhd_gate {
     srv_server *srv;
     struct emhd_gate_ops ops;
     bool tls;
-    long long header_ms;
     int lfd;            /* the gate's thread; -1 once closed */
     int epfd;
     int wake;           /* eventfd: a command is in cmd */
@@ -82,15 +82,17 @@ static void emhd_gate_unlink(emhd_gate *g, emhd_wait *w)
 static void emhd_gate_hand(emhd_gate *g, emhd_wait *w, bool arriving)
 {
     emhd_gate_unlink(g, w);
-    g->ops.hand(g->ops.ctx, w->fd, (const struct sockaddr *)&w->peer, w->peer_len, w->accepted,
-                arriving, w->bad, w->good);
+    if (arriving) /* the policy counts it for the stop's grace (not a refused one) */
+        srv__conn_begun(&w->conn, srv__now_ms());
+    g->ops.hand(g->ops.ctx, w->fd, (const struct sockaddr *)&w->peer, w->peer_len, &w->conn,
+                w->bad, w->good);
     free(w);
 }
 
 static void emhd_gate_close(emhd_gate *g, emhd_wait *w)
 {
     emhd_gate_unlink(g, w);
-    srv__stats_connection_closed(g->srv);
+    srv__conn_close(&w->conn);
     close(w->fd);
     free(w);
 }
@@ -110,6 +112,12 @@ static bool emhd_gate_look(emhd_gate *g, emhd_wait *w)
     if (n <= 0) { /* the client left before a byte, or an error */
         emhd_gate_close(g, w);
         return false;
+    }
+    if (!w->conn.begun) {
+        /* A request has begun (a stop's grace waits for it): refused at the
+         * accept, it takes a slot freed since (the policy's readmission). */
+        (void)srv__conn_readmit(&w->conn);
+        srv__conn_begun(&w->conn, srv__now_ms());
     }
     if (g->quiescing) { /* a request arrives while the server stops: MHD's
                          * grace rules answer it (served or 503) */
@@ -170,7 +178,7 @@ static bool emhd_gate_look(emhd_gate *g, emhd_wait *w)
         } else {
             g->ops.answer(g->ops.ctx, req, w->fd, status);
         }
-        srv__stats_connection_closed(g->srv);
+        srv__conn_close(&w->conn);
         g->ops.linger(g->ops.ctx, w->fd);
         free(w);
         return false;
@@ -183,6 +191,29 @@ static bool emhd_gate_look(emhd_gate *g, emhd_wait *w)
         return false;
     }
     return true;
+}
+
+/* Past max_connections with SRV_REFUSE_MAX refusals being read: the
+ * core's 503 at once in cleartext (the canned one out of memory) and a
+ * lingering close; over TLS only the close (no handshake here). */
+static void emhd_gate_refuse_now(emhd_gate *g, emhd_wait *w)
+{
+    srv__conn_close(&w->conn);
+    if (g->tls) {
+        close(w->fd);
+    } else {
+        srv_request *req =
+            srv__request_new(g->srv, (const struct sockaddr *)&w->peer, w->peer_len);
+        if (req != NULL) {
+            g->ops.answer(g->ops.ctx, req, w->fd, 503);
+        } else {
+            size_t len = 0;
+            const char *refusal = srv__refusal_503(&len);
+            (void)send(w->fd, refusal, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        }
+        g->ops.linger(g->ops.ctx, w->fd);
+    }
+    free(w);
 }
 
 /* Stop watching the listening socket until the next tick or kick finds
@@ -225,7 +256,12 @@ static void emhd_gate_accept(emhd_gate *g)
             return;
         }
         w->accepted = emhd_gate_now();
-        srv__stats_connection_opened(g->srv); /* closed by MHD's NOTIFY_CLOSED, or here */
+        /* Admission and the srv_stats counts are the policy's, from the
+         * accept; MHD's NOTIFY_CLOSED closes it, or the gate. */
+        if (srv__conn_open(&w->conn, g->srv, (uint64_t)w->accepted) == SRV_CONN_REFUSE_NOW) {
+            emhd_gate_refuse_now(g, w);
+            continue;
+        }
         w->next = g->waiting;
         if (g->waiting != NULL)
             g->waiting->prev = w;
@@ -255,15 +291,16 @@ static void emhd_gate_resume(emhd_gate *g)
     epoll_ctl(g->epfd, EPOLL_CTL_MOD, g->lfd, &ev);
 }
 
-/* Deadlines: a first head not complete at header_timeout goes to MHD,
- * whose watchdog ends it there as it ends every late head (the deadline
- * counts from the accept). While quiescing, silent connections close. */
+/* Deadlines: a first head not complete by the policy's deadline (from the
+ * accept) goes to MHD, whose watchdog ends it there as it ends every late
+ * head (srv__conn_due: 408, a refused one's 503, silence a close). While
+ * quiescing, silent connections close. */
 static void emhd_gate_expire(emhd_gate *g)
 {
     long long now = emhd_gate_now();
     for (emhd_wait *w = g->waiting, *next; w != NULL; w = next) {
         next = w->next;
-        if (now - w->accepted >= g->header_ms) {
+        if ((uint64_t)now >= w->conn.deadline) { /* the policy's: a refused one's is shorter */
             emhd_gate_hand(g, w, false);
         } else if (g->quiescing && now - w->accepted >= EMHD_GATE_QUIET_MS) {
             char b;
@@ -358,7 +395,6 @@ int emhd_gate_start(emhd_gate **out, srv_server *srv, int lfd, bool tls,
     g->srv = srv;
     g->ops = *ops;
     g->tls = tls;
-    g->header_ms = (long long)cfg->header_timeout_ms;
     g->lfd = lfd;
     /* A head at the core's limits, and what follows it in the same read:
      * past max_header_bytes the core's parser has failed (431). */

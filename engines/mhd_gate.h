@@ -15,6 +15,7 @@
 #ifndef SRV_MHD_GATE_H
 #define SRV_MHD_GATE_H
 
+#include "srv_conn.h"
 #include "srv_engine.h"
 
 #include <stdbool.h>
@@ -25,17 +26,17 @@ typedef struct emhd_gate emhd_gate;
 
 struct emhd_gate_ops {
     void *ctx;
-    /* Give the connection to MHD (the gate's thread). `accepted`: when it
-     * was accepted (ms, srv__now_ms), its first head's deadline counts from
-     * there; `arriving`: a stop is under way and bytes of a request have
-     * come, so the stop's grace must wait for it; `bad` (0: none): the
-     * first request streams its body (SRV_ROUTE_STREAM_BODY) and its
-     * framing fails with that status after `good` de-chunked bytes, which
-     * MHD may read leniently: the application gets the head and those
-     * bytes, then the failure. The callee owns fd and the connection's
-     * srv_stats count (opened by the gate at the accept). */
+    /* Give the connection to MHD (the gate's thread). `conn`: the policy's
+     * record of it (api/srv_conn.h), opened at the accept (admitted or
+     * refused, its first deadline from the accept; begun when a stop is
+     * under way and bytes of a request have come, so that the stop's grace
+     * waits for it), which the callee takes over (a copy) with fd and must
+     * srv__conn_close; `bad` (0: none): the first request streams its body
+     * (SRV_ROUTE_STREAM_BODY) and its framing fails with that status after
+     * `good` de-chunked bytes, which MHD may read leniently: the
+     * application gets the head and those bytes, then the failure. */
     void (*hand)(void *ctx, int fd, const struct sockaddr *peer, socklen_t peer_len,
-                 long long accepted, bool arriving, int bad, uint64_t good);
+                 const srv__conn *conn, int bad, uint64_t good);
     /* Whether one more connection may be accepted, with `waiting` in the
      * gate (the rest is MHD's). When false the gate stops accepting until
      * emhd_gate_kick. */

@@ -12,8 +12,12 @@
 # A package the release has no candidate for is skipped with a message,
 # never asked of apt. (clang and libclang-rt: libFuzzer for tests/fuzz,
 # whose smoke run is part of the test suite; openssl: the TLS conformance
-# run makes its certificates with the CLI; libgnutls28-dev: mhd's TLS.)
-# Idempotent: does nothing (and needs no network) when everything is there.
+# run makes its certificates with the CLI; libgnutls28-dev: mhd's TLS;
+# libjansson-dev: examples/todo; chromium, and nodejs + npm unless a node
+# and an npm are already on PATH: the browser test, whose puppeteer-core
+# it then installs with `npm ci` in tests/browser, from the lockfile.)
+# Idempotent: does nothing (and needs no network) when everything is there,
+# tests/browser/node_modules included.
 #   scripts/install-deps.sh           build, test and `make bench` (wrk included)
 #   scripts/install-deps.sh --peers   also the reference servers that
 #                                     `bench/compare --peers` runs: embedded
@@ -23,13 +27,22 @@
 #                                     standalone h2o, hello's reference row for
 #                                     the h2o engine. Never needed by make run
 #                                     or make test.
+#   scripts/install-deps.sh --no-browser   without the browser test's chromium,
+#                                     node and npm packages (the Debian 13
+#                                     stage of make test, which does not run it)
 set -eu
 
-case "${1:-}" in
-    ""|--peers) ;;
-    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "install-deps: unknown option '$1': give nothing or --peers" >&2; exit 2 ;;
-esac
+peers=0
+browser=1
+for arg in "$@"; do
+    case $arg in
+        --peers) peers=1 ;;
+        --no-browser) browser=0 ;;
+        -h|--help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "install-deps: unknown option '$arg': give --peers, --no-browser or nothing" >&2
+           exit 2 ;;
+    esac
+done
 
 # The release: ID, VERSION_ID and VERSION_CODENAME of os-release.
 osr=/etc/os-release
@@ -58,7 +71,15 @@ PACKAGES="build-essential meson ninja-build pkg-config curl
 libevent-dev libmicrohttpd-dev $h2o libssl-dev openssl libgnutls28-dev zlib1g-dev
 libcmocka-dev libcurl4-openssl-dev
 hey nghttp2-client gnuplot-nox valgrind wrk procps python3-prometheus-client
-clang-$clang_v libclang-rt-$clang_v-dev"
+clang-$clang_v libclang-rt-$clang_v-dev libjansson-dev"
+# The browser test's: chromium, and Debian's node and npm unless another
+# node is installed (NodeSource's nodejs bundles npm and conflicts with
+# Debian's npm package).
+if [ "$browser" = 1 ]; then
+    PACKAGES="$PACKAGES chromium"
+    command -v node >/dev/null 2>&1 || PACKAGES="$PACKAGES nodejs"
+    command -v npm >/dev/null 2>&1 || PACKAGES="$PACKAGES npm"
+fi
 
 # libjakarta-annotation-api-java: Tomcat fails at context start without it.
 # nginx and h2o are peers, not build tools: each package starts its system
@@ -67,14 +88,31 @@ clang-$clang_v libclang-rt-$clang_v-dev"
 PEER_PACKAGES="$jdk libtomcat10-embed-java libjakarta-annotation-api-java
 libjetty9-java libservlet-api-java nginx libnginx-mod-http-echo $h2o_server"
 
-[ "${1:-}" = --peers ] && PACKAGES="$PACKAGES $PEER_PACKAGES"
+[ "$peers" = 1 ] && PACKAGES="$PACKAGES $PEER_PACKAGES"
+
+# tests/browser's puppeteer-core, pinned by its package-lock.json: `npm ci`
+# when node_modules was not installed from this very lockfile (a copy of
+# it beside node_modules says which one was). No browser is downloaded:
+# puppeteer-core drives Debian's chromium.
+npm_ci() {
+    [ "$browser" = 1 ] || return 0
+    dir=$(cd "$(dirname "$0")/.." && pwd)/tests/browser
+    cmp -s "$dir/package-lock.json" "$dir/node_modules/.libsrv-lock.json" 2>/dev/null && return 0
+    command -v npm >/dev/null 2>&1 || { echo "install-deps: no npm: cannot install $dir's packages" >&2; return 1; }
+    echo "install-deps: npm ci in $dir"
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error) \
+        && cp "$dir/package-lock.json" "$dir/node_modules/.libsrv-lock.json"
+}
 
 missing=""
 for p in $PACKAGES; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
         || missing="$missing $p"
 done
-[ -z "$missing" ] && exit 0
+if [ -z "$missing" ]; then
+    npm_ci
+    exit 0
+fi
 
 SUDO=""
 if [ "$(id -u)" != 0 ]; then
@@ -95,7 +133,9 @@ for p in $missing; do
         echo "install-deps: skipping $p: not packaged for this release" >&2
     fi
 done
-[ -n "$install" ] || exit 0
-echo "install-deps: installing:$install"
-# shellcheck disable=SC2086
-$SUDO apt-get install -y -qq --no-install-recommends $install
+if [ -n "$install" ]; then
+    echo "install-deps: installing:$install"
+    # shellcheck disable=SC2086
+    $SUDO apt-get install -y -qq --no-install-recommends $install
+fi
+npm_ci

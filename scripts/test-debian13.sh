@@ -85,7 +85,7 @@ $SUDO chroot "$sysroot" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=
     DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8 /bin/sh -eu -c '
     cd /root/libsrv
     grep -q "^13" /etc/debian_version
-    ./scripts/install-deps.sh
+    ./scripts/install-deps.sh --no-browser   # the browser suite is not run here
     meson setup build >build.setup.log 2>&1 || { cat build.setup.log; exit 1; }
     ninja -C build >/dev/null
     echo "Debian $(cat /etc/debian_version): engines $(cat build/srv_engines.txt)"

@@ -11,10 +11,15 @@
 #      pkg-config and answers a request;
 #   6. a short smoke of every libFuzzer target (clang, build-fuzz), so they
 #      keep compiling and running: FUZZ_SMOKE_SECONDS each (default 15);
-#   7. on a Debian 12 host, the unit and conformance suites of every engine
+#   7. the browser test: examples/todo in headless Chromium on every engine
+#      (meson's suite 'browser', tests/browser/todo.mjs), after stage 1
+#      and alone, so that Chromium's start does not starve the conformance
+#      runs' deadlines; a case listed there as a known failure is counted
+#      apart ("known failures"), never as passed;
+#   8. on a Debian 12 host, the unit and conformance suites of every engine
 #      Debian 13 has, inside a Debian 13 system (scripts/test-debian13.sh,
 #      cached in /var/cache/libsrv-trixie; SRV_TEST_DEBIAN13=0 leaves it out).
-#      It runs in the background from the start, beside stages 1-6, and is
+#      It runs in the background from the start, beside stages 1-7, and is
 #      waited for at the end.
 # The conformance runs spend most of their time waiting on deadlines, not
 # computing (a default-build run of all nine takes ~1 CPU minute over 10
@@ -48,6 +53,7 @@ stage_report() {
 }
 passed=0
 failed=0
+xfailed=0
 jobs=${SRV_TEST_JOBS:-6}
 jobs_asan=${SRV_TEST_JOBS_ASAN:-4}
 jobs_tsan=${SRV_TEST_JOBS_TSAN:-2}
@@ -59,9 +65,16 @@ tally() {
     ok=$(sed -n 's/^Ok: *\([0-9]*\).*/\1/p' "$log" | tail -1)
     bad=$(sed -n 's/^Fail: *\([0-9]*\).*/\1/p' "$log" | tail -1)
     tmo=$(sed -n 's/^Timeout: *\([0-9]*\).*/\1/p' "$log" | tail -1)
+    # should_fail tests: a known bug (Expected Fail) is neither passed nor
+    # failed; one that passes (Unexpected Pass) means its entry must go.
+    xf=$(sed -n 's/^Expected Fail: *\([0-9]*\).*/\1/p' "$log" | tail -1)
+    xp=$(sed -n 's/^Unexpected Pass: *\([0-9]*\).*/\1/p' "$log" | tail -1)
     passed=$((passed + ${ok:-0}))
-    failed=$((failed + ${bad:-0} + ${tmo:-0}))
-    if [ -z "$ok" ] || [ "${bad:-0}" != 0 ] || [ "${tmo:-0}" != 0 ]; then status=1; fi
+    failed=$((failed + ${bad:-0} + ${tmo:-0} + ${xp:-0}))
+    xfailed=$((xfailed + ${xf:-0}))
+    if [ -z "$ok" ] || [ "${bad:-0}" != 0 ] || [ "${tmo:-0}" != 0 ] || [ "${xp:-0}" != 0 ]; then
+        status=1
+    fi
     if [ "$status" != 0 ]; then
         stage_report
         printf '\n%d passed, %d failed\n' "$passed" "$((failed > 0 ? failed : 1))"
@@ -95,7 +108,7 @@ if [ "$rnd" -gt 28 ] && setarch "$(uname -m)" -R true 2>/dev/null; then
     echo "vm.mmap_rnd_bits is $rnd: the sanitized runs go under '$norand'"
 fi
 
-# Stage 7 starts first and runs beside the others (its own log).
+# Stage 8 starts first and runs beside the others (its own log).
 deb13_pid=""
 deb13_log=$root/build-debian13.log
 if grep -q '^13' /etc/debian_version 2>/dev/null; then
@@ -120,14 +133,18 @@ setup build
 # library was found; its summary names the package for each one skipped).
 engines=$(cat build/srv_engines.txt)
 echo "engines: $engines"
-run_meson_test meson test -C build --print-errorlogs --num-processes "$jobs"
+run_meson_test meson test -C build --print-errorlogs --num-processes "$jobs" --no-suite browser
+
+step "browser: examples/todo in headless Chromium on each engine (screenshots: build/meson-logs/browser/)"
+run_meson_test meson test -C build --print-errorlogs --suite browser
+grep -h '^KNOWN FAILURE' build/meson-logs/testlog.txt | sort -u | sed 's/^/  /' || true
 
 step "AddressSanitizer + UndefinedBehaviorSanitizer"
 setup build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1
 export LSAN_OPTIONS=suppressions=$root/tests/lsan.supp:print_suppressions=0
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
-run_meson_test meson test -C build-asan --print-errorlogs --num-processes "$jobs_asan" \
+run_meson_test meson test -C build-asan --print-errorlogs --num-processes "$jobs_asan" --no-suite browser \
     ${norand:+"--wrapper=$norand"}
 unset ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS
 
@@ -185,4 +202,5 @@ if [ -n "$deb13_pid" ]; then
 fi
 
 stage_report
+[ "$xfailed" = 0 ] || printf '\nknown failures (expected, bugs filed; not counted as passed): %d\n' "$xfailed"
 printf '\nall test stages passed\n%d passed, %d failed\n' "$passed" "$failed"

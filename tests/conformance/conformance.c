@@ -17,9 +17,15 @@
 #define UPLOAD_CURL_CASES                                                               \
     cmocka_unit_test_setup_teardown(test_upload_64m_length, up_setup, up_teardown),    \
         cmocka_unit_test_setup_teardown(test_upload_64m_chunked, up_setup, up_teardown), \
-        cmocka_unit_test_setup_teardown(test_upload_slow_app, up_setup, up_teardown)
+        cmocka_unit_test_setup_teardown(test_upload_slow_app, up_setup, up_teardown),    \
+        cmocka_unit_test_setup_teardown(test_upload_multipart_form, up_setup, up_teardown), \
+        cmocka_unit_test_setup_teardown(test_upload_multipart_bad, up_setup, up_teardown)
+/* test_upload_answer_in_on_data: HTTP/1.1 only for now - over HTTP/2 the
+ * h2o engine sends nothing for an answer given inside on_data that
+ * returns 0 (an engine matter, left to its rework). */
 #define UPLOAD_CASES                                                                     \
     UPLOAD_CURL_CASES,                                                                   \
+        cmocka_unit_test_setup_teardown(test_upload_answer_in_on_data, up_setup, up_teardown), \
         cmocka_unit_test_setup_teardown(test_upload_paused_blocks_client, up_setup,      \
                                         up_teardown),                                    \
         cmocka_unit_test_setup_teardown(test_upload_expect_continue, up_setup, up_teardown), \
@@ -1691,7 +1697,10 @@ int main(int argc, char **argv)
         ROUTING_CASE(test_routing_filter_401),    ROUTING_CASE(test_routing_filter_pass),
         ROUTING_CASE(test_routing_hook_on_404),   ROUTING_CASE(test_routing_cors_preflight),
         ROUTING_CASE(test_routing_cors_simple),   ROUTING_CASE(test_routing_hostile_paths),
-        ROUTING_CASE(test_routing_gzip),
+        ROUTING_CASE(test_routing_gzip),          ROUTING_CASE(test_routing_scoped_order),
+        ROUTING_CASE(test_routing_scoped_prefix_boundary),
+        ROUTING_CASE(test_routing_scoped_answer_stops),
+        ROUTING_CASE(test_routing_scoped_hostile),
     };
 #undef ROUTING_CASE
     snprintf(name, sizeof name, "conformance %s%s: routing patterns, filters, CORS, gzip",

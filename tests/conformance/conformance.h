@@ -468,6 +468,9 @@ int up_teardown(void **state);
 void test_upload_64m_length(void **state);
 void test_upload_64m_chunked(void **state);
 void test_upload_slow_app(void **state);
+void test_upload_multipart_form(void **state);
+void test_upload_multipart_bad(void **state);
+void test_upload_answer_in_on_data(void **state);
 void test_upload_paused_blocks_client(void **state);
 void test_upload_expect_continue(void **state);
 void test_upload_answer_unread(void **state);
@@ -510,6 +513,10 @@ void test_routing_cors_preflight(void **state);
 void test_routing_cors_simple(void **state);
 void test_routing_hostile_paths(void **state);
 void test_routing_gzip(void **state);
+void test_routing_scoped_order(void **state);
+void test_routing_scoped_prefix_boundary(void **state);
+void test_routing_scoped_answer_stops(void **state);
+void test_routing_scoped_hostile(void **state);
 
 /* ------------------------------------------------------------------ */
 /* Cases: conformance_static.c (their own server and files)           */

@@ -47,6 +47,50 @@ static int f_auth(srv_request *req, void *ctx)
     return SRV_FILTER_DONE;
 }
 
+/* Scoped filters (0.8): what ran for the last request, in order: a
+ * filter's letter, 'H' for the handler. One request at a time. */
+static struct {
+    pthread_mutex_t mu;
+    char log[32];
+} g_scope = {PTHREAD_MUTEX_INITIALIZER, ""};
+
+static void scope_log(char c)
+{
+    pthread_mutex_lock(&g_scope.mu);
+    size_t n = strlen(g_scope.log);
+    if (n + 1 < sizeof g_scope.log) {
+        g_scope.log[n] = c;
+        g_scope.log[n + 1] = '\0';
+    }
+    pthread_mutex_unlock(&g_scope.mu);
+}
+
+/* Logs its letter and lets the request through. */
+static int f_letter(srv_request *req, void *ctx)
+{
+    (void)req;
+    scope_log(*(const char *)ctx);
+    return SRV_FILTER_NEXT;
+}
+
+/* Under /api/: 401 unless "X-Api-Key: k1". */
+static int f_api_key(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    scope_log('k');
+    const char *k = srv_request_header(req, "X-Api-Key");
+    if (k != NULL && strcmp(k, "k1") == 0)
+        return SRV_FILTER_NEXT;
+    srv_respond(req, 401, "text/plain", "api key\n", 8);
+    return SRV_FILTER_DONE;
+}
+
+static void h_api(srv_request *req, void *ctx)
+{
+    scope_log('H');
+    h_route(req, ctx);
+}
+
 static void h_big(srv_request *req, void *ctx)
 {
     srv_respond(req, 200, ctx, g_big, sizeof g_big);
@@ -143,6 +187,41 @@ int routing_setup(void **state)
         rc = srv_filter_add(f->srv, &fo);
     if (rc == 0)
         rc = srv_response_hook_add(f->srv, hook_nosniff, NULL);
+    /* Filters on a prefix and on a route: registered in another order
+     * than the chain's (route, longer prefix, shorter prefix). */
+    static const char *const api[] = {"/api/items/{id}", "/api/other", "/apix"};
+    for (size_t i = 0; rc == 0 && i < 3; i++) {
+        srv_route_opts o;
+        srv_route_opts_init(&o);
+        o.method = "GET";
+        o.path = api[i];
+        o.handler = h_api;
+        o.flags = rflags;
+        rc = srv_route_add(f->srv, &o);
+    }
+    static char c_r = 'r', c_i = 'i';
+    srv_filter_opts so;
+    srv_filter_opts_init(&so);
+    so.filter = f_letter;
+    so.ctx = &c_r;
+    so.flags = fflags;
+    so.route_method = "GET";
+    so.route_path = "/api/items/{id}";
+    if (rc == 0)
+        rc = srv_filter_add(f->srv, &so);
+    srv_filter_opts_init(&so);
+    so.filter = f_letter;
+    so.ctx = &c_i;
+    so.flags = fflags;
+    so.prefix = "/api/items";
+    if (rc == 0)
+        rc = srv_filter_add(f->srv, &so);
+    srv_filter_opts_init(&so);
+    so.filter = f_api_key;
+    so.flags = fflags;
+    so.prefix = "/api/";
+    if (rc == 0)
+        rc = srv_filter_add(f->srv, &so);
     if (rc == 0)
         rc = srv_server_start(f->srv);
     if (rc != 0) {
@@ -450,4 +529,106 @@ void test_routing_gzip(void **state)
     check_http(f, "GET /nothing gzip", &r, 404);
     check_body(f, "GET /nothing gzip", &r, "404 Not Found\n");
     http_res_free(&r);
+}
+
+/* ---- filters on a prefix or a route (0.8) -------------------------------- */
+
+static void scope_reset(void)
+{
+    pthread_mutex_lock(&g_scope.mu);
+    g_scope.log[0] = '\0';
+    pthread_mutex_unlock(&g_scope.mu);
+}
+
+static void scope_check(const char *what, const char *want)
+{
+    pthread_mutex_lock(&g_scope.mu);
+    char got[sizeof g_scope.log];
+    memcpy(got, g_scope.log, sizeof got);
+    pthread_mutex_unlock(&g_scope.mu);
+    CHECK_STR(what, got, want);
+}
+
+/* One libcurl request; the status and which filters ran. */
+static void scope_get(fx *f, const char *method, const char *path, int key, long status,
+                      const char *ran)
+{
+    http_res r;
+    scope_reset();
+    http_req q = {0};
+    q.head = strcmp(method, "HEAD") == 0;
+    q.method = q.head ? NULL : method;
+    q.path = path;
+    q.headers[0] = key ? "X-Api-Key: k1" : NULL;
+    http_do(f, &q, &r);
+    char what[160];
+    snprintf(what, sizeof what, "%s %s%s", method, path, key ? " (key)" : "");
+    check_http(f, what, &r, status);
+    scope_check(what, ran);
+    http_res_free(&r);
+}
+
+/* Global filters first, then the prefixes (shortest first), then the
+ * route's; the route's filter only for its route. */
+void test_routing_scoped_order(void **state)
+{
+    fx *f = *state;
+    scope_get(f, "GET", "/api/items/5", 1, 200, "kirH");
+    scope_get(f, "HEAD", "/api/items/5", 1, 200, "kirH"); /* the GET route serves HEAD */
+    scope_get(f, "GET", "/api/other", 1, 200, "kH");
+    scope_get(f, "PUT", "/api/items/5", 1, 405, "ki");      /* no route: no route filter */
+    scope_get(f, "GET", "/api/items", 1, 404, "ki");        /* 404s under a prefix too */
+    /* A global filter still runs first: /secure/'s 401 is not the API's. */
+    scope_get(f, "GET", "/secure/x", 1, 401, "");
+}
+
+/* "/api/" covers "/api" and below, not "/apix". */
+void test_routing_scoped_prefix_boundary(void **state)
+{
+    fx *f = *state;
+    scope_get(f, "GET", "/apix", 0, 200, "H");
+    scope_get(f, "GET", "/api", 0, 401, "k");
+    scope_get(f, "GET", "/api/", 0, 401, "k");
+    scope_get(f, "GET", "/api/itemsx/5", 1, 404, "k");
+}
+
+/* A filter that answers ends the chain: nothing after it runs. */
+void test_routing_scoped_answer_stops(void **state)
+{
+    fx *f = *state;
+    http_res r;
+    scope_reset();
+    get(f, "GET", "/api/items/5", "X-Api-Key: nope", NULL, NULL, &r);
+    check_http(f, "GET /api/items/5 bad key", &r, 401);
+    check_body(f, "GET /api/items/5 bad key", &r, "api key\n");
+    CHECK_STR("401 hook", res_header(&r, "X-Content-Type-Options"), "nosniff");
+    scope_check("GET /api/items/5 bad key", "k");
+    http_res_free(&r);
+}
+
+/* The prefix is matched against the path the router routes (raw '/'
+ * splits, each segment %-decoded), so no spelling of a path reaches a
+ * route under /api/ without the prefix's filter. Raw HTTP/1.1: libcurl
+ * would normalise dot segments. */
+static void scope_raw(fx *f, const char *target, int status, const char *ran)
+{
+    scope_reset();
+    raw_get(f, target, status, NULL);
+    scope_check(target, ran);
+}
+
+void test_routing_scoped_hostile(void **state)
+{
+    fx *f = *state;
+    scope_raw(f, "/%61pi/items/5", 401, "k");            /* decoded like the router */
+    scope_raw(f, "/api/item%73/5", 401, "k");
+    scope_raw(f, "/apix/../api/items/5", 400, "");       /* dot segments: never routed */
+    scope_raw(f, "/api/items/../other", 400, "");
+    scope_raw(f, "/apix/%2e%2e/api/items/5", 400, "");
+    scope_raw(f, "/api/%2E%2e/apix", 400, "");
+    scope_raw(f, "/api%2Fitems/5", 404, "");              /* one segment "api/items" */
+    scope_raw(f, "/api%2fother", 404, "");
+    scope_raw(f, "//api/other", 404, "");                 /* an empty first segment */
+    scope_raw(f, "/API/other", 404, "");                  /* case-sensitive, like routes */
+    scope_raw(f, "http://conformance/api/other", 401, "k"); /* absolute form */
 }

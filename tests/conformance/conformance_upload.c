@@ -230,6 +230,144 @@ static void h_uplain(srv_request *req, void *ctx)
     srv_respond(req, 200, "text/plain", "plain", 5);
 }
 
+
+/* ---- multipart/form-data through the streamed parser (0.8) --------------- */
+
+/* One form upload: the parser and what it saw, answered as one line per
+ * part: "name|filename|content-type|bytes|fnv". */
+typedef struct up_form {
+    srv_multipart *mp;
+    sbuf out;
+    uint64_t bytes, fnv;
+} up_form;
+
+static int form_part(srv_multipart *mp, const srv_multipart_part *part, void *ctx)
+{
+    (void)mp;
+    up_form *u = ctx;
+    sb_add(&u->out, "%s|%s|%s|", part->name, or_null(part->filename),
+           or_null(part->content_type));
+    u->bytes = 0;
+    u->fnv = UP_FNV_INIT;
+    return 0;
+}
+
+static int form_data(srv_multipart *mp, const void *data, size_t len, void *ctx)
+{
+    (void)mp;
+    up_form *u = ctx;
+    u->bytes += len;
+    u->fnv = up_fnv(u->fnv, data, len);
+    return 0;
+}
+
+static int form_part_end(srv_multipart *mp, void *ctx)
+{
+    (void)mp;
+    up_form *u = ctx;
+    sb_add(&u->out, "%llu|%016llx\n", (unsigned long long)u->bytes,
+           (unsigned long long)u->fnv);
+    return 0;
+}
+
+static void form_free(up_form *u)
+{
+    srv_multipart_free(u->mp);
+    free(u->out.p);
+    free(u);
+}
+
+static int form_on_data(srv_request *req, const void *data, size_t len, void *ctx)
+{
+    up_form *u = ctx;
+    int rc = srv_multipart_feed(u->mp, data, len);
+    if (rc == 0)
+        return 0;
+    /* A malformed body: 400 now, the rest unread (the connection closes). */
+    srv_multipart_respond_error(req, u->mp, rc);
+    form_free(u);
+    return rc;
+}
+
+static void form_on_end(srv_request *req, int status, void *ctx)
+{
+    up_form *u = ctx;
+    int rc = status != 0 ? status : srv_multipart_finish(u->mp);
+    if (status != 0)
+        srv_respond(req, 500, "text/plain", "failed\n", 7); /* dropped: the core answered */
+    else if (rc != 0)
+        srv_multipart_respond_error(req, u->mp, rc);
+    else
+        srv_respond(req, 200, "text/plain", u->out.p ? u->out.p : "", u->out.n);
+    form_free(u);
+}
+
+static void h_form(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    atomic_fetch_add(&g_up.entered, 1);
+    up_form *u = calloc(1, sizeof *u);
+    srv_multipart_opts o;
+    srv_multipart_opts_init(&o);
+    o.on_part = form_part;
+    o.on_data = form_data;
+    o.on_part_end = form_part_end;
+    o.ctx = u;
+    o.max_parts = 8;
+    int rc = srv_multipart_new(srv_request_header(req, "Content-Type"), &o, &u->mp);
+    if (rc != 0) { /* answered before reading: no 100 Continue, nothing read */
+        srv_multipart_respond_error(req, NULL, rc);
+        form_free(u);
+        return;
+    }
+    if (srv_request_body_read(req, form_on_data, form_on_end, u) != 0) {
+        srv_respond(req, 500, "text/plain", "no body\n", 8);
+        form_free(u);
+    }
+}
+
+/* Answers from inside on_data and goes on (returns 0): on_end follows, once
+ * on_data has returned (never nested in it, whatever the engine's respond
+ * does inline). */
+static atomic_int g_early_nested, g_early_in_data;
+
+static int early_on_data(srv_request *req, const void *data, size_t len, void *ctx)
+{
+    (void)data;
+    (void)len;
+    up *u = ctx;
+    if (!u->ended && u->bytes++ == 0) {
+        atomic_store(&g_early_in_data, 1);
+        srv_respond(req, 200, "text/plain", "early\n", 6);
+        atomic_store(&g_early_in_data, 0);
+    }
+    return 0;
+}
+
+static void early_on_end(srv_request *req, int status, void *ctx)
+{
+    (void)req;
+    up *u = ctx;
+    if (atomic_load(&g_early_in_data))
+        atomic_fetch_add(&g_early_nested, 1);
+    if (u->ended)
+        atomic_fetch_add(&g_up.dup_end, 1);
+    u->ended = 1;
+    atomic_store(&g_up.end_status, status);
+    atomic_fetch_add(&g_up.ends, 1);
+}
+
+static void h_early(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    atomic_fetch_add(&g_up.entered, 1);
+    up *u = up_new(g_ufx, req, UP_SUM);
+    if (srv_request_body_read(req, early_on_data, early_on_end, u) == 0)
+        atomic_fetch_add(&g_up.reads, 1);
+    else
+        srv_respond(req, 500, "text/plain", "no body\n", 8);
+}
+
 /* ---- fixture ------------------------------------------------------------- */
 
 int up_setup(void **state)
@@ -281,6 +419,8 @@ int up_setup(void **state)
         {"PUT", "/u/deny", h_deny, SRV_ROUTE_STREAM_BODY, 0},
         {"PUT", "/u/small", h_sum, SRV_ROUTE_STREAM_BODY, 1000},
         {"GET", "/u/plain", h_uplain, 0, 0},
+        {"POST", "/u/form", h_form, SRV_ROUTE_STREAM_BODY, 0},
+        {"PUT", "/u/early", h_early, SRV_ROUTE_STREAM_BODY, 0},
     };
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
         srv_route_opts o;
@@ -1542,4 +1682,187 @@ void test_upload_bodies_among_many_heads(void **state)
     up_expect(&c, "streamed bodies among many heads: the last body", last);
     CHECK(rc_unread(&c) == 0, "[%s] %zu stray bytes", what, rc_unread(&c));
     rc_close(&c);
+}
+
+/* ---- multipart/form-data (0.8) ---------------------------------------------- */
+
+typedef struct form_res {
+    long status;
+    sbuf out;
+    CURLcode rc;
+} form_res;
+
+static size_t form_write_cb(char *p, size_t sz, size_t n, void *arg)
+{
+    form_res *r = arg;
+    sb_add(&r->out, "%.*s", (int)(sz * n), p);
+    return sz * n;
+}
+
+/* POST to /u/form: a curl_mime form (what `curl -F` sends), or a raw body
+ * with its Content-Type when mime is NULL. */
+static void form_post(const ufx *f, curl_mime *mime, CURL *h, const char *ctype,
+                      const char *body, size_t len, form_res *r)
+{
+    char url[256];
+    snprintf(url, sizeof url, "%s://127.0.0.1:%d/u/form", url_scheme(), f->port);
+    memset(r, 0, sizeof *r);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, form_write_cb);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 60000L);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_PROXY, "");
+    if (f->m->http2)
+        curl_easy_setopt(h, CURLOPT_HTTP_VERSION, g_tls ? (long)CURL_HTTP_VERSION_2TLS
+                                                        : (long)CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE);
+    else
+        curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+    if (g_tls)
+        curl_easy_setopt(h, CURLOPT_CAINFO, g_tls_cert);
+    struct curl_slist *hdrs = NULL;
+    if (mime != NULL) {
+        curl_easy_setopt(h, CURLOPT_MIMEPOST, mime);
+    } else {
+        char ct[256];
+        snprintf(ct, sizeof ct, "Content-Type: %s", ctype);
+        hdrs = curl_slist_append(hdrs, ct);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+    }
+    r->rc = curl_easy_perform(h);
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r->status);
+    curl_slist_free_all(hdrs);
+}
+
+/* A form of three fields and a file (`curl -F greeting=hello -F
+ * 'upload=@pat.bin;filename=../dir/pat.bin;type=application/octet-stream'
+ * ...`), through a SRV_ROUTE_STREAM_BODY route and the streamed parser:
+ * every part's name, filename, type, size and digest as sent. */
+void test_upload_multipart_form(void **state)
+{
+    ufx *f = *state;
+    const size_t big = (3u << 20) + 17;
+    char *pat = malloc(big);
+    for (size_t i = 0; i < big; i++)
+        pat[i] = (char)pattern_byte(i);
+    /* Data that looks like curl's boundaries ("--" and 24 dashes). */
+    static const char tricky[] = "a\r\n--------------------------x\r\n--\r\n-\r\r\n\n--";
+    CURL *h = curl_easy_init();
+    curl_mime *mime = curl_mime_init(h);
+    curl_mimepart *p = curl_mime_addpart(mime);
+    curl_mime_name(p, "greeting");
+    curl_mime_data(p, "hello", CURL_ZERO_TERMINATED);
+    p = curl_mime_addpart(mime);
+    curl_mime_name(p, "upload");
+    curl_mime_data(p, pat, big);
+    curl_mime_filename(p, "../dir/pat.bin");
+    curl_mime_type(p, "application/octet-stream");
+    p = curl_mime_addpart(mime);
+    curl_mime_name(p, "tricky");
+    curl_mime_data(p, tricky, sizeof tricky - 1);
+    p = curl_mime_addpart(mime);
+    curl_mime_name(p, "empty");
+    curl_mime_data(p, "", 0);
+    form_res r;
+    form_post(f, mime, h, NULL, NULL, 0, &r);
+    curl_mime_free(mime);
+    curl_easy_cleanup(h);
+    CHECK(r.rc == CURLE_OK, "POST form: %s", curl_easy_strerror(r.rc));
+    CHECK_INT("POST form status", r.status, 200);
+    sbuf want = {0};
+    sb_add(&want, "greeting|(null)|(null)|5|%016llx\n",
+           (unsigned long long)up_fnv(UP_FNV_INIT, "hello", 5));
+    sb_add(&want, "upload|../dir/pat.bin|application/octet-stream|%zu|%016llx\n", big,
+           (unsigned long long)up_fnv_pattern(big));
+    sb_add(&want, "tricky|(null)|(null)|%zu|%016llx\n", sizeof tricky - 1,
+           (unsigned long long)up_fnv(UP_FNV_INIT, tricky, sizeof tricky - 1));
+    sb_add(&want, "empty|(null)|(null)|0|%016llx\n", (unsigned long long)UP_FNV_INIT);
+    CHECK_STR("POST form answer", r.out.p, want.p);
+    free(want.p);
+    free(r.out.p);
+    free(pat);
+}
+
+/* Malformed forms get a 400 that says why, from the parser's error. */
+void test_upload_multipart_bad(void **state)
+{
+    ufx *f = *state;
+    static const struct {
+        const char *ctype, *body, *answer;
+    } cases[] = {
+        {"multipart/form-data; boundary=XyZ",
+         "--XyZ\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\ntruncated",
+         "400 Bad Request: multipart/form-data: the body ends before the final boundary\n"},
+        {"multipart/form-data; boundary=XyZ",
+         "--XyZ\r\nContent-Type: text/plain\r\n\r\nno disposition\r\n--XyZ--",
+         "400 Bad Request: multipart/form-data: a part without Content-Disposition: form-data\n"},
+        {"multipart/form-data; boundary=XyZ",
+         "--XyZ\nContent-Disposition: form-data; name=\"a\"\n\nbare LF\n--XyZ--\n",
+         NULL},
+        {"multipart/form-data", "--XyZ--", NULL},               /* no boundary */
+        {"text/plain", "hello", NULL},
+        {"multipart/form-data; boundary=\"0123456789012345678901234567890123456789"
+         "0123456789012345678901234567890\"", "--x--", NULL},   /* 71 characters */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        /* Refused at the head, before any body is read: over HTTP/2 the
+         * answer goes with RST_STREAM(NO_ERROR) on the stream still
+         * sending (test_upload_h2_answer_unread pins it), which
+         * libcurl 7.88 may report as a framing error although the answer
+         * came (fixed in later curl). */
+        if (f->m->http2 && i >= 3)
+            continue;
+        CURL *h = curl_easy_init();
+        form_res r;
+        form_post(f, NULL, h, cases[i].ctype, cases[i].body, strlen(cases[i].body), &r);
+        curl_easy_cleanup(h);
+        CHECK(r.rc == CURLE_OK, "POST bad form %zu: %s", i, curl_easy_strerror(r.rc));
+        CHECK(r.status == 400, "bad form %zu (%s): status %ld, answer %s", i, cases[i].ctype,
+              r.status, or_null(r.out.p));
+        if (cases[i].answer != NULL)
+            CHECK_STR("bad form answer", r.out.p, cases[i].answer);
+        else
+            CHECK(r.out.p != NULL && strncmp(r.out.p, "400 Bad Request: multipart/form-data: ",
+                                             38) == 0,
+                  "bad form %zu answer: %s", i, or_null(r.out.p));
+        free(r.out.p);
+    }
+    /* Too many parts (the route allows 8). */
+    sbuf b = {0};
+    for (int i = 0; i < 9; i++)
+        sb_add(&b, "--XyZ\r\nContent-Disposition: form-data; name=\"p%d\"\r\n\r\n%d\r\n", i, i);
+    sb_add(&b, "--XyZ--\r\n");
+    CURL *h = curl_easy_init();
+    form_res r;
+    form_post(f, NULL, h, "multipart/form-data; boundary=XyZ", b.p, b.n, &r);
+    curl_easy_cleanup(h);
+    CHECK_INT("nine parts", r.status, 400);
+    CHECK_STR("nine parts answer", r.out.p,
+              "400 Bad Request: multipart/form-data: more parts than max_parts\n");
+    free(r.out.p);
+    free(b.p);
+}
+
+/* on_data answers and returns 0: on_end comes once, after on_data returned
+ * (with the whole body there, or SRV_ECLOSED when the engine let go). */
+void test_upload_answer_in_on_data(void **state)
+{
+    ufx *f = *state;
+    atomic_store(&g_early_nested, 0);
+    for (int chunked = 0; chunked < 2; chunked++) {
+        up_send s = {0};
+        long status = 0;
+        int ends = atomic_load(&g_up.ends);
+        CURLcode rc = up_put(f, "/u/early", 10, chunked, &s, &status);
+        CHECK(rc == CURLE_OK, "PUT /u/early: %s", curl_easy_strerror(rc));
+        CHECK_INT("PUT /u/early status", status, 200);
+        CHECK_STR("PUT /u/early answer", s.out.p, "early\n");
+        CHECK(up_wait_ends(ends + 1, 5000), "on_end never came");
+        int st = atomic_load(&g_up.end_status);
+        CHECK(st == 0 || st == SRV_ECLOSED, "on_end status %d", st);
+        free(s.out.p);
+    }
+    CHECK_INT("on_end inside on_data", atomic_load(&g_early_nested), 0);
 }

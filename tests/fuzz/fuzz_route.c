@@ -6,6 +6,9 @@
  * answer, of a status routing can give; a handler sees decoded parameters
  * without a NUL and a wildcard without a dot segment; 405 and the
  * automatic OPTIONS carry Allow; 400 only for a path with a '%' or "/.".
+ * Filters on a prefix ("/users") and a route (GET "/users/{id}"): no
+ * spelling of a path reaches a route under the prefix without the prefix's
+ * filter, the route's filter runs for that route only, in chain order.
  */
 #include "fuzz_core.h"
 
@@ -13,6 +16,19 @@
 #include <strings.h>
 
 static int fuzz_handled;
+/* The scoped filters that ran, in order: 'r' for "/", 'u' for the prefix
+ * "/users", 'i' for the route GET /users/{id}. */
+static char fuzz_ran[8];
+static size_t fuzz_nran;
+
+static int fuzz_scoped(srv_request *req, void *ctx)
+{
+    (void)req;
+    if (fuzz_nran < sizeof fuzz_ran - 1)
+        fuzz_ran[fuzz_nran++] = *(const char *)ctx;
+    fuzz_ran[fuzz_nran] = '\0';
+    return SRV_FILTER_NEXT;
+}
 
 static bool has_dot_segment(const char *v)
 {
@@ -43,6 +59,13 @@ static void fuzz_handler(srv_request *req, void *ctx)
             FUZZ_CHECK(value[0] != '\0'); /* a {param} is never empty */
     }
     FUZZ_CHECK(srv_request_param_at(req, n, NULL, NULL) == SRV_EINVAL);
+    const char *route = srv_request_route(req);
+    if (strcmp(route, "/users/{id}") == 0 && strcmp(srv_request_method(req), "OPTIONS") != 0)
+        FUZZ_CHECK(strcmp(fuzz_ran, "rui") == 0);
+    else if (strncmp(route, "/users/", 7) == 0)
+        FUZZ_CHECK(strcmp(fuzz_ran, "ru") == 0);
+    else
+        FUZZ_CHECK(strchr(fuzz_ran, 'i') == NULL && fuzz_ran[0] == 'r');
     srv_respond(req, 200, "text/plain", "ok", 2);
 }
 
@@ -78,6 +101,22 @@ static srv_server *fuzz_route_server(void)
     c.allowed_origins = "*";
     FUZZ_CHECK(srv_cors_add(srv, &c) == 0);
     FUZZ_CHECK(srv_response_hook_add(srv, fuzz_hook, NULL) == 0);
+    static char c_r = 'r', c_u = 'u', c_i = 'i';
+    srv_filter_opts f;
+    srv_filter_opts_init(&f);
+    f.filter = fuzz_scoped;
+    f.flags = SRV_FILTER_NONBLOCKING;
+    f.ctx = &c_i;
+    f.route_method = "GET";
+    f.route_path = "/users/{id}";
+    FUZZ_CHECK(srv_filter_add(srv, &f) == 0);
+    f.route_method = f.route_path = NULL;
+    f.ctx = &c_u;
+    f.prefix = "/users/";
+    FUZZ_CHECK(srv_filter_add(srv, &f) == 0);
+    f.ctx = &c_r;
+    f.prefix = "/";
+    FUZZ_CHECK(srv_filter_add(srv, &f) == 0);
     return srv;
 }
 
@@ -112,6 +151,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     fuzz_core_responded = 0;
     fuzz_handled = 0;
+    fuzz_nran = 0;
+    fuzz_ran[0] = '\0';
     srv__request_dispatch(req);
     FUZZ_CHECK(fuzz_core_responded == 1);
     int st = fuzz_core_status;
@@ -125,6 +166,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(strchr(req->target, '%') != NULL || strstr(req->target, "/.") != NULL);
     else /* past the router: the hook ran, whoever answered */
         FUZZ_CHECK(header(req, "X-Hook") != NULL);
+    /* The filters run for what the router did not refuse (a CORS
+     * preflight answers before them). */
+    if (st == 400)
+        FUZZ_CHECK(fuzz_nran == 0);
+    if (strchr(fuzz_ran, 'u') != NULL) /* only under the prefix, once decoded */
+        FUZZ_CHECK(strncmp(srv_request_path(req), "/users", 6) == 0);
     srv__request_release(req);
     return 0;
 }

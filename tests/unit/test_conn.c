@@ -222,6 +222,42 @@ static void test_admission(void **state)
     srv__conn_close(&d);
 }
 
+/* A refused connection that has not asked yet takes a slot freed since
+ * its accept; one that has asked, or finds no slot, stays refused. */
+static void test_readmit(void **state)
+{
+    (void)state;
+    srv__conn a, b, r, s;
+    srv__conn_open(&a, g_srv, T0);
+    srv__conn_open(&b, g_srv, T0);
+    assert_int_equal(srv__conn_open(&r, g_srv, T0), SRV_CONN_REFUSING);
+    assert_int_equal(srv__conn_open(&s, g_srv, T0), SRV_CONN_REFUSING);
+    assert_int_equal(srv__conn_readmit(&r), 0); /* no slot */
+    assert_int_equal(r.state, SRV_CONN_REFUSE);
+    srv__conn_begun(&s, T0 + 1); /* asked while refused */
+    srv__conn_close(&a);
+    assert_int_equal(srv__conn_readmit(&s), 0);
+    assert_int_equal(srv__conn_readmit(&a), 0); /* closed: never refused */
+    uint64_t d = r.deadline;
+    assert_int_equal(srv__conn_readmit(&r), 1);
+    assert_int_equal(r.state, SRV_CONN_FIRST);
+    assert_int_equal(r.deadline, d); /* no more time for having waited */
+    assert_int_equal(atomic_load(&g_srv->admitted), 2);
+    assert_int_equal(atomic_load(&g_srv->refusing), 1);
+    assert_int_equal(srv__conn_readmit(&r), 0); /* once */
+    srv__conn_begun(&r, T0 + 2);
+    assert_int_equal(arriving(), 1); /* admitted: a stop waits for it */
+    assert_int_equal(srv__conn_due(&r, d, 0, 0), SRV_CONN_ANSWER);
+    assert_int_equal(srv__conn_status(&r), 408);
+    srv__conn_close(&r);
+    srv__conn_close(&s);
+    srv__conn_close(&b);
+    assert_int_equal(atomic_load(&g_srv->admitted), 0);
+    assert_int_equal(atomic_load(&g_srv->refusing), 0);
+    assert_int_equal(arriving(), 0);
+    assert_int_equal(open_conns(), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -232,6 +268,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_send_deadline, setup, teardown),
         cmocka_unit_test_setup_teardown(test_linger_budget, setup, teardown),
         cmocka_unit_test_setup_teardown(test_admission, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_readmit, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

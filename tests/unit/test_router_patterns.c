@@ -655,6 +655,151 @@ static void test_filter_registration(void **state)
     fake_finish(f);
 }
 
+
+/* ---- filters on a prefix or a route (0.8) ----------------------------------- */
+
+static char c_g = 'g', c_p = 'p', c_q = 'q', c_r = 'r', c_u = 'u', c_v = 'v';
+
+static int add_scoped(srv_server *srv, srv_filter_fn fn, void *ctx, unsigned flags,
+                      const char *prefix, const char *method, const char *route)
+{
+    srv_filter_opts o;
+    srv_filter_opts_init(&o);
+    o.filter = fn;
+    o.ctx = ctx;
+    o.flags = flags;
+    o.prefix = prefix;
+    o.route_method = method;
+    o.route_path = route;
+    return srv_filter_add(srv, &o);
+}
+
+/* The filters that ran, as letters, then the handler's 'H'. */
+static void want_log(fake *f, const char *method, const char *target, int status,
+                     const char *log)
+{
+    log_reset();
+    want(f, method, target, status, NULL);
+    pthread_mutex_lock(&g_log.mu);
+    size_t n = g_log.n;
+    char got[MAX_LOG + 1];
+    memcpy(got, g_log.order, n);
+    got[n] = '\0';
+    pthread_mutex_unlock(&g_log.mu);
+    if (strcmp(got, log) != 0)
+        fail_msg("%s %s: ran \"%s\", want \"%s\"", method, target, got, log);
+}
+
+static void check_scoped(fake *f, unsigned flags)
+{
+    srv_server *srv = fake_server(f, NULL);
+    assert_int_equal(srv_route(srv, "GET", "/api/v1/users/{id}", h_logged, NULL), 0);
+    assert_int_equal(srv_route(srv, "GET", "/api/v1/other", h_logged, NULL), 0);
+    assert_int_equal(srv_route(srv, "GET", "/apix", h_logged, NULL), 0);
+    assert_int_equal(srv_route(srv, "GET", "/api", h_logged, NULL), 0);
+    assert_int_equal(srv_route(srv, "GET", "/{name}", h_logged, NULL), 0);
+    /* Registered in an order unlike the chain's: route, longer prefix, the
+     * global one, the shorter prefix, the root prefix, a second route
+     * filter. */
+    assert_int_equal(add_scoped(srv, f_pass, &c_u, flags, NULL, "GET", "/api/v1/users/{x}"), 0);
+    assert_int_equal(add_scoped(srv, f_pass, &c_q, flags, "/api/v1", NULL, NULL), 0);
+    assert_int_equal(add_scoped(srv, f_pass, &c_g, flags, NULL, NULL, NULL), 0);
+    assert_int_equal(add_scoped(srv, f_pass, &c_p, flags, "/api/", NULL, NULL), 0);
+    assert_int_equal(add_scoped(srv, f_pass, &c_r, flags, "/", NULL, NULL), 0);
+    assert_int_equal(add_scoped(srv, f_pass, &c_v, flags, NULL, "GET", "/api/v1/users/{id}"), 0);
+    fake_start(f, NULL);
+
+    want_log(f, "GET", "/api/v1/users/7", 200, "grpquvH");
+    want_log(f, "HEAD", "/api/v1/users/7", 200, "grpquvH"); /* HEAD is the GET route's */
+    want_log(f, "GET", "/api/v1/other", 200, "grpqH");      /* not the route's filters */
+    want_log(f, "PUT", "/api/v1/users/7", 405, "grpq");     /* 405: no route, no route filter */
+    want_log(f, "GET", "/api/v1/none", 404, "grpq");        /* 404 under the prefix */
+    want_log(f, "GET", "/api", 200, "grpH");                /* "/api/" covers "/api" */
+    want_log(f, "GET", "/api/", 404, "grp");
+    want_log(f, "GET", "/apix", 200, "grH");                /* a segment boundary */
+    want_log(f, "GET", "/api%2Fv1", 200, "grH");            /* %2F stays in its segment */
+    want_log(f, "GET", "/%61pi/v1/users/7", 200, "grpquvH"); /* decoded, like the router */
+    want_log(f, "GET", "/api/v%31/other", 200, "grpqH");
+    want_log(f, "GET", "//api/v1/other", 404, "gr");        /* an empty first segment */
+    want_log(f, "GET", "/API", 200, "grH");                 /* case-sensitive: "/{name}" */
+    want_log(f, "GET", "http://h/api/v1/other", 200, "grpqH"); /* absolute form */
+    /* Dot segments never reach a filter. */
+    want_log(f, "GET", "/x/../api/v1/other", 400, "");
+    want_log(f, "GET", "/api/v1/%2e%2e/other", 400, "");
+    fake_finish(f);
+}
+
+static void test_scoped_filters_worker(void **state)
+{
+    check_scoped(*state, 0);
+}
+
+static void test_scoped_filters_inline(void **state)
+{
+    check_scoped(*state, SRV_FILTER_NONBLOCKING);
+}
+
+/* An answer from a prefix filter ends the chain: the route's filters and
+ * the handler never run. */
+static void test_scoped_filter_answers(void **state)
+{
+    fake *f = *state;
+    srv_server *srv = fake_server(f, NULL);
+    srv_route_opts o;
+    srv_route_opts_init(&o);
+    o.method = "GET";
+    o.path = "/admin/{*rest}";
+    o.handler = h_logged;
+    o.flags = SRV_ROUTE_NONBLOCKING;
+    assert_int_equal(srv_route_add(srv, &o), 0);
+    assert_int_equal(srv_route(srv, "GET", "/open", h_logged, NULL), 0);
+    assert_int_equal(add_scoped(srv, f_auth, NULL, SRV_FILTER_NONBLOCKING, "/admin", NULL, NULL),
+                     0);
+    /* A blocking route filter: the chain moves to a worker there. */
+    assert_int_equal(add_scoped(srv, f_pass, &c_u, 0, NULL, "GET", "/admin/{*x}"), 0);
+    fake_start(f, NULL);
+    want_log(f, "GET", "/admin/panel", 401, "A");
+    want_log(f, "GET", "/admin", 401, "A"); /* no route: still the filter's 401 */
+    want_log(f, "GET", "/open", 200, "H");
+    log_reset();
+    fake_req *r = fake_req_new(f, "GET", "/admin/panel");
+    r->headers[r->nheaders][0] = "Authorization";
+    r->headers[r->nheaders++][1] = "Bearer ok";
+    fake_send(r);
+    assert_int_equal(fake_wait(r, FAKE_WAIT_MS), 200);
+    assert_memory_equal(g_log.order, "AuH", 3);
+    assert_true(pthread_equal(g_log.thread[0], pthread_self()));   /* the I/O thread */
+    assert_false(pthread_equal(g_log.thread[1], pthread_self()));  /* the worker */
+    assert_string_equal(fake_resp_header(r, "X-Filter-u"), "1");
+    fake_finish(f);
+}
+
+static void test_scoped_filter_registration(void **state)
+{
+    fake *f = *state;
+    srv_server *srv = fake_server(f, NULL);
+    assert_int_equal(srv_route(srv, "GET", "/u/{id}", h_logged, NULL), 0);
+    static const char *const bad[] = {"api", "", "/a//b", "//", "/a/../b", "/a/./b", "/..",
+                                      "/{x}", "/a/{*r}", "/a?b", "/a#b", "/a//"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if (add_scoped(srv, f_pass, &c_p, 0, bad[i], NULL, NULL) != SRV_EINVAL)
+            fail_msg("prefix \"%s\" accepted", bad[i]);
+    assert_int_equal(add_scoped(srv, f_pass, &c_p, 0, "/u", "GET", "/u/{id}"), SRV_EINVAL);
+    assert_int_equal(add_scoped(srv, f_pass, &c_p, 0, NULL, "GET", NULL), SRV_EINVAL);
+    assert_int_equal(add_scoped(srv, f_pass, &c_p, 0, NULL, NULL, "/u/{id}"), SRV_EINVAL);
+    assert_int_equal(add_scoped(srv, f_pass, &c_u, 0, NULL, "PUT", "/u/{id}"), SRV_ENOROUTE);
+    assert_int_equal(add_scoped(srv, f_pass, &c_u, 0, NULL, "GET", "/u"), SRV_ENOROUTE);
+    assert_int_equal(add_scoped(srv, f_pass, &c_u, 0, NULL, "GET", "/u/{*id}"), SRV_ENOROUTE);
+    assert_int_equal(add_scoped(srv, f_pass, &c_u, 0, NULL, "GET", "/u/id"), SRV_ENOROUTE);
+    assert_int_equal(add_scoped(srv, f_pass, &c_u, 0, NULL, "GET", "/u/{other}"), 0);
+    assert_int_equal(add_scoped(srv, f_pass, &c_p, 0, "/u/", NULL, NULL), 0);
+    fake_start(f, NULL);
+    assert_int_equal(add_scoped(srv, f_pass, &c_p, 0, "/v", NULL, NULL), SRV_ESTATE);
+    want_log(f, "GET", "/u/1", 200, "puH");
+    fake_finish(f);
+    assert_string_equal(srv_err_name(SRV_ENOROUTE), "ENOROUTE");
+}
+
 /* ---- CORS ------------------------------------------------------------------ */
 
 static fake_req *cors_req(fake *f, const char *method, const char *target, const char *origin,
@@ -790,6 +935,10 @@ int main(void)
         T(test_filter_async_worker),
         T(test_hooks),
         T(test_filter_registration),
+        T(test_scoped_filters_worker),
+        T(test_scoped_filters_inline),
+        T(test_scoped_filter_answers),
+        T(test_scoped_filter_registration),
         T(test_cors),
         T(test_cors_any_origin),
 #undef T
