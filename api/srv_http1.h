@@ -78,15 +78,6 @@ typedef struct srv_http1 {
     size_t line_len, line_cap;
 } srv_http1;
 
-/*
- * srv__http1_long_line_status: the answer to a request line (`len` bytes
- * at `line`, no CRLF, possibly cut) that outgrew what an engine keeps of
- * it: 414 when the target is what makes it long (it has not ended, or is
- * over max_uri), else 400 (a long method or version). For an engine whose
- * library reads heads itself, so a long target gets the parser's answer.
- */
-int srv__http1_long_line_status(const char *line, size_t len, size_t max_uri);
-
 /* Ready the parser for a connection of `srv` (limits from its config). */
 void srv__http1_init(srv_http1 *p, srv_server *srv);
 

@@ -168,7 +168,11 @@ static int h1_collect(srv_http1 *p, const char *d, size_t len, size_t *i, size_t
     return 1;
 }
 
-int srv__http1_long_line_status(const char *line, size_t len, size_t max_uri)
+/* The answer to a request line (`len` bytes at `line`, no CRLF, possibly
+ * cut) that outgrew its bound: 414 when the target is what makes it long
+ * (it has not ended, or is over max_uri), else 400 (a long method or
+ * version). */
+static int h1_long_line_status(const char *line, size_t len, size_t max_uri)
 {
     const char *sp = memchr(line, ' ', len);
     if (sp == NULL || (size_t)(sp - line) > SRV__HTTP1_MAX_METHOD)
@@ -183,7 +187,7 @@ int srv__http1_long_line_status(const char *line, size_t len, size_t max_uri)
 /* The status for a request line that outgrew its bound. */
 static int h1_long_reqline(const srv_http1 *p)
 {
-    return srv__http1_long_line_status(p->line, p->line_len, p->max_uri);
+    return h1_long_line_status(p->line, p->line_len, p->max_uri);
 }
 
 static int h1_request_line(srv_http1 *p, srv_request *req)
