@@ -54,8 +54,10 @@ typedef struct srv__h1io {
     /* Shut the write side: the answer is out, the client's last bytes are
      * read and dropped (lingering) until srv__h1conn says close. */
     void (*shut)(void *io);
-    /* Close the connection (srv__h1conn_free then or later). */
-    void (*close)(void *io);
+    /* Close the connection (srv__h1conn_free then or later). abort: a write
+     * failed or made no progress in time, so reset it (a FIN queued behind
+     * bytes the client does not read would keep it waiting for them). */
+    void (*close)(void *io, int abort);
     /* Any thread: have the loop call srv__h1conn_wake soon. Called with the
      * connection's lock held: post and return. */
     void (*wake)(void *io);

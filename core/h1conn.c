@@ -104,11 +104,16 @@ static void h1_read(srv__h1conn *hc, int on)
 }
 
 /* The end: nothing of hc may be touched after (the engine may free it). */
-static int h1_close(srv__h1conn *hc)
+static int h1_end(srv__h1conn *hc, int abort)
 {
     hc->phase = H1_CLOSED;
-    hc->ops->close(hc->io);
+    hc->ops->close(hc->io, abort);
     return 0;
+}
+
+static int h1_close(srv__h1conn *hc)
+{
+    return h1_end(hc, 0);
 }
 
 static void h1_write(srv__h1conn *hc, enum h1_write what, const void *a, size_t alen,
@@ -592,7 +597,7 @@ void srv__h1conn_written(srv__h1conn *hc, int ok)
     if (hc->phase == H1_CLOSED)
         return;
     if (!ok) {
-        h1_close(hc);
+        h1_end(hc, 1);
         return;
     }
     switch (hc->wrote) {
@@ -628,8 +633,8 @@ void srv__h1conn_time(srv__h1conn *hc, uint64_t now, int stopping, int quiescing
     enum srv__conn_due due = srv__conn_due(hc->pol, now, stopping, quiescing);
     if (due == SRV_CONN_WAIT)
         return;
-    if (due == SRV_CONN_CLOSE) {
-        h1_close(hc);
+    if (due == SRV_CONN_CLOSE) { /* a write that made no progress is reset */
+        h1_end(hc, hc->pol->state == SRV_CONN_SEND);
         return;
     }
     srv__h1conn *outer = h1_current;

@@ -77,7 +77,6 @@ static const char *eh2o_pool_strndup(h2o_mem_pool_t *pool, const char *s, size_t
     return d;
 }
 
-static void eh2o_refusal_write_answer(struct eh2o_refusal *r, srv_request *sreq);
 
 /* Write the core's final response on the loop thread that owns the connection. Returns 1
  * when a stream took the engine's reference to sreq (engines/h2o_stream.c). */
@@ -146,9 +145,7 @@ void eh2o_complete(eh2o_thread *t, eh2o_ticket *tk)
         tk->conn->h2_with_us--;
     tk->done = 1;
     /* The guard may fire inside eh2o_send_response: this reference keeps tk alive. */
-    if (tk->refusal != NULL)
-        eh2o_refusal_write_answer(tk->refusal, sreq);
-    else if (tk->h2_stop != NULL)
+    if (tk->h2_stop != NULL)
         eh2o_h2_write_answer(tk->h2_stop, tk->h2_stream, sreq);
     else if (tk->req != NULL && eh2o_send_response(t, tk->req, sreq))
         sreq = NULL; /* streamed: released when h2o disposes the request */
@@ -281,7 +278,7 @@ static int eh2o_on_req(h2o_handler_t *self, h2o_req_t *req)
 }
 
 /* ------------------------------------------------------------------ */
-/* Connections: accept, max_connections, refusal, tracking             */
+/* Connections: accept, max_connections, tracking                      */
 /* ------------------------------------------------------------------ */
 
 void eh2o_on_conn_close(void *data)
@@ -308,177 +305,6 @@ void eh2o_on_conn_close(void *data)
     free(c);
 }
 
-void eh2o_refusal_close(eh2o_refusal *r)
-{
-    h2o_timeout_unlink(&r->timeout);
-    h2o_linklist_unlink(&r->link);
-    h2o_socket_close(r->sock);
-    srv__conn_close(&r->conn);
-    free(r->out);
-    free(r);
-}
-
-static void eh2o_refusal_on_timeout(h2o_timeout_entry_t *entry);
-
-static void eh2o_refusal_on_drain(h2o_socket_t *sock, const char *err)
-{
-    if (err != NULL) {
-        eh2o_refusal_close(sock->data);
-        return;
-    }
-    h2o_buffer_consume(&sock->input, sock->input->size); /* discard whatever the client sends */
-}
-
-static void eh2o_refusal_on_written(h2o_socket_t *sock, const char *err)
-{
-    eh2o_refusal *r = sock->data;
-    if (err != NULL) {
-        eh2o_refusal_close(r);
-        return;
-    }
-    /* Half-close and drain: closing with unread input would reset the connection and the
-     * client could lose the answer it has not read yet. */
-    shutdown(h2o_socket_get_fd(sock), SHUT_WR);
-    h2o_buffer_consume(&sock->input, sock->input->size);
-    h2o_socket_read_start(sock, eh2o_refusal_on_drain);
-    r->answered = 1;
-    h2o_timeout_unlink(&r->timeout);
-    h2o_timeout_link(r->thread->loop, &r->thread->linger_timeout, &r->timeout);
-}
-
-static void eh2o_refusal_send(eh2o_refusal *r, const void *data, size_t len)
-{
-    h2o_iovec_t buf = h2o_iovec_init(data, len);
-    h2o_socket_read_stop(r->sock);
-    h2o_socket_write(r->sock, &buf, 1, eh2o_refusal_on_written);
-}
-
-/* respond slot for a refusal's 503 (eh2o_complete, on the loop): the core's HTTP/1 answer. */
-static void eh2o_refusal_write_answer(eh2o_refusal *r, srv_request *sreq)
-{
-    size_t hl, bl;
-    const char *head = srv__response_http1_head(sreq, &hl);
-    const void *body = srv__response_body(sreq, &bl);
-    r->out = head != NULL ? malloc(hl + bl) : NULL;
-    if (r->out == NULL) {
-        r->answered = 1; /* the timeout closes it */
-        return;
-    }
-    memcpy(r->out, head, hl);
-    if (bl != 0)
-        memcpy(r->out + hl, body, bl);
-    eh2o_refusal_send(r, r->out, hl + bl);
-}
-
-/* The core answers the refused request 503 (its headers, its access-log line). */
-static void eh2o_refusal_answer(eh2o_refusal *r)
-{
-    eh2o_thread *t = r->thread;
-    h2o_socket_t *sock = r->sock;
-    struct sockaddr_storage peer;
-    socklen_t plen = h2o_socket_getpeername(sock, (struct sockaddr *)&peer);
-    srv_request *sreq =
-        srv__request_new(t->server->srv, plen != 0 ? (struct sockaddr *)&peer : NULL, plen);
-    eh2o_ticket *tk = sreq != NULL ? srv__zalloc(sizeof *tk) : NULL;
-    if (tk == NULL) {
-        if (sreq != NULL)
-            srv__request_release(sreq);
-        r->answered = 1;
-        return;
-    }
-    /* The request line, when it parses, names the refused request in the access log. */
-    const char *method, *target;
-    size_t mlen, tlen, nh = EH2O_MAX_HEADERS;
-    int minor;
-    struct eh2o_phr_header hs[EH2O_MAX_HEADERS];
-    if (phr_parse_request(sock->input->bytes, sock->input->size, &method, &mlen, &target, &tlen,
-                          &minor, hs, &nh, 0) > 0) {
-        srv__request_set_method(sreq, method, mlen);
-        srv__request_set_target(sreq, target, tlen);
-        srv__request_set_version(sreq, 1, minor);
-    }
-    tk->thread = t;
-    tk->sreq = sreq;
-    tk->refusal = r;
-    tk->refs = 1;
-    t->live++;
-    srv__request_set_engine_data(sreq, tk);
-    srv__request_fail(sreq, 503); /* respond -> eh2o_complete -> eh2o_refusal_write_answer */
-}
-
-/* A refused connection's bytes: wait for a whole head (bounded), then answer it. */
-static void eh2o_refusal_on_read(h2o_socket_t *sock, const char *err)
-{
-    static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-    eh2o_refusal *r = sock->data;
-    if (err != NULL) {
-        eh2o_refusal_close(r);
-        return;
-    }
-    size_t n = sock->input->size, pl = sizeof preface - 1;
-    const char *p = sock->input->bytes;
-    if (memcmp(p, preface, n < pl ? n : pl) == 0) {
-        if (n < pl)
-            return;
-        /* HTTP/2 prior knowledge: the server preface (empty SETTINGS), then GOAWAY with no
-         * stream processed (last-stream-id 0), so the client may retry elsewhere or later. */
-        static const char goaway[] = "\0\0\0\4\0\0\0\0\0"                 /* SETTINGS */
-                                     "\0\0\x1c\7\0\0\0\0\0"               /* GOAWAY */
-                                     "\0\0\0\0\0\0\0\0too many connections"; /* NO_ERROR */
-        eh2o_refusal_send(r, goaway, sizeof goaway - 1);
-        return;
-    }
-    const char *method, *target;
-    size_t mlen, tlen, nh = EH2O_MAX_HEADERS;
-    int minor;
-    struct eh2o_phr_header hs[EH2O_MAX_HEADERS];
-    int ret = phr_parse_request(p, n, &method, &mlen, &target, &tlen, &minor, hs, &nh, 0);
-    if (ret == -2 && n <= r->thread->server->cfg->max_header_bytes + 4)
-        return; /* more to come, until the deadline */
-    eh2o_refusal_answer(r);
-}
-
-/* The deadline: a partial head is answered anyway, a silent client closed (an answer to no
- * request is what confused HTTP/1 clients); after the answer, the end of the drain. */
-static void eh2o_refusal_on_timeout(h2o_timeout_entry_t *entry)
-{
-    eh2o_refusal *r = H2O_STRUCT_FROM_MEMBER(eh2o_refusal, timeout, entry);
-    if (r->tls_hs) { /* the handshake did not finish in time: it fails, then closes */
-        eh2o_tls_refusal_cut(r);
-        return;
-    }
-    if (r->answered || r->sock->input->size == 0 || r->out != NULL) {
-        eh2o_refusal_close(r);
-        return;
-    }
-    h2o_timeout_link(r->thread->loop, &r->thread->linger_timeout, &r->timeout);
-    eh2o_refusal_answer(r);
-}
-
-/* A connection closed with unread input: the client may still be sending, and closing with
- * unread bytes would reset the connection and could destroy the answer before the client
- * reads it. fd (a dup of the connection's) is half-closed and drained for SRV_LINGER_MS at
- * most, as a refusal after its 503. */
-void eh2o_linger(eh2o_thread *t, int fd)
-{
-    eh2o_refusal *r = calloc(1, sizeof *r);
-    h2o_socket_t *sock = r != NULL ? h2o_evloop_socket_create(t->loop, fd, 0) : NULL;
-    if (sock == NULL) {
-        free(r);
-        close(fd);
-        return;
-    }
-    r->sock = sock;
-    r->thread = t;
-    r->answered = 1; /* the timeout closes it */
-    sock->data = r;
-    h2o_linklist_insert(&t->refusals, &r->link);
-    r->timeout.cb = eh2o_refusal_on_timeout;
-    h2o_timeout_link(t->loop, &t->linger_timeout, &r->timeout);
-    shutdown(fd, SHUT_WR);
-    h2o_socket_read_start(sock, eh2o_refusal_on_drain);
-}
-
 /* Refused past SRV_REFUSE_MAX being read (or out of memory): the 503 at once, in cleartext
  * only (a TLS client cannot read it before a handshake), what came drained, closed. */
 static void eh2o_refuse_now(eh2o_thread *t, h2o_socket_t *sock, srv__conn *adm)
@@ -496,34 +322,6 @@ static void eh2o_refuse_now(eh2o_thread *t, h2o_socket_t *sock, srv__conn *adm)
         ;
     h2o_socket_close(sock);
     srv__conn_close(adm);
-}
-
-/* Past max_connections: read the head (the policy's bounds), answer 503, close. */
-static void eh2o_refuse(eh2o_thread *t, h2o_socket_t *sock, srv__conn *adm,
-                        enum srv__conn_admission how)
-{
-    eh2o_refusal *r = how == SRV_CONN_REFUSING ? calloc(1, sizeof *r) : NULL;
-    if (r == NULL) {
-        eh2o_refuse_now(t, sock, adm);
-        return;
-    }
-    r->conn = *adm;
-    r->sock = sock;
-    r->thread = t;
-    sock->data = r;
-    h2o_linklist_insert(&t->refusals, &r->link);
-    r->timeout.cb = eh2o_refusal_on_timeout;
-    h2o_timeout_link(t->loop, &t->refuse_timeout, &r->timeout);
-    /* Over TLS the 503 goes inside TLS, after the handshake (the deadline covers both). */
-    if (!eh2o_tls_refuse(t, r))
-        eh2o_refusal_read(r);
-}
-
-void eh2o_refusal_read(eh2o_refusal *r)
-{
-    h2o_socket_read_start(r->sock, eh2o_refusal_on_read);
-    if (r->sock->input->size != 0) /* over TLS: it came with the handshake's end */
-        eh2o_refusal_on_read(r->sock, NULL);
 }
 
 static void eh2o_on_accept(h2o_socket_t *listener, const char *err);
@@ -552,16 +350,15 @@ static void eh2o_on_accept(h2o_socket_t *listener, const char *err)
             }
             break;
         }
+        /* Past max_connections a connection is still read (the policy bounds it: its head
+         * within min(header_timeout_ms, 2 s), at most SRV_REFUSE_MAX at once) so that the
+         * core's 503 answers what the client asked, in a protocol it reads (inside TLS, a
+         * GOAWAY on HTTP/2); more are refused at once. */
         srv__conn adm;
         enum srv__conn_admission how = srv__conn_open(&adm, s->srv, srv__now_ms());
-        if (how != SRV_CONN_ADMITTED) {
-            eh2o_refuse(t, sock, &adm, how);
-            continue;
-        }
-        eh2o_conn *c = srv__zalloc(sizeof *c); /* zeroed: h2o_linklist_insert asserts unlinked */
-        if (c == NULL) {
-            srv__conn_close(&adm);
-            h2o_socket_close(sock);
+        eh2o_conn *c = how != SRV_CONN_REFUSE_NOW ? srv__zalloc(sizeof *c) : NULL;
+        if (c == NULL) { /* zeroed: h2o_linklist_insert asserts unlinked */
+            eh2o_refuse_now(t, sock, &adm);
             continue;
         }
         c->conn = adm;
@@ -663,7 +460,6 @@ static void eh2o_thread_run(eh2o_thread *t)
     for (;;) {
         int stopping = atomic_load(&s->stop_req);
         h2o_evloop_run(t->loop, stopping ? EH2O_STOP_POLL_MS : INT32_MAX);
-        eh2o_h1_take_posts(t); /* HTTP/1 answers and kicks from other threads */
         if (!t->quiesced && (atomic_load(&s->quiesce_req) || atomic_load(&s->stop_req)))
             eh2o_thread_quiesce(t);
         else if (t->quiesced)
@@ -710,8 +506,6 @@ static int eh2o_loop_epoll_fd(h2o_evloop_t *loop)
 static void eh2o_thread_teardown(eh2o_thread *t)
 {
     eh2o_server *s = t->server;
-    while (!h2o_linklist_is_empty(&t->refusals))
-        eh2o_refusal_close(H2O_STRUCT_FROM_MEMBER(eh2o_refusal, link, t->refusals.next));
     /* The controlling thread may still be inside h2o_multithread_send_message on our queue. */
     pthread_mutex_lock(&s->mu);
     while (!s->wakes_done)
@@ -732,8 +526,6 @@ static void eh2o_thread_teardown(eh2o_thread *t)
     eh2o_stream_thread_dispose(t);
     eh2o_body_thread_dispose(t);
     eh2o_h1_thread_dispose(t);
-    h2o_timeout_dispose(t->loop, &t->refuse_timeout);
-    h2o_timeout_dispose(t->loop, &t->linger_timeout);
     h2o_timeout_dispose(t->loop, &t->accept_pause);
     h2o_timeout_unlink(&t->dispatch_entry);
     h2o_timeout_dispose(t->loop, &t->zero);
@@ -770,10 +562,6 @@ static void *eh2o_thread_main(void *arg)
     eh2o_stream_thread_init(t);
     eh2o_body_thread_init(t);
     eh2o_h1_thread_init(t);
-    unsigned refuse_ms = s->cfg->header_timeout_ms;
-    h2o_timeout_init(t->loop, &t->refuse_timeout,
-                     refuse_ms < SRV_REFUSE_WAIT_MS ? refuse_ms : SRV_REFUSE_WAIT_MS);
-    h2o_timeout_init(t->loop, &t->linger_timeout, SRV_LINGER_MS);
     h2o_timeout_init(t->loop, &t->accept_pause, EH2O_ACCEPT_PAUSE_MS);
     t->accept_resume.cb = eh2o_on_accept_resume;
     h2o_timeout_init(t->loop, &t->zero, 0);
@@ -900,7 +688,6 @@ static int eh2o_start(srv_server *srv, void **state)
         eh2o_thread *t = &s->threads[i];
         t->server = s;
         h2o_linklist_init_anchor(&t->conns);
-        h2o_linklist_init_anchor(&t->refusals);
         h2o_linklist_init_anchor(&t->to_dispatch);
         t->listen_fd = fcntl(s->listen_fd, F_DUPFD_CLOEXEC, 0);
         for (int j = 0; j < EH2O_LOOP_FDS && t->listen_fd >= 0; j++) {

@@ -14,6 +14,8 @@ static const char eh2o_preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /* HTTP/1 deadlines are looked at this often (as threadpool's poller). */
 #define EH2O_H1_TICK_MS 50
+/* Connections woken from other threads taken per loop turn (eh2o_h1_take_posts). */
+#define EH2O_H1_WAKE_BATCH 256
 /* An HTTP/1 connection's kernel receive buffer (the kernel doubles it). */
 #define EH2O_H1_RCVBUF (128 * 1024)
 
@@ -68,32 +70,34 @@ static void eh2o_h1_shut(void *io)
         shutdown(fd, SHUT_WR);
 }
 
-static void eh2o_h1_close(void *io)
+static void eh2o_h1_close(void *io, int abort)
 {
     eh2o_conn *c = io;
-    /* A write may be stuck behind a client that reads nothing: the shutdown ends it (a
-     * close alone left the client's side open). The core lingered already where due. */
     int fd = h2o_socket_get_fd(c->sock);
-    if (fd >= 0)
-        shutdown(fd, SHUT_RDWR);
+    if (abort && fd >= 0) { /* the close resets it (the core lingered already where due) */
+        struct linger lg = {1, 0};
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    }
     h2o_socket_close(c->sock); /* eh2o_on_conn_close frees c, now or once TLS is shut */
 }
 
-/* Any thread, the connection's lock held: the loop takes it up after its turn. */
+/* Any thread, the connection's lock held: listed for the loop, which one message per loop
+ * (sent when none is queued) has take the list. */
 static void eh2o_h1_wake(void *io)
 {
     eh2o_conn *c = io;
     eh2o_thread *t = c->thread;
     pthread_mutex_lock(&t->h1_mu);
-    int first = t->h1_posted == NULL;
     if (!c->h1_queued) {
         c->h1_queued = 1;
         c->h1_next = t->h1_posted;
         t->h1_posted = c;
     }
+    int send = !t->h1_msg_queued;
+    t->h1_msg_queued = 1;
     pthread_mutex_unlock(&t->h1_mu);
-    if (first) /* a NULL message only wakes the loop (eh2o_thread_run takes the posts) */
-        h2o_multithread_send_message(&t->receiver, NULL);
+    if (send)
+        h2o_multithread_send_message(&t->h1_receiver, &t->h1_msg);
 }
 
 static const srv__h1io eh2o_h1_io = {
@@ -204,7 +208,9 @@ void eh2o_h1_start(eh2o_conn *c, int sniff)
         h2o_socket_close(c->sock); /* out of memory: closed unanswered */
         return;
     }
-    c->sniff = sniff;
+    /* A refused connection never reaches HTTP/2: the core's parser answers a preface with
+     * SETTINGS + GOAWAY, and anything else with the 503. */
+    c->sniff = sniff && c->conn.admitted;
     c->h1_feed.cb = eh2o_h1_on_feed;
     /* What the kernel holds for a client that pipelines while an answer is awaited (h2o
      * reads all a socket has): bounded, so the client's writes stop instead. */
@@ -241,20 +247,42 @@ void eh2o_h1_closed(eh2o_conn *c)
 /* The loop's side                                                     */
 /* ------------------------------------------------------------------ */
 
+/* One at a time under the lock (a wake may post the same connection again meanwhile), at most
+ * a batch per turn: what is left wakes the loop again, so other sockets get their turn. */
 void eh2o_h1_take_posts(eh2o_thread *t)
 {
-    pthread_mutex_lock(&t->h1_mu);
-    eh2o_conn *list = t->h1_posted;
-    t->h1_posted = NULL;
-    for (eh2o_conn *c = list; c != NULL; c = c->h1_next)
-        c->h1_queued = 0;
-    pthread_mutex_unlock(&t->h1_mu);
-    while (list != NULL) {
-        eh2o_conn *c = list;
-        list = c->h1_next; /* only c's own wake can close c */
-        if (c->hc != NULL)
+    for (int i = 0; i < EH2O_H1_WAKE_BATCH; i++) {
+        pthread_mutex_lock(&t->h1_mu);
+        eh2o_conn *c = t->h1_posted;
+        if (c != NULL) {
+            t->h1_posted = c->h1_next;
+            c->h1_queued = 0;
+        }
+        pthread_mutex_unlock(&t->h1_mu);
+        if (c == NULL)
+            return;
+        if (c->hc != NULL) /* only c's own wake can close c */
             srv__h1conn_wake(c->hc);
     }
+    pthread_mutex_lock(&t->h1_mu);
+    int send = t->h1_posted != NULL && !t->h1_msg_queued;
+    if (send)
+        t->h1_msg_queued = 1;
+    pthread_mutex_unlock(&t->h1_mu);
+    if (send) /* the rest after the loop's other events */
+        h2o_multithread_send_message(&t->h1_receiver, &t->h1_msg);
+}
+
+/* The receiver of h1_msg, on the loop. */
+static void eh2o_h1_on_message(h2o_multithread_receiver_t *receiver, h2o_linklist_t *messages)
+{
+    eh2o_thread *t = H2O_STRUCT_FROM_MEMBER(eh2o_thread, h1_receiver, receiver);
+    while (!h2o_linklist_is_empty(messages))
+        h2o_linklist_unlink(messages->next);
+    pthread_mutex_lock(&t->h1_mu);
+    t->h1_msg_queued = 0; /* a wake from now on sends it again */
+    pthread_mutex_unlock(&t->h1_mu);
+    eh2o_h1_take_posts(t);
 }
 
 void eh2o_h1_time(eh2o_thread *t, int stopping, int quiescing)
@@ -277,6 +305,8 @@ static void eh2o_h1_on_tick(h2o_timeout_entry_t *entry)
 
 void eh2o_h1_thread_init(eh2o_thread *t)
 {
+    pthread_mutex_init(&t->h1_mu, NULL);
+    h2o_multithread_register_receiver(t->ctx.queue, &t->h1_receiver, eh2o_h1_on_message);
     h2o_timeout_init(t->loop, &t->h1_tick, EH2O_H1_TICK_MS);
     t->h1_tick_entry.cb = eh2o_h1_on_tick;
     h2o_timeout_link(t->loop, &t->h1_tick, &t->h1_tick_entry);
@@ -284,6 +314,18 @@ void eh2o_h1_thread_init(eh2o_thread *t)
 
 void eh2o_h1_thread_dispose(eh2o_thread *t)
 {
+    /* A wake sent just before its connection closed may still wait in the queue: h2o must
+     * deliver it before the receiver goes (no wake comes after the last close). */
+    for (int i = 0; i < 100; i++) {
+        pthread_mutex_lock(&t->h1_mu);
+        int queued = t->h1_msg_queued;
+        pthread_mutex_unlock(&t->h1_mu);
+        if (!queued)
+            break;
+        h2o_evloop_run(t->loop, 1);
+    }
+    h2o_multithread_unregister_receiver(t->ctx.queue, &t->h1_receiver);
     h2o_timeout_unlink(&t->h1_tick_entry);
     h2o_timeout_dispose(t->loop, &t->h1_tick);
+    pthread_mutex_destroy(&t->h1_mu);
 }

@@ -32,17 +32,6 @@
 #error "engines/h2o*.c are written for libh2o 2.2.x (see docs/ENGINES.md before porting)"
 #endif
 
-/* picohttpparser, exported by libh2o-evloop.so but not installed as a header. */
-struct eh2o_phr_header {
-    const char *name;
-    size_t name_len;
-    const char *value;
-    size_t value_len;
-};
-int phr_parse_request(const char *buf, size_t len, const char **method, size_t *method_len,
-                      const char **path, size_t *path_len, int *minor_version,
-                      struct eh2o_phr_header *headers, size_t *num_headers, size_t last_len);
-
 /*
  * The head of h2o 2.2.5's struct st_h2o_http2_conn_t (include/h2o/http2_internal.h), up to
  * the write buffer: that header cannot be included (it needs klib's khash.h, which Debian does
@@ -154,7 +143,6 @@ void h2o_http2_encode_window_update_frame(h2o_buffer_t **buf, uint32_t stream_id
 #define EH2O_FLAG_END_HEADERS 0x4
 
 #define EH2O_LOOP_FDS         3    /* a loop's own descriptors: epoll + the queue's pipe */
-#define EH2O_MAX_HEADERS      100  /* H2O_MAX_HEADERS: h2o refuses more itself */
 #define EH2O_ACCEPT_BATCH     16   /* accepts per listener wake-up, so loops share them */
 #define EH2O_ACCEPT_PAUSE_MS  100  /* out of fds: wait this long before accepting again */
 #define EH2O_STOP_POLL_MS     10   /* loop tick while stopping */
@@ -216,18 +204,6 @@ typedef struct eh2o_conn {
     struct eh2o_tls_hs *tls_hs; /* engines/h2o_tls.c: in its TLS handshake */
 } eh2o_conn;
 
-/* One connection refused past max_connections: 503, then drained and closed. */
-typedef struct eh2o_refusal {
-    h2o_linklist_t link; /* eh2o_thread.refusals */
-    h2o_timeout_entry_t timeout;
-    h2o_socket_t *sock;
-    eh2o_thread *thread;
-    char *out;    /* the core's 503 being written */
-    int answered; /* the answer is out (or given up): the timeout closes */
-    srv__conn conn; /* a refusal's counts (none for a linger: srv NULL) */
-    int tls_hs;   /* in its TLS handshake (engines/h2o_tls.c) */
-} eh2o_refusal;
-
 /*
  * The ticket of one request: the srv_request, the h2o_req_t while it lives and the message
  * that brings the response back. Two references, both dropped on the loop thread only: the
@@ -239,7 +215,6 @@ typedef struct eh2o_ticket {
     srv_request *sreq;
     h2o_req_t *req; /* NULL once h2o disposed it (HTTP/2 reset, connection gone) */
     eh2o_conn *conn; /* HTTP/2: the connection, to count resets (valid while req is) */
-    struct eh2o_refusal *refusal; /* the 503 of a connection past max_connections */
     eh2o_conn *h2_stop;           /* the stop's 503 to a stream still arriving, */
     uint32_t h2_stream;           /* written by us on this stream */
     h2o_linklist_t pending; /* eh2o_thread.to_dispatch until handed to the core */
@@ -263,8 +238,6 @@ struct eh2o_thread {
     h2o_multithread_receiver_t stream_receiver; /* stream kicks (engines/h2o_stream.c) */
     h2o_multithread_receiver_t body_receiver;   /* body kicks (engines/h2o_body.c) */
     unsigned streams; /* streamed responses not yet freed; loop thread only */
-    h2o_timeout_t refuse_timeout; /* a refused head: min(header_timeout_ms, SRV_REFUSE_WAIT_MS) */
-    h2o_timeout_t linger_timeout; /* a lingering close: SRV_LINGER_MS */
     h2o_timeout_t accept_pause; /* out of file descriptors: the listener rests */
     h2o_timeout_entry_t accept_resume;
     /* HTTP/2 requests are handed to the core after the read that parsed them, so a
@@ -275,12 +248,14 @@ struct eh2o_thread {
     h2o_timeout_t send_timeout; /* streamed bodies' pace window: header_timeout_ms */
     h2o_timeout_t h1_tick;        /* HTTP/1 deadlines (srv__h1conn_time), every 50 ms */
     h2o_timeout_entry_t h1_tick_entry;
-    pthread_mutex_t h1_mu;        /* h1_posted */
+    pthread_mutex_t h1_mu;        /* h1_posted, h1_msg_queued */
     struct eh2o_conn *h1_posted;  /* HTTP/1 connections another thread woke (eh2o_h1_wake) */
+    h2o_multithread_receiver_t h1_receiver; /* h1_msg: take h1_posted (engines/h2o_h1.c) */
+    h2o_multithread_message_t h1_msg;
+    int h1_msg_queued;
     h2o_timeout_entry_t sweep_entry;
     h2o_linklist_t to_dispatch;
     h2o_linklist_t conns;
-    h2o_linklist_t refusals;
     unsigned nconns; /* loop thread only */
     unsigned live;   /* tickets whose response was not processed yet; loop thread only */
     int quiesced;
@@ -313,7 +288,6 @@ struct eh2o_server {
 int eh2o_fill_parsed(srv_request *sreq, h2o_req_t *req);
 void eh2o_on_guard_dispose(void *p); /* the ticket's hook on the h2o_req_t's pool */
 void eh2o_complete(eh2o_thread *t, eh2o_ticket *tk); /* on the loop: the answer */
-void eh2o_linger(eh2o_thread *t, int fd); /* half-close fd, drain it briefly, close it */
 void eh2o_on_conn_close(void *data); /* sock->on_close.cb of every tracked connection */
 
 /* engines/h2o_h1.c: HTTP/1 through the core */
@@ -358,12 +332,6 @@ int eh2o_tls_accept(eh2o_thread *t, eh2o_conn *c);
 void eh2o_tls_conn_closed(eh2o_conn *c); /* from eh2o_on_conn_close */
 int eh2o_tls_handshaking(eh2o_conn *c);
 void eh2o_tls_close(eh2o_conn *c); /* cut a connection still in its handshake */
-/* Over TLS, a refused connection's handshake first (1; it then goes on with
- * eh2o_refusal_read or eh2o_refusal_close), else 0. */
-int eh2o_tls_refuse(eh2o_thread *t, eh2o_refusal *r);
-void eh2o_tls_refusal_cut(eh2o_refusal *r); /* its deadline, in the handshake */
-void eh2o_refusal_read(eh2o_refusal *r);  /* engines/h2o.c: read the head to refuse */
-void eh2o_refusal_close(eh2o_refusal *r);
 
 /* engines/h2o_http2.c */
 /* engines/h2o_stream.c: streamed responses. start: on the loop, from the respond path; the

@@ -123,9 +123,9 @@ static void eh2o_tls_on_handshake(h2o_socket_t *sock, const char *err)
     }
     c->connected_at = connected_at;
     h2o_iovec_t proto = h2o_socket_ssl_get_selected_protocol(sock);
-    if (proto.len == 2 && memcmp(proto.base, "h2", 2) == 0)
+    if (proto.len == 2 && memcmp(proto.base, "h2", 2) == 0 && c->conn.admitted)
         eh2o_h2_accept(c, 0); /* frames that came with the Finished are held for the walk */
-    else
+    else /* refused ones too: the core answers 503, or a GOAWAY to HTTP/2's preface */
         eh2o_h1_start(c, 0); /* bytes that came with the Finished: its first read */
 }
 
@@ -184,36 +184,4 @@ void eh2o_tls_close(eh2o_conn *c)
 {
     if (c->tls_hs != NULL)
         eh2o_tls_cut(c);
-}
-
-/* Past max_connections over TLS: the handshake, then the core's 503 inside
- * TLS as in the clear (a TLS client cannot read a cleartext one), like
- * threadpool. The refusal's deadline (the thread's refuse_timeout) covers the
- * handshake and the head. */
-static void eh2o_tls_on_refusal_handshake(h2o_socket_t *sock, const char *err)
-{
-    eh2o_refusal *r = sock->data;
-    r->tls_hs = 0;
-    if (err != NULL || r->thread->quiesced) {
-        eh2o_refusal_close(r);
-        return;
-    }
-    eh2o_refusal_read(r);
-}
-
-int eh2o_tls_refuse(eh2o_thread *t, eh2o_refusal *r)
-{
-    if (t->tls == NULL)
-        return 0;
-    eh2o_tls_refresh(t);
-    r->tls_hs = 1;
-    h2o_socket_ssl_handshake(r->sock, t->tls->ctx, NULL, eh2o_tls_on_refusal_handshake);
-    return 1;
-}
-
-void eh2o_tls_refusal_cut(eh2o_refusal *r)
-{
-    int fd = h2o_socket_get_fd(r->sock);
-    if (fd >= 0)
-        shutdown(fd, SHUT_RDWR); /* as eh2o_tls_cut: h2o's handshake fails and calls back */
 }

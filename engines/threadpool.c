@@ -244,8 +244,13 @@ static void etp_conn_finish(etp_conn *c, int linger)
         c->sreq = NULL;
     }
     /* Unread input makes close() send a reset that can destroy the response
-     * just written: after an error, linger; otherwise drop what came. */
-    if (c->detached) {
+     * just written: after an error, linger; otherwise drop what came. A
+     * write that stalled is reset instead: a FIN queued behind bytes the
+     * client does not read would keep it waiting for them. */
+    if (c->stalled && !c->detached) {
+        struct linger lg = {1, 0};
+        setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    } else if (c->detached) {
         etp_drain(c->fd, 0); /* stop() writes and shuts through its own fd */
     } else if (linger || c->pend_off < c->pend_len) {
         etp_io_shut_wr(c);
@@ -731,6 +736,7 @@ static void etp_poller_scan(etp_poller *p, uint64_t now, int stopping)
             return;
         if (what == SRV_CONN_CLOSE) {
             due->io_dead |= due->sreq != NULL; /* a stream cut: no orderly end */
+            due->stalled |= due->conn.state == SRV_CONN_SEND; /* its write made no progress */
             etp_poller_close(st, due, 0);
         } else if (due->conn.state == SRV_CONN_BODY_STREAM && !stopping) {
             /* A streamed body below the pace: 408 (the core answers, its
@@ -1427,7 +1433,7 @@ static int etp_write_response(etp_conn *c, srv_request *req)
             etp_io_send_from(c, etp_write_timeout(st), head, hlen, body, blen, sent) == 0)
             keep = srv__response_keep_alive(req);
         else
-            c->io_dead = 1;
+            c->io_dead = c->stalled = 1;
     } else {
         c->io_dead = 1;
     }
@@ -1451,7 +1457,7 @@ static int etp_finish_write(etp_conn *c)
     if (etp_io_send_from(c, etp_write_timeout(c->st), head, hlen, body, blen, c->wsent) == 0)
         keep = !c->lost_input && srv__response_keep_alive(req);
     else
-        c->io_dead = 1;
+        c->io_dead = c->stalled = 1;
     srv__request_release(req);
     c->served++;
     return keep;

@@ -103,6 +103,7 @@ typedef struct etp_conn {
                          * its max_connections slot (admitted: 0 when refused) */
     unsigned served;
     int io_dead;        /* a write failed: close without answering */
+    int stalled;        /* a write made no progress in time (or failed): reset */
     int rcvtimeo;       /* SO_RCVTIMEO set for ETP_KEEP_WAIT_MS */
 
     /* Non-blocking routes, run on the poller (docs/ENGINES.md). */
