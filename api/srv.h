@@ -27,9 +27,9 @@ extern "C" {
 #endif
 
 #define SRV_VERSION_MAJOR 0
-#define SRV_VERSION_MINOR 7
+#define SRV_VERSION_MINOR 8
 #define SRV_VERSION_PATCH 0
-#define SRV_VERSION_STRING "0.7.0"
+#define SRV_VERSION_STRING "0.8.0"
 
 /*
  * ABI policy (from 0.2): the structs an application fills or reads
