@@ -184,7 +184,9 @@ static srv_request *h1_request(srv__h1conn *hc)
 }
 
 /* Answer the message being read with `status` (the core's answer, which
- * closes), or with a GOAWAY when it was the HTTP/2 preface. */
+ * closes), or with a GOAWAY when it was the HTTP/2 preface. 1: the answer
+ * is due (run on); 0: the GOAWAY is being written, or the connection
+ * closed (out of memory: hc is gone). */
 static int h1_fail(srv__h1conn *hc, int status)
 {
     h1_set(hc, SRV_CONN_APP); /* answered now: nothing arrives */
@@ -271,7 +273,8 @@ static int h1_body_begin(srv__h1conn *hc)
 }
 
 /* Parse what is kept. 1: the phase changed; 0: all of it was used and
- * more input is needed. */
+ * reading goes on, or the connection writes its GOAWAY or closed (then hc
+ * is gone). */
 static int h1_parse(srv__h1conn *hc)
 {
     const char *d = hc->pend + hc->pend_off;
@@ -316,6 +319,7 @@ static int h1_parse(srv__h1conn *hc)
         }
     }
     h1_pend_drop(hc);
+    h1_read(hc, 1);
     return 0;
 }
 
@@ -483,10 +487,10 @@ static int h1_body(srv__h1conn *hc)
 static int h1_step(srv__h1conn *hc)
 {
     switch (hc->phase) {
-    case H1_READ:
-        if (hc->pend_off < hc->pend_len && h1_parse(hc))
-            return 1;
-        h1_read(hc, 1); /* a 100 Continue in flight or not: the body comes */
+    case H1_READ: /* a 100 Continue in flight or not: the body comes */
+        if (hc->pend_off < hc->pend_len)
+            return h1_parse(hc);
+        h1_read(hc, 1);
         return 0;
     case H1_APP:
         return h1_answer(hc);
@@ -639,6 +643,7 @@ void srv__h1conn_time(srv__h1conn *hc, uint64_t now, int stopping, int quiescing
     }
     srv__h1conn *outer = h1_current;
     h1_current = hc;
+    int more = 1;
     if (hc->pol->state == SRV_CONN_BODY_STREAM && hc->cur) {
         /* A streamed body below the pace: 408 (the core answers it). */
         hc->bmode = H1_B_OVER;
@@ -646,10 +651,10 @@ void srv__h1conn_time(srv__h1conn *hc, uint64_t now, int stopping, int quiescing
         srv__body_end(hc->cur, 408);
     } else if (!hc->writing) {
         h1_pend_drop(hc);
-        (void)h1_fail(hc, srv__conn_status(hc->pol));
+        more = h1_fail(hc, srv__conn_status(hc->pol)); /* 0: a GOAWAY, or gone */
     }
     h1_current = outer;
-    if (hc->phase != H1_CLOSED)
+    if (more)
         h1_run(hc);
 }
 
