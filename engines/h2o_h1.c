@@ -113,21 +113,21 @@ static const srv__h1io eh2o_h1_io = {
 /* ------------------------------------------------------------------ */
 
 /* What h2o read (decrypted over TLS) to the core, out of h2o's buffer as the core takes it;
- * what it does not take waits there, unread (eh2o_h1_read offers it again). *gone: the
- * connection closed meanwhile (c is freed). */
-static void eh2o_h1_feed(eh2o_conn *c, int *gone)
+ * what it does not take waits there, unread (eh2o_h1_read offers it again). */
+static void eh2o_h1_deliver(eh2o_conn *c)
 {
     h2o_socket_t *sock = c->sock;
-    int *outer = c->closed;
-    *gone = 0;
-    c->closed = gone;
+    int closed = 0, *outer = c->closed;
+    c->closed = &closed;
     while (sock->input->size != 0 && c->hc != NULL) {
         size_t took = srv__h1conn_input(c->hc, sock->input->bytes, sock->input->size);
-        if (*gone || took == 0)
+        if (closed)
+            break;
+        if (took == 0)
             break;
         h2o_buffer_consume(&sock->input, took);
     }
-    if (*gone) {
+    if (closed) { /* c is freed */
         if (outer != NULL)
             *outer = 1;
         return;
@@ -140,9 +140,16 @@ static void eh2o_h1_on_feed(h2o_timeout_entry_t *entry)
     eh2o_conn *c = H2O_STRUCT_FROM_MEMBER(eh2o_conn, h1_feed, entry);
     if (c->hc == NULL)
         return;
-    int gone;
-    eh2o_h1_feed(c, &gone);
-    if (!gone && c->h1_reading && c->sock->input->size == 0)
+    int closed = 0, *outer = c->closed;
+    c->closed = &closed;
+    eh2o_h1_deliver(c);
+    if (closed) {
+        if (outer != NULL)
+            *outer = 1;
+        return;
+    }
+    c->closed = outer;
+    if (c->h1_reading && c->sock->input->size == 0)
         h2o_socket_read_start(c->sock, eh2o_h1_on_read);
 }
 
@@ -178,9 +185,16 @@ static void eh2o_h1_on_read(h2o_socket_t *sock, const char *err)
     }
     if (c->sniff && eh2o_h1_sniff(c))
         return;
-    int gone;
-    eh2o_h1_feed(c, &gone);
-    if (!gone && sock->input->size != 0) /* left for later: no more until the core takes it */
+    int closed = 0, *outer = c->closed;
+    c->closed = &closed;
+    eh2o_h1_deliver(c);
+    if (closed) {
+        if (outer != NULL)
+            *outer = 1;
+        return;
+    }
+    c->closed = outer;
+    if (sock->input->size != 0) /* left for later: no more until the core takes it */
         h2o_socket_read_stop(sock);
 }
 
