@@ -68,6 +68,12 @@ typedef struct srv__h1io {
 srv__h1conn *srv__h1conn_new(srv_server *srv, srv__conn *policy, const srv__h1io *ops, void *io,
                              const struct sockaddr *peer, socklen_t peer_len);
 
+/* ALPN chose h2: the connection speaks HTTP/2 from its first byte (core/h2conn.c, nghttp2;
+ * without it in the build, HTTP/1 stays). Right after srv__h1conn_new. A cleartext connection
+ * whose first bytes are HTTP/2's preface switches by itself when the engine has
+ * SRV_ENGINE_CAP_HTTP2; either way every call below then carries HTTP/2. */
+void srv__h1conn_h2(srv__h1conn *hc);
+
 /* n bytes were read. Returns how many the connection took (copied: d is the
  * engine's again on return); the engine keeps the rest, unread, and offers
  * them again once the connection asks to read (srv__h1io.read on). */

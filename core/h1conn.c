@@ -9,6 +9,9 @@
 #include "srv_core.h"
 #include "srv_h1conn.h"
 #include "srv_http1.h"
+#ifdef SRV_HAVE_NGHTTP2
+#include "srv_h2conn.h"
+#endif
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -73,6 +76,10 @@ struct srv__h1conn {
     int peer_gone;    /* the client closed while an answer was due */
     enum h1_bmode bmode;
     int bcont;        /* a streamed body's "100 Continue" sent, or not due */
+    int sniff;        /* the first bytes may be HTTP/2's preface (prior knowledge) */
+#ifdef SRV_HAVE_NGHTTP2
+    srv__h2conn *h2;  /* it speaks HTTP/2: every event goes there */
+#endif
     /* Set by any thread (mu); read and cleared on the loop. */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -546,12 +553,80 @@ srv__h1conn *srv__h1conn_new(srv_server *srv, srv__conn *policy, const srv__h1io
         hc->peer_len = peer_len;
     }
     hc->phase = H1_READ;
+    /* Prior knowledge only where the engine speaks HTTP/2, and for a connection admitted (a
+     * refused one gets the parser's SETTINGS + GOAWAY). */
+    hc->sniff = policy->admitted && (srv->engine->caps & SRV_ENGINE_CAP_HTTP2) != 0;
+#ifndef SRV_HAVE_NGHTTP2
+    hc->sniff = 0;
+#endif
     srv__http1_init(&hc->parser, srv);
     return hc;
 }
 
+/* ------------------------------------------------------------------ */
+/* HTTP/2: the preface, or ALPN                                        */
+/* ------------------------------------------------------------------ */
+
+static const char h1_preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+#define H1_PREFACE_LEN (sizeof h1_preface - 1)
+
+#ifdef SRV_HAVE_NGHTTP2
+/* Hand the connection to HTTP/2, with the bytes kept so far. 0: it closed. */
+static int h1_to_h2(srv__h1conn *hc)
+{
+    hc->sniff = 0;
+    hc->h2 = srv__h2conn_new(hc->srv, hc->pol, hc->ops, hc->io,
+                             hc->peer_len ? (const struct sockaddr *)&hc->peer : NULL,
+                             hc->peer_len);
+    if (!hc->h2) { /* out of memory: closed unanswered */
+        h1_close(hc);
+        return 0;
+    }
+    size_t n = hc->pend_len - hc->pend_off;
+    h1_pend_drop(hc);
+    /* h2conn copies nothing it does not parse at once: pend stays ours until here. */
+    srv__h2conn_input(hc->h2, hc->pend, n);
+    return 0;
+}
+#endif
+
+/* The first bytes of a connection that may speak HTTP/2: 1 while they are
+ * (or may become) the preface - kept, nothing parsed - and 0 once they are
+ * HTTP/1's. */
+static int h1_sniff(srv__h1conn *hc)
+{
+    size_t n = hc->pend_len - hc->pend_off;
+    size_t m = n < H1_PREFACE_LEN ? n : H1_PREFACE_LEN;
+    if (memcmp(hc->pend + hc->pend_off, h1_preface, m) != 0) {
+        hc->sniff = 0;
+        return 0;
+    }
+    if (m == H1_PREFACE_LEN) {
+#ifdef SRV_HAVE_NGHTTP2
+        h1_to_h2(hc);
+#endif
+        return 1;
+    }
+    h1_read(hc, 1);
+    return 1;
+}
+
+void srv__h1conn_h2(srv__h1conn *hc)
+{
+#ifdef SRV_HAVE_NGHTTP2
+    if (hc->phase == H1_READ && !hc->h2 && hc->pend_len == hc->pend_off)
+        h1_to_h2(hc);
+#else
+    (void)hc;
+#endif
+}
+
 size_t srv__h1conn_input(srv__h1conn *hc, const char *d, size_t n)
 {
+#ifdef SRV_HAVE_NGHTTP2
+    if (hc->h2)
+        return srv__h2conn_input(hc->h2, d, n);
+#endif
     if (hc->phase == H1_CLOSED || n == 0)
         return n;
     if (hc->phase == H1_LINGER) {
@@ -574,12 +649,20 @@ size_t srv__h1conn_input(srv__h1conn *hc, const char *d, size_t n)
         h1_close(hc);
         return n;
     }
+    if (hc->sniff && h1_sniff(hc))
+        return take;
     h1_run(hc);
     return take;
 }
 
 void srv__h1conn_eof(srv__h1conn *hc)
 {
+#ifdef SRV_HAVE_NGHTTP2
+    if (hc->h2) {
+        srv__h2conn_eof(hc->h2);
+        return;
+    }
+#endif
     switch (hc->phase) {
     case H1_APP:
     case H1_ANSWER:
@@ -597,6 +680,12 @@ void srv__h1conn_eof(srv__h1conn *hc)
 
 void srv__h1conn_written(srv__h1conn *hc, int ok)
 {
+#ifdef SRV_HAVE_NGHTTP2
+    if (hc->h2) {
+        srv__h2conn_written(hc->h2, ok);
+        return;
+    }
+#endif
     hc->writing = 0;
     if (hc->phase == H1_CLOSED)
         return;
@@ -626,12 +715,24 @@ void srv__h1conn_written(srv__h1conn *hc, int ok)
 
 void srv__h1conn_wake(srv__h1conn *hc)
 {
+#ifdef SRV_HAVE_NGHTTP2
+    if (hc->h2) {
+        srv__h2conn_wake(hc->h2);
+        return;
+    }
+#endif
     if (hc->phase != H1_CLOSED)
         h1_run(hc);
 }
 
 void srv__h1conn_time(srv__h1conn *hc, uint64_t now, int stopping, int quiescing)
 {
+#ifdef SRV_HAVE_NGHTTP2
+    if (hc->h2) {
+        srv__h2conn_time(hc->h2, now, stopping, quiescing);
+        return;
+    }
+#endif
     if (hc->phase == H1_CLOSED || (stopping && hc->cur))
         return; /* dispatched: its answer comes (the core answers them all at a stop) */
     enum srv__conn_due due = srv__conn_due(hc->pol, now, stopping, quiescing);
@@ -660,6 +761,10 @@ void srv__h1conn_time(srv__h1conn *hc, uint64_t now, int stopping, int quiescing
 
 void srv__h1conn_free(srv__h1conn *hc)
 {
+#ifdef SRV_HAVE_NGHTTP2
+    if (hc->h2)
+        srv__h2conn_free(hc->h2);
+#endif
     srv__h1conn *outer = h1_current;
     h1_current = hc; /* the cancel's respond needs no wake */
     if (hc->req)
@@ -692,6 +797,15 @@ void srv__h1conn_free(srv__h1conn *hc)
  * inside this connection's events already). */
 static int h1_note(srv_request *req, int answer)
 {
+#ifdef SRV_HAVE_NGHTTP2
+    if (req->h2) {
+        if (answer)
+            srv__h2conn_respond(req);
+        else
+            srv__h2conn_kick(req);
+        return 1;
+    }
+#endif
     srv__h1conn *hc = req->h1;
     if (!hc)
         return 0;

@@ -410,6 +410,8 @@ struct srv_request {
     /* core/h1conn.c: the connection that read it (NULL: the engine's own);
      * set before dispatch, read by the respond and kick slots. */
     struct srv__h1conn *h1;
+    /* core/h2conn.c: the HTTP/2 stream that carries it (NULL: not one). */
+    struct srv__h2stream *h2;
     const srv__route *route;
     srv__routing routing; /* router.c (lookup), dispatch.c (next_filter) */
     uint64_t started_ms;

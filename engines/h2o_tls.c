@@ -2,8 +2,8 @@
  * The h2o engine over TLS, with libh2o's own OpenSSL integration: the
  * handshake is h2o_socket_ssl_handshake on the accepted socket, with the
  * core's SSL_CTX (certificate, versions, ciphers, ALPN "h2" then
- * "http/1.1"); once it completes, ALPN picks h2o's HTTP/2 or the core's
- * HTTP/1 (engines/h2o_h1.c), as in the clear. This is h2o_accept's TLS
+ * "http/1.1"); once it completes, ALPN picks the core's HTTP/2 or HTTP/1
+ * (engines/h2o_conn.c), as in the clear. This is h2o_accept's TLS
  * path, done here so that the handshake has the header deadline and stop
  * closes connections still in it.
  */
@@ -12,7 +12,6 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 
 struct eh2o_tls_thread {
     h2o_timeout_t handshake; /* header_timeout_ms from the accept */
@@ -24,7 +23,7 @@ struct eh2o_tls_thread {
 typedef struct eh2o_tls_hs {
     h2o_timeout_entry_t timeout;
     eh2o_conn *c;
-    struct timeval connected_at;
+    void (*ready)(eh2o_conn *c, int h2);
 } eh2o_tls_hs;
 
 int eh2o_tls_thread_new(eh2o_thread *t, srv_server *srv)
@@ -111,9 +110,9 @@ static void eh2o_tls_on_handshake(h2o_socket_t *sock, const char *err)
     eh2o_conn *c = eh2o_sock_conn(sock);
     eh2o_thread *t = c->thread;
     eh2o_tls_hs *hs = c->tls_hs;
+    void (*ready)(eh2o_conn *, int) = hs->ready;
     c->tls_hs = NULL;
     h2o_timeout_unlink(&hs->timeout);
-    struct timeval connected_at = hs->connected_at;
     free(hs);
     if (err != NULL || t->quiesced) {
         if (err != NULL)
@@ -121,12 +120,10 @@ static void eh2o_tls_on_handshake(h2o_socket_t *sock, const char *err)
         h2o_socket_close(sock); /* eh2o_on_conn_close frees c */
         return;
     }
-    c->connected_at = connected_at;
+    /* Refused ones get HTTP/1 (the 503) whatever ALPN chose. Bytes that came with the
+     * Finished are the first read. */
     h2o_iovec_t proto = h2o_socket_ssl_get_selected_protocol(sock);
-    if (proto.len == 2 && memcmp(proto.base, "h2", 2) == 0 && c->conn.admitted)
-        eh2o_h2_accept(c, 0); /* frames that came with the Finished are held for the walk */
-    else /* refused ones too: the core answers 503, or a GOAWAY to HTTP/2's preface */
-        eh2o_h1_start(c, 0); /* bytes that came with the Finished: its first read */
+    ready(c, proto.len == 2 && memcmp(proto.base, "h2", 2) == 0);
 }
 
 /* A reload: take the new context for connections from now on. */
@@ -145,7 +142,7 @@ static void eh2o_tls_refresh(eh2o_thread *t)
     }
 }
 
-int eh2o_tls_accept(eh2o_thread *t, eh2o_conn *c)
+int eh2o_tls_accept(eh2o_thread *t, eh2o_conn *c, void (*ready)(eh2o_conn *c, int h2))
 {
     eh2o_tls_thread *tt = t->tls;
     if (tt == NULL)
@@ -157,8 +154,8 @@ int eh2o_tls_accept(eh2o_thread *t, eh2o_conn *c)
         return 1;
     }
     hs->c = c;
+    hs->ready = ready;
     hs->timeout.cb = eh2o_tls_on_timeout;
-    gettimeofday(&hs->connected_at, NULL);
     c->tls_hs = hs;
     h2o_timeout_link(t->loop, &tt->handshake, &hs->timeout);
     h2o_socket_ssl_handshake(c->sock, tt->ctx, NULL, eh2o_tls_on_handshake);

@@ -101,9 +101,7 @@ def cycles(nodes, edges):
 # Engines whose files still call each other in a circle, with why: the
 # check reports their cycles without failing, and fails once one is gone
 # (then its line here must go too).
-PENDING = {
-    'h2o': "issue 29: the h2o engine's HTTP/2 side is still to be cut along its files",
-}
+PENDING = {}
 
 
 def fname(node):

@@ -12,6 +12,8 @@
  */
 #include "conformance.h"
 
+#include <nghttp2/nghttp2.h>
+
 /* conformance_upload.c's cases: those that speak libcurl (HTTP/2 too), and
  * all of them (the raw ones speak HTTP/1.1, over TLS in the tls run). */
 #define UPLOAD_CURL_CASES                                                               \
@@ -1202,9 +1204,93 @@ size_t h2_frame(unsigned char *p, unsigned type, unsigned flags,
     return 9 + len;
 }
 
+/* One header block: the :status it carries (0: none, -1: undecodable). */
+static int h2_block_status(nghttp2_hd_inflater *inf, const unsigned char *in, size_t len)
+{
+    int status = 0;
+    for (;;) {
+        nghttp2_nv nv;
+        int fl = 0;
+#if NGHTTP2_VERSION_NUM >= 0x013d00
+        nghttp2_ssize rv = nghttp2_hd_inflate_hd3(inf, &nv, &fl, in, len, 1);
+#else
+        ssize_t rv = nghttp2_hd_inflate_hd2(inf, &nv, &fl, in, len, 1);
+#endif
+        if (rv < 0)
+            return -1;
+        in += rv;
+        len -= (size_t)rv;
+        if ((fl & NGHTTP2_HD_INFLATE_EMIT) && nv.namelen == 7 &&
+            memcmp(nv.name, ":status", 7) == 0 && nv.valuelen == 3)
+            status = (nv.value[0] - '0') * 100 + (nv.value[1] - '0') * 10 + (nv.value[2] - '0');
+        if (fl & NGHTTP2_HD_INFLATE_FINAL) {
+            nghttp2_hd_inflate_end_headers(inf);
+            return status;
+        }
+        if (len == 0 && !(fl & NGHTTP2_HD_INFLATE_EMIT))
+            return status;
+    }
+}
+
+int h2_status_of(const unsigned char *p, size_t n, unsigned sid, int final)
+{
+    nghttp2_hd_inflater *inf;
+    if (nghttp2_hd_inflate_new(&inf) != 0)
+        return -1;
+    unsigned char *block = NULL;
+    size_t blen = 0, i = 0;
+    unsigned bsid = 0;
+    int status = 0;
+    while (n - i >= 9) {
+        size_t flen = ((size_t)p[i] << 16) | ((size_t)p[i + 1] << 8) | p[i + 2];
+        unsigned type = p[i + 3], flags = p[i + 4];
+        unsigned fsid = ((unsigned)(p[i + 5] & 0x7f) << 24) | ((unsigned)p[i + 6] << 16) |
+                        ((unsigned)p[i + 7] << 8) | p[i + 8];
+        if (n - i - 9 < flen)
+            break;
+        const unsigned char *pl = p + i + 9;
+        size_t plen = flen;
+        i += 9 + flen;
+        if (type == 1) {
+            if ((flags & 0x8) && plen >= 1) { /* PADDED */
+                size_t pad = pl[0];
+                pl++;
+                plen = plen - 1 >= pad ? plen - 1 - pad : 0;
+            }
+            if ((flags & 0x20) && plen >= 5) { /* PRIORITY */
+                pl += 5;
+                plen -= 5;
+            }
+            blen = 0;
+            bsid = fsid;
+        } else if (type != 9) {
+            continue;
+        }
+        unsigned char *nb = realloc(block, blen + plen + 1);
+        if (!nb) {
+            status = -1;
+            break;
+        }
+        block = nb;
+        memcpy(block + blen, pl, plen);
+        blen += plen;
+        if (!(flags & 0x4)) /* END_HEADERS */
+            continue;
+        int st = h2_block_status(inf, block, blen);
+        if (st < 0) {
+            status = status ? status : -1;
+            break;
+        }
+        if (bsid == sid && status == 0 && st != 0 && (!final || st >= 200))
+            status = st;
+    }
+    free(block);
+    nghttp2_hd_inflate_del(inf);
+    return status;
+}
+
 /* Scan the frames received on c: the error code of the first GOAWAY (-1
- * when none) and whether stream `sid` got a HEADERS frame whose block
- * starts with ":status: 200" indexed (0x88) or literal. */
+ * when none) and whether stream `sid` got a final :status 200. */
 long h2_scan(const rc_conn *c, unsigned sid, int *got200)
 {
     long goaway = -1;
@@ -1221,10 +1307,11 @@ long h2_scan(const rc_conn *c, unsigned sid, int *got200)
         const unsigned char *pl = p + i + 9;
         if (type == 7 && flen >= 8 && goaway < 0)
             goaway = ((long)pl[4] << 24) | ((long)pl[5] << 16) | ((long)pl[6] << 8) | pl[7];
-        if (type == 1 && fsid == sid && flen >= 1 && pl[0] == 0x88)
-            *got200 = 1;
+        (void)fsid;
         i += 9 + flen;
     }
+    if (sid != 0)
+        *got200 = h2_status_of(p, n, sid, 1) == 200;
     return goaway;
 }
 

@@ -237,6 +237,10 @@ void conn_expect_408_or_nothing(rc_conn *c, const char *what);
 size_t hpack_literal(unsigned char *p, unsigned name_index, const char *v);
 
 long h2_scan(const rc_conn *c, unsigned sid, int *got200);
+/* The :status of stream sid's first response HEADERS among the frames p[0..n)
+ * (final: its first final one, 1xx skipped), decoded with nghttp2's HPACK
+ * over every header block in order. 0: none came; -1: undecodable. */
+int h2_status_of(const unsigned char *p, size_t n, unsigned sid, int final);
 long long trickle(rc_conn *c, const void *first, size_t flen,
                   const void *step, size_t slen, long long limit_ms);
 

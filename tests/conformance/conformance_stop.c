@@ -10,8 +10,7 @@
 /* ------------------------------------------------------------------ */
 
 /* What stream `sid` got among the frames received on c: its :status (0
- * when no HEADERS came; decoded when indexed, 0x88 = 200, or a plain
- * literal), its DATA bytes (up to cap), and whether a RST_STREAM came. */
+ * when no HEADERS came, h2_status_of), its DATA bytes (up to cap), and whether a RST_STREAM came. */
 static int h2_stream_answer(const rc_conn *c, unsigned sid, char *body, size_t cap,
                             size_t *blen, int *reset)
 {
@@ -28,14 +27,6 @@ static int h2_stream_answer(const rc_conn *c, unsigned sid, char *body, size_t c
         if (n - i - 9 < flen)
             break;
         const unsigned char *pl = p + i + 9;
-        if (fsid == sid && type == 1 && status == 0 && flen >= 1) {
-            if (pl[0] == 0x88)
-                status = 200;
-            else if ((pl[0] & 0x0f) == 8 && (pl[0] & 0xe0) == 0 && flen >= 5 && pl[1] == 3)
-                status = (pl[2] - '0') * 100 + (pl[3] - '0') * 10 + (pl[4] - '0');
-            else
-                status = -1; /* an encoding this scanner does not read */
-        }
         if (fsid == sid && type == 0) {
             size_t k = flen < cap - *blen ? flen : cap - *blen;
             memcpy(body + *blen, pl, k);
@@ -45,6 +36,7 @@ static int h2_stream_answer(const rc_conn *c, unsigned sid, char *body, size_t c
             *reset = 1;
         i += 9 + flen;
     }
+    status = h2_status_of(p, n, sid, 1);
     return status;
 }
 
