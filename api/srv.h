@@ -1490,12 +1490,17 @@ int srv_filter_add(srv_server *srv, const srv_filter_opts *opts);
  * request. It runs once per request, when the request is dispatched and
  * before any filter, on the dispatching thread (the I/O thread, or the
  * threadpool's worker): it must not block and must not answer. The headers
- * it sets go out with every answer of the application (handlers, filters)
- * and the core's routing answers (404, 405, the automatic OPTIONS 204), but
- * not with the core's other answers: 400/413/414/431... to malformed input
- * (never dispatched), the 503s of request_timeout_ms, max_queued and stop
- * (the core drops the application's headers there), nor the 400 for a
- * refused path. Typical use: security headers (X-Content-Type-Options,
+ * it sets go out with every answer once they ran: the application's
+ * (handlers, filters), the core's routing answers (404, 405, the automatic
+ * OPTIONS 204), its 408/413/503s to a request being served; and to a request
+ * the core refuses before dispatching it, with its head whole (413 over
+ * max_body_bytes, 417, 501, 505), they run then, on the engine's thread. Not
+ * with the answers to a head that could not be read (400/414/431 to
+ * malformed input), the 400 for a refused path, nor a 503 to a request still
+ * queued for a worker (max_queued, request_timeout_ms: its hooks would have
+ * run on the worker). The same holds for the CORS filter's Access-Control-*
+ * headers (srv_cors_add); other filters' headers go with the application's
+ * answers only. Typical use: security headers (X-Content-Type-Options,
  * Strict-Transport-Security).
  */
 typedef void (*srv_response_hook_fn)(srv_request *req, void *ctx);
@@ -1559,7 +1564,9 @@ void srv_cors_opts_init_sized(srv_cors_opts *opts, size_t size);
  * - any other request with an allowed Origin gets Access-Control-Allow-Origin
  *   (and -Allow-Credentials, -Expose-Headers) on its answer and goes on;
  *   with an origin not allowed it goes on without them (the browser then
- *   withholds the answer from the page).
+ *   withholds the answer from the page). These headers also go out with the
+ *   core's own errors, as a response hook's do (srv_response_hook_fn), so a
+ *   page can read a 413.
  * Only before srv_server_start, from the controlling thread (the filter then
  * runs on the threads srv_filter_fn describes, as a non-blocking filter).
  * Returns 0; SRV_EINVAL (no allowed_origins,

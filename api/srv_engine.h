@@ -47,26 +47,18 @@ enum {
      * core hands it the bare bytes. Without it the core frames HTTP/1.1
      * chunks into what srv__stream_pull returns. */
     SRV_ENGINE_CAP_LIB_FRAMING = 1u << 29,
-    /* Engine-only (srv_engine_caps masks it): the core's TLS context closes
-     * without close_notify. For a library that frees its protocol state when
-     * it starts a close but finishes a TLS close later (libh2o 2.2.5 frees its
-     * HTTP/2 connection while the socket still flushes close_notify): with a
-     * quiet shutdown the socket closes at once, as in cleartext. */
-    SRV_ENGINE_CAP_TLS_QUIET_CLOSE = 1u << 30,
+    /* (1u << 30 was TLS_QUIET_CLOSE, for libh2o's own HTTP/2: not reused.) */
     /* Engine-only: the engine serves TLS with GnuTLS (its library's own
      * TLS, libmicrohttpd), not OpenSSL: the core builds and validates its
      * contexts with GnuTLS (core/tls_gnutls.c) and the engine takes them
      * with srv__tls_gnutls, not srv__tls_ctx. */
     SRV_ENGINE_CAP_TLS_GNUTLS = 1u << 28,
     /* The bits above that srv_engine_caps does not show. */
-    SRV_ENGINE_CAPS_INTERNAL = SRV_ENGINE_CAP_LIB_FRAMING | SRV_ENGINE_CAP_TLS_QUIET_CLOSE |
-                               SRV_ENGINE_CAP_TLS_GNUTLS
+    SRV_ENGINE_CAPS_INTERNAL = SRV_ENGINE_CAP_LIB_FRAMING | SRV_ENGINE_CAP_TLS_GNUTLS
 };
 /* Engine-only bits are distinct (two branches once gave two the same) and
  * clear of the public SRV_CAP_* bits, which count up from bit 0. */
-_Static_assert((SRV_ENGINE_CAP_LIB_FRAMING & SRV_ENGINE_CAP_TLS_QUIET_CLOSE) == 0 &&
-                   (SRV_ENGINE_CAP_LIB_FRAMING & SRV_ENGINE_CAP_TLS_GNUTLS) == 0 &&
-                   (SRV_ENGINE_CAP_TLS_QUIET_CLOSE & SRV_ENGINE_CAP_TLS_GNUTLS) == 0,
+_Static_assert((SRV_ENGINE_CAP_LIB_FRAMING & SRV_ENGINE_CAP_TLS_GNUTLS) == 0,
                "engine-only capability bits overlap");
 _Static_assert((SRV_ENGINE_CAPS_INTERNAL & ((SRV_CAP_LIB_OBS_FOLD << 1) - 1)) == 0,
                "an engine-only capability bit overlaps a public SRV_CAP_* bit");

@@ -39,7 +39,7 @@ static bool srv__kv_push(srv__kv **kv, size_t *n, size_t *cap, const char *name,
         free(b);
         return false;
     }
-    (*kv)[*n] = (srv__kv){a, b};
+    (*kv)[*n] = (srv__kv){.name = a, .value = b};
     (*n)++;
     return true;
 }

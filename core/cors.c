@@ -144,18 +144,27 @@ static int srv__cors_refuse(srv_request *req)
     return SRV_FILTER_DONE;
 }
 
+/* An actual request's answer headers (any answer: the application's, or the
+ * core's own error before dispatch, dispatch.c). */
+static void srv__cors_headers(srv_request *req, void *ctx)
+{
+    const srv__cors *c = ctx;
+    const char *origin = srv_request_header(req, "Origin");
+    srv_set_header(req, "Vary", "Origin");
+    if (origin != NULL && srv__cors_origin_allowed(c, origin)) {
+        srv__cors_allow_origin(c, req, origin);
+        if (c->exposed != NULL)
+            srv_set_header(req, "Access-Control-Expose-Headers", c->exposed);
+    }
+}
+
 static int srv__cors_filter(srv_request *req, void *ctx)
 {
     const srv__cors *c = ctx;
     const char *origin = srv_request_header(req, "Origin");
     const char *want = srv_request_header(req, "Access-Control-Request-Method");
     if (origin == NULL || want == NULL || strcmp(srv_request_method(req), "OPTIONS") != 0) {
-        srv_set_header(req, "Vary", "Origin");
-        if (origin != NULL && srv__cors_origin_allowed(c, origin)) {
-            srv__cors_allow_origin(c, req, origin);
-            if (c->exposed != NULL)
-                srv_set_header(req, "Access-Control-Expose-Headers", c->exposed);
-        }
+        srv__cors_headers(req, ctx);
         return SRV_FILTER_NEXT;
     }
 
@@ -239,7 +248,7 @@ int srv_cors_add(srv_server *srv, const srv_cors_opts *opts)
     snprintf(c->max_age_text, sizeof c->max_age_text, "%d", o.max_age);
 
     srv__filter f = {.fn = srv__cors_filter, .ctx = c, .flags = SRV_FILTER_NONBLOCKING,
-                     .free_ctx = srv__cors_free};
+                     .free_ctx = srv__cors_free, .headers_fn = srv__cors_headers};
     rc = srv__router_add_filter(&srv->router, &f);
     if (rc != 0)
         srv__cors_free(c);

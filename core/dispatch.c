@@ -104,8 +104,10 @@ static void srv__run_hooks(srv_request *req)
     if (req->routing.hooks_done)
         return;
     req->routing.hooks_done = true;
+    req->routing.marking = true; /* their headers go out with every answer */
     for (size_t i = 0; i < r->hook_count; i++)
         r->hooks[i].fn(req, r->hooks[i].ctx);
+    req->routing.marking = false;
 }
 
 /*
@@ -124,7 +126,9 @@ static bool srv__filter_next(srv_request *req, bool timed)
      * application's reference away, and the engine may have released the
      * request already: hold it until we have looked. */
     atomic_fetch_add(&req->refs, 1);
+    req->routing.marking = f->headers_fn != NULL; /* a header filter's go out with every answer */
     int rc = f->fn(req, f->ctx);
+    req->routing.marking = false;
     if (warn_ms) {
         uint64_t took = srv__coarse_ms() - t0;
         if (took > warn_ms)
@@ -221,6 +225,37 @@ static void srv__handler_call(srv_request *req)
 static void srv__handler_job(srv_job *job)
 {
     srv__handler_call((srv_request *)((char *)job - offsetof(srv_request, job)));
+}
+
+/*
+ * A request the core answers before its dispatch (413, 417, 501... to a
+ * whole head): the response hooks and the header filters (CORS) its route
+ * would run add their headers, as to every answer of a dispatched request,
+ * so a page on another origin can read a 413. On the engine's thread.
+ */
+static void srv__answer_headers(srv_request *req)
+{
+    srv__router_lookup(req);
+    if (req->routing.status == 400 || req->routing.status == 500)
+        return;
+    srv__run_hooks(req);
+    req->routing.marking = true;
+    for (size_t i = 0; i < req->routing.chain_len; i++) {
+        const srv__filter *f = srv__chain_at(req, i);
+        if (f->headers_fn != NULL)
+            f->headers_fn(req, f->ctx);
+    }
+    req->routing.marking = false;
+}
+
+void srv__request_fail(srv_request *req, int status)
+{
+    if (status < 400 || status > 599)
+        status = 500;
+    if (req->head_done)
+        srv__answer_headers(req);
+    srv__inflight_add(req, false);
+    srv__inflight_answer(req, status, true, NULL, NULL, false);
 }
 
 bool srv__request_nonblocking(srv_request *req)

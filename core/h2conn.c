@@ -48,6 +48,8 @@ typedef nghttp2_data_provider h2_provider;
 #define H2_PIECE 16384
 /* Frames gathered into one write. */
 #define H2_OUT_MAX (64u * 1024u)
+/* The write buffer an idle connection keeps (a small answer's frames). */
+#define H2_OUT_KEEP (16u * 1024u)
 /* Resets of streams not answered yet: past this many, and more than the
  * streams answered, the client resets to make the server work for nothing
  * (CVE-2023-44487): GOAWAY ENHANCE_YOUR_CALM. */
@@ -772,8 +774,14 @@ static void h2_flush(srv__h2conn *c)
         memcpy(c->out + c->out_len, d, (size_t)n);
         c->out_len += (size_t)n;
     }
-    if (c->out_len == 0)
+    if (c->out_len == 0) {
+        if (c->out_cap > H2_OUT_KEEP) { /* an idle connection keeps no big buffer */
+            free(c->out);
+            c->out = NULL;
+            c->out_cap = 0;
+        }
         return;
+    }
     c->writing = 1;
     c->outbuf = (srv__buf){c->out, c->out_len};
     c->ops->write(c->io, &c->outbuf, 1); /* may complete inside: written runs again */

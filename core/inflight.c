@@ -302,13 +302,6 @@ void srv__inflight_add(srv_request *req, bool complete)
     req->counted = true;
 }
 
-void srv__request_fail(srv_request *req, int status)
-{
-    if (status < 400 || status > 599)
-        status = 500;
-    srv__inflight_add(req, false);
-    srv__inflight_answer(req, status, true, NULL, NULL, false);
-}
 
 bool srv__request_cancel(srv_request *req)
 {

@@ -301,6 +301,7 @@ static uint64_t srv__body_limit(srv_request *req)
 
 int srv__request_headers_done(srv_request *req)
 {
+    req->head_done = true; /* whole, if not acceptable: the core's answer gets the hooks' headers */
     bool http2 = req->major == 2 && req->minor == 0 &&
                  (req->srv->engine->caps & SRV_ENGINE_CAP_HTTP2);
     if (!(req->major == 1 && (req->minor == 0 || req->minor == 1)) && !http2)
@@ -432,6 +433,7 @@ int srv_set_header(srv_request *req, const char *name, const char *value)
     }
     req->app_headers[req->app_header_count].name = n;
     req->app_headers[req->app_header_count].value = v;
+    req->app_headers[req->app_header_count].kept = req->routing.marking;
     req->app_header_count++;
     pthread_mutex_unlock(&req->mu);
     return 0;

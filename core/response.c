@@ -94,10 +94,27 @@ size_t srv__response_content_length(const srv_request *req)
 
 /* The application's headers go out with its own answers only: a 503 the
  * core sends for a timeout or a stop must not carry the Cache-Control,
- * Content-Encoding or Location the application set for its 200. */
+ * Content-Encoding or Location the application set for its 200. Those the
+ * response hooks and header filters (CORS) set go out with every answer. */
 static size_t srv__app_header_count(const srv_request *req)
 {
-    return req->core_answer ? 0 : req->app_header_count;
+    if (!req->core_answer)
+        return req->app_header_count;
+    size_t n = 0;
+    for (size_t i = 0; i < req->app_header_count; i++)
+        n += req->app_headers[i].kept;
+    return n;
+}
+
+/* The index-th of the headers srv__app_header_count counts. */
+static const srv__kv *srv__app_header(const srv_request *req, size_t index)
+{
+    if (!req->core_answer)
+        return &req->app_headers[index];
+    for (size_t i = 0; i < req->app_header_count; i++)
+        if (req->app_headers[i].kept && index-- == 0)
+            return &req->app_headers[i];
+    return NULL;
 }
 
 /* The application's own Server header replaces the configured one. */
@@ -106,7 +123,7 @@ static bool srv__core_server_header(const srv_request *req)
     if (req->srv->cfg.server_name[0] == '\0')
         return false;
     for (size_t i = 0; i < srv__app_header_count(req); i++)
-        if (strcasecmp(req->app_headers[i].name, "Server") == 0)
+        if (strcasecmp(srv__app_header(req, i)->name, "Server") == 0)
             return false;
     return true;
 }
@@ -121,8 +138,9 @@ const char *srv__response_header_at(const srv_request *req, size_t index, const 
 {
     size_t app = srv__app_header_count(req);
     if (index < app) {
-        *value = req->app_headers[index].value;
-        return req->app_headers[index].name;
+        const srv__kv *h = srv__app_header(req, index);
+        *value = h->value;
+        return h->name;
     }
     index -= app;
     if (req->extra_header != NULL && index-- == 0) {

@@ -54,6 +54,9 @@ typedef struct srv__filter {
     void *ctx;
     unsigned flags; /* SRV_FILTER_* */
     void (*free_ctx)(void *ctx); /* the library's own filters (CORS); NULL */
+    /* The headers the filter adds to every answer, the core's own ones included (CORS: its
+     * Access-Control-* answer headers); NULL for the application's filters. */
+    void (*headers_fn)(srv_request *req, void *ctx);
 } srv__filter;
 
 /* A filter attached to a path prefix (router.c matches it). */
@@ -104,6 +107,7 @@ typedef struct srv__routing {
     bool chain_blocks;   /* some filter of the chain may block */
     size_t next_filter;  /* dispatch.c: the next filter to run */
     bool hooks_done;     /* dispatch.c: the response hooks ran */
+    bool marking;        /* dispatch.c: hooks or header filters run: their headers are kept */
 } srv__routing;
 
 /* SRV_EINVAL (bad pattern, method, flags), SRV_EEXIST (same method and
@@ -314,6 +318,8 @@ void srv__engine_inject_fault(srv_server *srv, int (*fault)(const char *slot, vo
 typedef struct srv__kv {
     char *name;
     char *value;
+    bool kept; /* an answer header a response hook or a header filter set: it goes out with
+                * the core's own answers too (srv_set_header, dispatch.c) */
 } srv__kv;
 
 /*
@@ -405,6 +411,7 @@ struct srv_request {
     int major;
     int minor;
     bool is_head;
+    bool head_done; /* srv__request_headers_done ran: method, target and headers are whole */
     bool counted; /* in srv->inflight.in_flight */
     void *engine_data;
     /* core/h1conn.c: the connection that read it (NULL: the engine's own);

@@ -240,9 +240,6 @@ int srv__tls_backend_build(srv_server *srv, void **out)
         static const unsigned char sid[] = "libsrv";
         SSL_CTX_set_session_id_context(ctx, sid, sizeof sid - 1);
     }
-    /* Set before the context is published, so no connection's SSL_new races it. */
-    if (srv->engine->caps & SRV_ENGINE_CAP_TLS_QUIET_CLOSE)
-        SSL_CTX_set_quiet_shutdown(ctx, 1);
     SSL_CTX_set_alpn_select_cb(ctx,
                                (srv->engine->caps & SRV_CAP_TLS_HTTP2) ? srv__tls_alpn_h2
                                                                        : srv__tls_alpn_h1,

@@ -7,8 +7,7 @@
  */
 #include "h2o_internal.h"
 
-/* Initial capacity of a connection's socket read buffer (eh2o_thread_main). */
-#define EH2O_SOCKET_BUFFER 4096
+#include <dirent.h>
 
 static void eh2o_wake(eh2o_thread *t)
 {
@@ -188,23 +187,41 @@ static void eh2o_thread_run(eh2o_thread *t)
     }
 }
 
-/* h2o_evloop_destroy (2.2.5) does not close its epoll fd: find it behind the public struct
- * (epoll.c.h: struct { h2o_evloop_t super; int ep; }) and close it only if the kernel
- * confirms it is an epoll instance. */
-static int eh2o_loop_epoll_fd(h2o_evloop_t *loop)
+/*
+ * h2o_evloop_destroy (2.2.5) does not close its epoll descriptor, and nothing public names it.
+ * The kernel does: /proc/self/fdinfo of an epoll descriptor lists each descriptor it watches
+ * ("tfd: N"). The loop's epoll is the one that watches this loop's own dup of the listening
+ * socket (each loop has its own number). Found once the listener is registered; -1 if not.
+ */
+static int eh2o_loop_epoll_fd(int watched)
 {
-    struct eh2o_evloop_epoll {
-        h2o_evloop_t super;
-        int ep;
-    };
-    int fd = ((struct eh2o_evloop_epoll *)loop)->ep;
-    char path[64], target[64];
-    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-    ssize_t n = fd > 2 ? readlink(path, target, sizeof target - 1) : -1;
-    if (n < 0)
+    DIR *d = opendir("/proc/self/fd");
+    if (d == NULL)
         return -1;
-    target[n] = '\0';
-    return strcmp(target, "anon_inode:[eventpoll]") == 0 ? fd : -1;
+    int found = -1;
+    struct dirent *e;
+    while (found < 0 && (e = readdir(d)) != NULL) {
+        char path[64], target[64], line[256];
+        int fd = atoi(e->d_name);
+        snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+        ssize_t n = e->d_name[0] != '.' ? readlink(path, target, sizeof target - 1) : -1;
+        if (n < 0)
+            continue;
+        target[n] = '\0';
+        if (strcmp(target, "anon_inode:[eventpoll]") != 0)
+            continue;
+        snprintf(path, sizeof path, "/proc/self/fdinfo/%d", fd);
+        FILE *f = fopen(path, "re");
+        if (f == NULL)
+            continue;
+        int tfd;
+        while (found < 0 && fgets(line, sizeof line, f) != NULL)
+            if (sscanf(line, "tfd: %d", &tfd) == 1 && tfd == watched)
+                found = fd;
+        fclose(f);
+    }
+    closedir(d);
+    return found;
 }
 
 static void eh2o_thread_teardown(eh2o_thread *t)
@@ -222,10 +239,9 @@ static void eh2o_thread_teardown(eh2o_thread *t)
     eh2o_tls_thread_dispose(t);
     h2o_multithread_destroy_queue(t->queue);
     free(t->queue); /* 2.2.5's h2o_multithread_destroy_queue does not free the struct */
-    int ep = eh2o_loop_epoll_fd(t->loop);
     h2o_evloop_destroy(t->loop);
-    if (ep >= 0)
-        close(ep);
+    if (t->epoll_fd >= 0)
+        close(t->epoll_fd);
     t->loop = NULL;
 }
 
@@ -234,14 +250,10 @@ static void *eh2o_thread_main(void *arg)
     eh2o_thread *t = arg;
     eh2o_server *s = t->server;
 
-    for (int i = 0; i < EH2O_LOOP_FDS; i++) { /* free them for the two calls below */
+    for (int i = 0; i < EH2O_LOOP_FDS; i++) { /* free them for the calls below */
         close(t->spare[i]);
         t->spare[i] = -1;
     }
-    /* Each connection's read buffer starts at this capacity (h2o's default is 8 KiB): one
-     * page holds a usual head, and a request waiting for its answer keeps its buffer. It
-     * grows by doubling for more. Per thread, like the prototype, before any socket. */
-    h2o_socket_buffer_prototype._initial_buf.capacity = EH2O_SOCKET_BUFFER;
     t->loop = h2o_evloop_create();
     t->queue = h2o_multithread_create_queue(t->loop);
     h2o_multithread_register_receiver(t->queue, &t->receiver, eh2o_on_wake);
@@ -253,7 +265,10 @@ static void *eh2o_thread_main(void *arg)
     t->listener = h2o_evloop_socket_create(t->loop, t->listen_fd, H2O_SOCKET_FLAG_DONT_READ);
     t->listen_fd = -1; /* the listener closes it */
     t->listener->data = t;
+    int listen_fd = h2o_socket_get_fd(t->listener);
     h2o_socket_read_start(t->listener, eh2o_on_accept);
+    h2o_evloop_run(t->loop, 0); /* registers the listener with the loop's epoll */
+    t->epoll_fd = eh2o_loop_epoll_fd(listen_fd);
 
     pthread_mutex_lock(&s->mu);
     s->ready++;

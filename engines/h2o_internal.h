@@ -30,7 +30,7 @@
 #error "engines/h2o*.c are written for libh2o 2.2.x (see docs/ENGINES.md before porting)"
 #endif
 
-#define EH2O_LOOP_FDS         3    /* a loop's own descriptors: epoll + the queue's pipe */
+#define EH2O_LOOP_FDS         5    /* a loop's own: epoll, the queue's pipe, and two to find the epoll (h2o.c) */
 #define EH2O_ACCEPT_BATCH     16   /* accepts per listener wake-up, so loops share them */
 #define EH2O_ACCEPT_PAUSE_MS  100  /* out of fds: wait this long before accepting again */
 #define EH2O_STOP_POLL_MS     10   /* loop tick while stopping */
@@ -63,6 +63,7 @@ struct eh2o_thread {
      * the process when they cannot get one: start fails cleanly instead. */
     int spare[EH2O_LOOP_FDS];
     h2o_evloop_t *loop;
+    int epoll_fd; /* the loop's, closed after h2o_evloop_destroy (which leaves it open) */
     h2o_multithread_queue_t *queue;
     h2o_socket_t *listener;
     h2o_multithread_receiver_t receiver; /* wake-ups for quiesce and stop (no messages) */

@@ -139,8 +139,8 @@ static void add_todo(srv_request *req, const char *body, size_t len)
 }
 
 /* POST /todos reads its body itself (SRV_ROUTE_STREAM_BODY) so that the
- * 413 over MAX_BODY is ours, given after the CORS filter ran: a page on
- * another origin can read it (the library's own 413 comes before filters). */
+ * 413 over MAX_BODY carries our message for the form to show (the library's
+ * own 413, which a page on another origin can read as well, has none). */
 typedef struct upload { size_t len; int over; char data[MAX_BODY]; } upload;
 
 static int post_data(srv_request *req, const void *data, size_t len, void *arg)

@@ -8,8 +8,7 @@
 //   - A's page loads, its EventSource opens, an item added through the
 //     form shows and its SSE event arrives, Delete removes it (404 after);
 //   - the library's own errors are JSON: unknown route 404, 405, and 413
-//     for a 70 KiB body on a route that buffers bodies (same origin: the
-//     library's 413 comes before the CORS filter);
+//     for a 70 KiB body on a route that buffers bodies;
 //   - A's page with ?api=B (cross-origin): the list, the events, an item
 //     added through the form (a preflight, seen in B's access log), the
 //     Location header readable, a malformed body's JSON 400, and todo's
@@ -30,8 +29,6 @@ import path from 'node:path';
 
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 const KNOWN = [
-  { engine: 'h2o', protocol: 'h2', check: 'library 413',
-    why: 'issue 32 item 1: h2o over HTTP/2 resets the stream (RST_STREAM) instead of answering 413' },
 ];
 
 const [buildDir, engine, flag] = process.argv.slice(2);

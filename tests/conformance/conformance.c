@@ -1650,6 +1650,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_raw_upgrade_behind_failed_write, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_h2_no_window, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_h2_expect_continue, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_h2_malformed, setup_default, fx_teardown),
     };
     snprintf(name, sizeof name, "conformance %s%s: resets, deadlines, upgrade and framing",
              g_engine_name, run);
@@ -1783,6 +1784,7 @@ int main(int argc, char **argv)
         ROUTING_CASE(test_routing_params),        ROUTING_CASE(test_routing_405_options),
         ROUTING_CASE(test_routing_filter_401),    ROUTING_CASE(test_routing_filter_pass),
         ROUTING_CASE(test_routing_hook_on_404),   ROUTING_CASE(test_routing_cors_preflight),
+        ROUTING_CASE(test_routing_core_errors_keep_cors),
         ROUTING_CASE(test_routing_cors_simple),   ROUTING_CASE(test_routing_hostile_paths),
         ROUTING_CASE(test_routing_gzip),          ROUTING_CASE(test_routing_scoped_order),
         ROUTING_CASE(test_routing_scoped_prefix_boundary),

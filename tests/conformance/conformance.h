@@ -382,6 +382,7 @@ void test_h2_reset_queued(void **state);
 void test_h2_slow_request(void **state);
 void test_h2_no_window(void **state);
 void test_h2_expect_continue(void **state);
+void test_h2_malformed(void **state);
 
 /* ------------------------------------------------------------------ */
 /* Cases: conformance_framing.c                                       */
@@ -513,6 +514,7 @@ void test_routing_405_options(void **state);
 void test_routing_filter_401(void **state);
 void test_routing_filter_pass(void **state);
 void test_routing_hook_on_404(void **state);
+void test_routing_core_errors_keep_cors(void **state);
 void test_routing_cors_preflight(void **state);
 void test_routing_cors_simple(void **state);
 void test_routing_hostile_paths(void **state);

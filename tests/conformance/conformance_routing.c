@@ -632,3 +632,48 @@ void test_routing_scoped_hostile(void **state)
     scope_raw(f, "/API/other", 404, "");                  /* case-sensitive, like routes */
     scope_raw(f, "http://conformance/api/other", 401, "k"); /* absolute form */
 }
+
+/*
+ * The core's own answers carry what the response hooks and the CORS filter
+ * add to every answer: a 413 to a Content-Length over max_body_bytes (given
+ * before dispatch, the body never read) and a 417 to an unknown Expect, so
+ * a page on another origin can read them. The application's filters (the
+ * 401 of f_auth) never ran, and their headers are not there.
+ */
+void test_routing_core_errors_keep_cors(void **state)
+{
+    fx *f = *state;
+    static const struct {
+        const char *what, *head;
+        int status;
+    } cases[] = {
+        {"a Content-Length over max_body_bytes",
+         "POST /users/5 HTTP/1.1\r\nHost: conformance\r\nOrigin: https://app.example\r\n"
+         "Content-Length: 999999999999\r\n\r\n", 413},
+        {"an Expect other than 100-continue",
+         "GET /users/5 HTTP/1.1\r\nHost: conformance\r\nOrigin: https://app.example\r\n"
+         "Expect: something\r\n\r\n", 417},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *what = cases[i].what;
+        rc_conn *c = conn_open(f, what);
+        conn_send_str(c, what, cases[i].head);
+        rc_response r;
+        int rc = rc_read_response(c, &r, 0, 4000);
+        CHECK(rc == RC_OK, "[%s] no answer: %s", what, rc_strerror(rc));
+        CHECK_INT(what, r.status, cases[i].status);
+        /* libmicrohttpd answers some itself over TLS (SRV_CAP_LIB_ERRORS: its
+         * HTML body): only the core's answer (its text body) is checked. */
+        int libs = (engine_caps() & SRV_CAP_LIB_ERRORS) && r.body != NULL && r.body[0] == '<';
+        if (!libs) {
+            CHECK_STR("hook header", rc_header_get(&r, "X-Content-Type-Options"), "nosniff");
+            CHECK_STR("ACAO", rc_header_get(&r, "Access-Control-Allow-Origin"),
+                      "https://app.example");
+            CHECK_STR("ACAC", rc_header_get(&r, "Access-Control-Allow-Credentials"), "true");
+            CHECK(rc_header_has_token(&r, "Vary", "Origin"), "[%s] Vary: %s", what,
+                  or_null(rc_header_get(&r, "Vary")));
+        }
+        rc_response_free(&r);
+        rc_close(c);
+    }
+}
