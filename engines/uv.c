@@ -142,6 +142,7 @@ static void euv_unlater(euv_conn *c)
         if (*p == c) {
             *p = c->later_next;
             c->later = 0;
+            break;
         }
 }
 
@@ -570,6 +571,7 @@ static void euv_on_closed(uv_handle_t *h)
         if (*p == c) {
             *p = c->post_next;
             c->posted = 0;
+            break;
         }
     pthread_mutex_unlock(&l->mu);
     euv_unlater(c);
