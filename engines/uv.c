@@ -65,6 +65,7 @@ typedef struct euv_conn {
     uv_write_t wreq; /* cleartext: the protocol's write */
     uv_buf_t wbuf[2];
     int write_late;  /* a write that completes on the next turn: 1 done, -1 failed */
+    size_t queued;   /* bytes libuv had still to write at the last tick */
     uv_shutdown_t sreq;
     int posted; /* on euv_loop.posted (euv_loop.mu) */
     struct euv_conn *post_next;
@@ -86,8 +87,6 @@ struct euv_loop {
     uv_loop_t uv;
     uv_tcp_t listener;
     int listening;
-    uv_tcp_t spare; /* accepts and closes what out of memory cannot serve */
-    int spare_busy;
     uv_async_t async; /* wakes from other threads; quiesce; stop */
     uv_timer_t tick;  /* EUV_TICK_MS: deadlines */
     uv_timer_t pause; /* EUV_ACCEPT_PAUSE_MS after a failed accept; the stop's poll */
@@ -209,6 +208,11 @@ static void euv_proto_time(euv_conn *c, uint64_t now, int stopping, int quiescin
     if (c->state == EUV_CLOSING)
         return;
     if (c->proto == EUV_PROTO_H1) {
+        /* A long write's progress moves its deadline on (the policy cuts one with none). */
+        size_t q = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
+        if (c->pol.state == SRV_CONN_SEND && q < c->queued)
+            srv__conn_progress(&c->pol, now);
+        c->queued = q;
         srv__h1conn_time(c->h1, now, stopping, quiescing);
         return;
     }
@@ -616,24 +620,6 @@ static void euv_close(euv_conn *c, int abort)
 /* Accepting                                                           */
 /* ------------------------------------------------------------------ */
 
-static void euv_on_spare_closed(uv_handle_t *h)
-{
-    euv_loop *l = h->data;
-    l->spare_busy = 0;
-}
-
-/* Out of memory: the connection is accepted and closed, or libuv stops accepting. */
-static void euv_accept_drop(euv_loop *l)
-{
-    if (l->spare_busy)
-        return;
-    uv_tcp_init(&l->uv, &l->spare);
-    l->spare.data = l;
-    l->spare_busy = 1;
-    uv_accept((uv_stream_t *)&l->listener, (uv_stream_t *)&l->spare);
-    uv_close((uv_handle_t *)&l->spare, euv_on_spare_closed);
-}
-
 /* Past SRV_REFUSE_MAX being read: the 503 at once, in cleartext only (a TLS client cannot
  * read it before a handshake), what came drained, closed. */
 static void euv_refuse_now(euv_conn *c)
@@ -697,21 +683,24 @@ static void euv_on_unopened_closed(uv_handle_t *h)
     free(h->data);
 }
 
+/* libuv retries a failing accept at once (EMFILE aside, which it handles), and accepts no
+ * more until one is taken: close this loop's dup (the backlog keeps the clients for the other
+ * loops, or for later) and listen again after a rest, unless this is the quiesce's shutdown. */
+static void euv_accept_pause(euv_loop *l)
+{
+    euv_server *s = l->server;
+    euv_listen_close(l);
+    if (!atomic_load(&s->quiesce_req) && !atomic_load(&s->stop_req))
+        uv_timer_start(&l->pause, euv_on_accept_resume, EUV_ACCEPT_PAUSE_MS, 0);
+}
+
 static void euv_on_connection(uv_stream_t *listener, int status)
 {
     euv_loop *l = listener->data;
     euv_server *s = l->server;
-    if (status < 0) {
-        /* libuv retries a failing accept at once (EMFILE aside, which it handles): close this
-         * loop's dup, and listen again after a rest unless this is the quiesce's shutdown. */
-        euv_listen_close(l);
-        if (!atomic_load(&s->quiesce_req) && !atomic_load(&s->stop_req))
-            uv_timer_start(&l->pause, euv_on_accept_resume, EUV_ACCEPT_PAUSE_MS, 0);
-        return;
-    }
-    euv_conn *c = srv__zalloc(sizeof *c);
-    if (c == NULL) {
-        euv_accept_drop(l);
+    euv_conn *c = status == 0 ? srv__zalloc(sizeof *c) : NULL;
+    if (c == NULL) { /* failed, or out of memory */
+        euv_accept_pause(l);
         return;
     }
     uv_tcp_init(&l->uv, &c->tcp);
