@@ -120,9 +120,7 @@ static void euv_feed(euv_conn *c);
 static void euv_on_idle(uv_idle_t *h);
 static void euv_on_connection(uv_stream_t *listener, int status);
 
-/* ------------------------------------------------------------------ */
-/* Deferred steps: after the call that asked, on the loop's next turn  */
-/* ------------------------------------------------------------------ */
+/* ---- Deferred steps: after the call that asked, on the loop's next turn ---- */
 
 static void euv_later(euv_conn *c)
 {
@@ -145,9 +143,7 @@ static void euv_unlater(euv_conn *c)
         }
 }
 
-/* ------------------------------------------------------------------ */
-/* The protocol on the bytes                                           */
-/* ------------------------------------------------------------------ */
+/* ---- The protocol on the bytes ---- */
 
 static const srv__h1io euv_h1io;
 
@@ -233,9 +229,7 @@ static void euv_proto_free(euv_conn *c)
     }
 }
 
-/* ------------------------------------------------------------------ */
-/* Reading: cleartext to the protocol, what it leaves held             */
-/* ------------------------------------------------------------------ */
+/* ---- Reading: cleartext to the protocol, what it leaves held ---- */
 
 static void euv_on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf);
 static void euv_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
@@ -384,9 +378,7 @@ static void euv_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         euv_reading(c, 0); /* back-pressure: the client's bytes wait in the kernel */
 }
 
-/* ------------------------------------------------------------------ */
-/* Writing                                                             */
-/* ------------------------------------------------------------------ */
+/* ---- Writing ---- */
 
 static void euv_on_written(uv_write_t *req, int status)
 {
@@ -432,9 +424,7 @@ static void euv_send_tls(euv_conn *c, int proto)
     }
 }
 
-/* ------------------------------------------------------------------ */
-/* srv__h1io: what the protocol asks of the bytes                      */
-/* ------------------------------------------------------------------ */
+/* ---- srv__h1io: what the protocol asks of the bytes ---- */
 
 static void euv_io_write(void *io, const srv__buf *bufs, size_t n)
 {
@@ -523,37 +513,25 @@ static const srv__h1io euv_h1io = {
     .wake = euv_io_wake,
 };
 
-/* ------------------------------------------------------------------ */
-/* TLS handshake, close                                                */
-/* ------------------------------------------------------------------ */
+/* ---- TLS handshake, close ---- */
 
 static void euv_handshake(euv_conn *c)
 {
     enum euv_tls_hs hs = euv_tls_handshake(c->tls);
-    if (hs == EUV_TLS_HS_PLAIN) { /* in the clear, then a FIN (euv_on_chunk_written) */
+    if (hs == EUV_TLS_HS_PLAIN) { /* what the socket takes now, a FIN, then the close */
         size_t len = 0;
         const char *answer = euv_tls_plain_400(&len);
-        euv_chunk *k = malloc(sizeof *k);
+        uv_buf_t b = uv_buf_init((char *)answer, (unsigned)len);
         c->state = EUV_REFUSED;
         euv_reading(c, 0);
-        if (k == NULL) {
+        uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+        if (uv_shutdown(&c->sreq, (uv_stream_t *)&c->tcp, euv_on_shut) != 0)
             euv_close(c, 0);
-            return;
-        }
-        k->c = c;
-        k->proto = 0;
-        k->buf = uv_buf_init((char *)answer, (unsigned)len);
-        if (uv_write(&k->req, (uv_stream_t *)&c->tcp, &k->buf, 1, euv_on_chunk_written) != 0) {
-            free(k);
-            euv_close(c, 0);
-            return;
-        }
-        uv_shutdown(&c->sreq, (uv_stream_t *)&c->tcp, euv_on_shut);
         return;
     }
-    euv_send_tls(c, 0); /* the server's flight, or the alert */
+    euv_send_tls(c, 0); /* the server's flight, or the alert (libuv writes it at once) */
     if (hs == EUV_TLS_HS_FAIL)
-        euv_close(c, 0); /* the alert queued before the close is still written */
+        euv_close(c, 0);
     if (hs != EUV_TLS_HS_DONE || c->state == EUV_CLOSING)
         return;
     if (c->loop->quiesced) { /* no request begun: closed, as in the clear */
@@ -616,9 +594,7 @@ static void euv_close(euv_conn *c, int abort)
     uv_close((uv_handle_t *)&c->tcp, euv_on_closed);
 }
 
-/* ------------------------------------------------------------------ */
-/* Accepting                                                           */
-/* ------------------------------------------------------------------ */
+/* ---- Accepting ---- */
 
 /* Past SRV_REFUSE_MAX being read: the 503 at once, in cleartext only (a TLS client cannot
  * read it before a handshake), what came drained, closed. */
@@ -738,9 +714,7 @@ static void euv_on_connection(uv_stream_t *listener, int status)
     euv_reading(c, 1);
 }
 
-/* ------------------------------------------------------------------ */
-/* The loop's side: later steps, wakes, deadlines, quiesce and stop    */
-/* ------------------------------------------------------------------ */
+/* ---- The loop's side: later steps, wakes, deadlines, quiesce and stop ---- */
 
 static void euv_on_idle(uv_idle_t *h)
 {
@@ -865,7 +839,8 @@ static void *euv_loop_main(void *arg)
 /* On the controlling thread, before the loop's thread exists. 0, or a libuv error. */
 static int euv_loop_init(euv_loop *l, euv_server *s)
 {
-    l->server = s;
+    l->server = s; /* and the lock exists (euv_free) */
+    pthread_mutex_init(&l->mu, NULL);
     l->conns.next = l->conns.prev = &l->conns;
     l->rbuf = malloc(EUV_READ_BUF);
     l->pbuf = malloc(EUV_READ_BUF);
@@ -886,7 +861,6 @@ static int euv_loop_init(euv_loop *l, euv_server *s)
     if (rc != 0)
         return rc;
     l->uv.data = l;
-    pthread_mutex_init(&l->mu, NULL);
     if ((rc = uv_async_init(&l->uv, &l->async, euv_on_async)) != 0)
         return rc;
     l->async.data = l;
@@ -898,9 +872,7 @@ static int euv_loop_init(euv_loop *l, euv_server *s)
     return euv_listen_open(l);
 }
 
-/* ------------------------------------------------------------------ */
-/* The vtable                                                          */
-/* ------------------------------------------------------------------ */
+/* ---- The vtable ---- */
 
 /* Close what euv_loop_init made, on a loop whose thread never ran (a failed start). */
 static void euv_loop_dispose(euv_loop *l)
@@ -917,7 +889,7 @@ static void euv_free(euv_server *s)
 {
     for (unsigned i = 0; s->loops != NULL && i < s->nloops; i++) {
         euv_loop *l = &s->loops[i];
-        if (l->server != NULL && l->uv.data == l)
+        if (l->server != NULL)
             pthread_mutex_destroy(&l->mu);
         euv_tls_ctx_free(l->tls);
         free(l->rbuf);
