@@ -69,8 +69,6 @@ typedef struct euv_conn {
     uv_shutdown_t sreq;
     int posted; /* on euv_loop.posted (euv_loop.mu) */
     struct euv_conn *post_next;
-    int later; /* on euv_loop.later */
-    struct euv_conn *later_next;
 } euv_conn;
 
 /* A write of ciphertext (TLS), its bytes after it. */
@@ -90,10 +88,8 @@ struct euv_loop {
     uv_async_t async; /* wakes from other threads; quiesce; stop */
     uv_timer_t tick;  /* EUV_TICK_MS: deadlines */
     uv_timer_t pause; /* EUV_ACCEPT_PAUSE_MS after a failed accept; the stop's poll */
-    uv_idle_t idle;   /* runs euv_loop.later */
-    euv_conn *later;
     pthread_mutex_t mu; /* posted */
-    euv_conn *posted;
+    euv_conn *posted; /* woken by other threads, or steps due on the next turn */
     euv_conn conns; /* list head */
     unsigned nconns;
     int quiesced, stopping, forced;
@@ -117,31 +113,8 @@ struct euv_server {
 
 static void euv_close(euv_conn *c, int abort);
 static void euv_feed(euv_conn *c);
-static void euv_on_idle(uv_idle_t *h);
+static void euv_post(euv_conn *c);
 static void euv_on_connection(uv_stream_t *listener, int status);
-
-/* ---- Deferred steps: after the call that asked, on the loop's next turn ---- */
-
-static void euv_later(euv_conn *c)
-{
-    if (c->later || c->state == EUV_CLOSING)
-        return;
-    euv_loop *l = c->loop;
-    c->later = 1;
-    c->later_next = l->later;
-    l->later = c;
-    uv_idle_start(&l->idle, euv_on_idle);
-}
-
-static void euv_unlater(euv_conn *c)
-{
-    for (euv_conn **p = &c->loop->later; c->later && *p != NULL; p = &(*p)->later_next)
-        if (*p == c) {
-            *p = c->later_next;
-            c->later = 0;
-            break;
-        }
-}
 
 /* ---- The protocol on the bytes ---- */
 
@@ -400,7 +373,7 @@ static void euv_on_chunk_written(uv_write_t *req, int status)
 static void euv_write_late(euv_conn *c, int ok)
 {
     c->write_late = ok ? 1 : -1;
-    euv_later(c);
+    euv_post(c);
 }
 
 /* TLS: what OpenSSL has for the socket, in one write. proto: it completes the protocol's. */
@@ -456,7 +429,7 @@ static void euv_io_read(void *io, int on)
         euv_reading(c, 0);
     else if (euv_held(c) || (c->tls != NULL && c->state == EUV_OPEN &&
                                euv_tls_buffered(c->tls)))
-        euv_later(c); /* offered again after this call, not inside it */
+        euv_post(c); /* offered again after this call, not inside it */
     else
         euv_reading(c, 1);
 }
@@ -490,10 +463,10 @@ static void euv_io_close(void *io, int abort)
     euv_close(io, abort);
 }
 
-/* Any thread, the connection's lock held: listed for the loop, which the async wakes. */
-static void euv_io_wake(void *io)
+/* Any thread (srv__h1io.wake: the connection's lock held), or the loop for a step after the
+ * call it is in: listed for the loop, which its async wakes. */
+static void euv_post(euv_conn *c)
 {
-    euv_conn *c = io;
     euv_loop *l = c->loop;
     pthread_mutex_lock(&l->mu);
     if (!c->posted) {
@@ -503,6 +476,11 @@ static void euv_io_wake(void *io)
     }
     pthread_mutex_unlock(&l->mu);
     uv_async_send(&l->async);
+}
+
+static void euv_io_wake(void *io)
+{
+    euv_post(io);
 }
 
 static const srv__h1io euv_h1io = {
@@ -556,7 +534,6 @@ static void euv_on_closed(uv_handle_t *h)
             break;
         }
     pthread_mutex_unlock(&l->mu);
-    euv_unlater(c);
     c->prev->next = c->next;
     c->next->prev = c->prev;
     l->nconns--;
@@ -714,28 +691,7 @@ static void euv_on_connection(uv_stream_t *listener, int status)
     euv_reading(c, 1);
 }
 
-/* ---- The loop's side: later steps, wakes, deadlines, quiesce and stop ---- */
-
-static void euv_on_idle(uv_idle_t *h)
-{
-    euv_loop *l = h->data;
-    euv_conn *list = l->later;
-    l->later = NULL;
-    uv_idle_stop(h);
-    while (list != NULL) { /* each closes at most itself: the rest stays valid */
-        euv_conn *c = list;
-        list = c->later_next;
-        c->later = 0;
-        if (c->state == EUV_CLOSING)
-            continue;
-        int late = c->write_late;
-        c->write_late = 0;
-        if (late != 0)
-            euv_proto_written(c, late > 0);
-        else
-            euv_feed(c);
-    }
-}
+/* ---- The loop's side: posted steps and wakes, deadlines, quiesce and stop ---- */
 
 /* One at a time under the lock (a wake may post the same connection again meanwhile), at
  * most a batch per turn: what is left wakes the loop again. */
@@ -751,7 +707,15 @@ static void euv_take_posts(euv_loop *l)
         pthread_mutex_unlock(&l->mu);
         if (c == NULL)
             return;
-        euv_proto_wake(c); /* c is freed only by its close callback, on this thread */
+        if (c->state == EUV_CLOSING) /* c is freed only by its close callback, on this thread */
+            continue;
+        int late = c->write_late;
+        c->write_late = 0;
+        if (late != 0)
+            euv_proto_written(c, late > 0);
+        else if (c->want)
+            euv_feed(c);
+        euv_proto_wake(c);
     }
     uv_async_send(&l->async);
 }
@@ -866,8 +830,7 @@ static int euv_loop_init(euv_loop *l, euv_server *s)
     l->async.data = l;
     uv_timer_init(&l->uv, &l->tick);
     uv_timer_init(&l->uv, &l->pause);
-    uv_idle_init(&l->uv, &l->idle);
-    l->tick.data = l->pause.data = l->idle.data = l;
+    l->tick.data = l->pause.data = l;
     uv_timer_start(&l->tick, euv_on_tick, EUV_TICK_MS, EUV_TICK_MS);
     return euv_listen_open(l);
 }
