@@ -7,7 +7,6 @@
  */
 #include "uv_tls.h"
 
-#include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,17 +40,12 @@ const char *euv_tls_plain_400(size_t *len)
 
 euv_tls_ctx *euv_tls_ctx_new(srv_server *srv, int *failed)
 {
-    *failed = 0;
-    if (!srv__tls_enabled(srv))
-        return NULL;
-    euv_tls_ctx *x = calloc(1, sizeof *x);
-    if (x != NULL)
-        x->ctx = srv__tls_ctx(srv, &x->gen);
-    if (x == NULL || x->ctx == NULL) {
+    euv_tls_ctx *x = srv__tls_enabled(srv) ? calloc(1, sizeof *x) : NULL;
+    if (x != NULL && (x->ctx = srv__tls_ctx(srv, &x->gen)) == NULL) {
         free(x);
-        *failed = 1;
-        return NULL;
+        x = NULL;
     }
+    *failed = x == NULL && srv__tls_enabled(srv);
     return x;
 }
 
@@ -83,7 +77,7 @@ euv_tls *euv_tls_new(euv_tls_ctx *x, srv_server *srv)
     if (t->ssl == NULL || t->in == NULL || t->out == NULL) {
         BIO_free(t->in);
         BIO_free(t->out);
-        SSL_free(t->ssl);
+        SSL_free(t->ssl); /* NULL-safe, as BIO_free */
         free(t);
         ERR_clear_error();
         return NULL;
@@ -107,15 +101,8 @@ void euv_tls_free(euv_tls *t)
 
 int euv_tls_put(euv_tls *t, const void *d, size_t n)
 {
-    while (n > 0) {
-        int chunk = n > INT_MAX ? INT_MAX : (int)n;
-        int w = BIO_write(t->in, d, chunk);
-        if (w <= 0)
-            return -1;
-        d = (const char *)d + w;
-        n -= (size_t)w;
-    }
-    return 0;
+    /* n is at most one read (the engine's 64 KiB): one BIO_write. */
+    return n == 0 || BIO_write(t->in, d, (int)n) == (int)n ? 0 : -1;
 }
 
 enum euv_tls_hs euv_tls_handshake(euv_tls *t)
