@@ -123,9 +123,10 @@ static const srv__h1io euv_h1io;
 /*
  * The one place a protocol is chosen for a connection's bytes, once they flow (at the accept
  * in cleartext, after the handshake over TLS). HTTP/2 (core/h2conn.c, the same event shape as
- * h1conn) plugs in here and in the euv_proto_* switches below: when ALPN chose "h2", or when
- * the first cleartext bytes are the prior-knowledge preface "PRI * HTTP/2.0" (until then
- * h1conn answers a preface with SETTINGS + GOAWAY, so nothing is sniffed yet).
+ * h1conn) plugs in here and in the euv_proto_* switches below: over TLS when ALPN chose "h2";
+ * in cleartext by choosing on the first bytes instead of at the accept (euv_deliver would see
+ * them first while proto is EUV_PROTO_NONE), when they are the prior-knowledge preface
+ * "PRI * HTTP/2.0". Until then h1conn answers a preface with SETTINGS + GOAWAY.
  */
 static void euv_proto_start(euv_conn *c, const unsigned char *alpn, unsigned alpn_len)
 {
