@@ -1,7 +1,7 @@
 #!/bin/sh
 # The whole test suite, as `make test` and CI run it:
 #   1. the default build (engine=auto: every engine whose library is found,
-#      all three on Debian 12, threadpool and mhd on 13) and its full meson
+#      all four on Debian 12; threadpool, mhd and uv on 13) and its full meson
 #      test suite;
 #   2. the same suite under AddressSanitizer + UndefinedBehaviorSanitizer;
 #   3. the conformance suite under ThreadSanitizer;
@@ -161,8 +161,8 @@ for e in $engines; do
     bin="build-only-$e/examples/greetings/greetings"
     libs=$(ldd "$bin" "build-only-$e/libsrv.so")
     # threadpool needs no library of its own (the core parses HTTP/1): its
-    # build must link neither of the others'.
-    for other in mhd:libmicrohttpd h2o:libh2o; do
+    # build must link none of the others'.
+    for other in mhd:libmicrohttpd h2o:libh2o uv:libuv; do
         name=${other%%:*}; lib=${other#*:}
         if [ "$name" = "$e" ]; then
             echo "$libs" | grep -q "$lib" || { echo "FAIL: $e build does not link $lib"; exit 1; }
@@ -172,7 +172,7 @@ for e in $engines; do
             fi
         fi
     done
-    # TLS: OpenSSL for threadpool and h2o; mhd's library brings GnuTLS, and
+    # TLS: OpenSSL for threadpool, h2o and uv; mhd's library brings GnuTLS, and
     # mhd links OpenSSL's libcrypto (not libssl) for its handshake
     # signatures only (core/tls_gnutls.c: GnuTLS 3.7's nettle RSA is ~4x
     # slower).

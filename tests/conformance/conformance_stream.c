@@ -415,7 +415,12 @@ int st_teardown(void **state)
 {
     sfx *f = *state;
     int rc = 0;
-    for (int i = 0; i < f->nthreads; i++)
+    /* Under the lock h_thread counts them with: a stream can end (and the
+     * test with it) before its handler's count is out of the lock. */
+    pthread_mutex_lock(&f->mu);
+    int nthreads = f->nthreads;
+    pthread_mutex_unlock(&f->mu);
+    for (int i = 0; i < nthreads; i++)
         pthread_join(f->threads[i], NULL);
     if (!f->stopped && srv_server_stop(f->srv, 2000) != 0)
         rc = -1;
