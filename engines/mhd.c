@@ -2581,6 +2581,73 @@ static int emhd_loops_start(emhd_server *es, unsigned n, const emhd_daemon_opts 
     return rc;
 }
 
+/* The daemons' sizes (each daemon takes the whole limit: the gate keeps the total). */
+static emhd_daemon_opts emhd_sizing(emhd_server *es, const srv_config *cfg, unsigned threads)
+{
+    /* MHD's default limit is FD_SETSIZE-4 even with epoll. Leave headroom
+     * above max_connections so the extra clients get a quick 503 instead of
+     * waiting in the backlog (the gate stops accepting at this limit). Each
+     * loop's daemon takes all of it: the gate's count is the one that binds. */
+    unsigned long long want = cfg->max_connections + cfg->max_connections / 4ull + 16ull * threads;
+    unsigned limit = want < UINT_MAX ? (unsigned)want : UINT_MAX;
+    es->limit = limit;
+    /* The connection's memory pool holds the read buffer (the whole head),
+     * the header table and the response head. Head limit + 4 KiB leaves
+     * room for a head at the limits with a few dozen headers, so the core
+     * answers 431/414 by its exact rules; bigger heads or many headers MHD
+     * cuts itself with the same 431/414, and an answer whose head no longer
+     * fits is written by hand in cleartext (emhd_notify_completed). The
+     * pool is per connection, so its size is what keeps 2700 waiting
+     * connections under 50 MB (24 KiB pools took 86 MB). */
+    size_t head = cfg->max_header_bytes > cfg->max_uri_bytes ? cfg->max_header_bytes
+                                                             : cfg->max_uri_bytes;
+    size_t pool = head + 4096;
+    if (pool < 8192)
+        pool = 8192;
+    /* MHD's idle timeout only backs up the watchdog, and is the send
+     * timeout of a client that does not read its response. */
+    unsigned idle_ms = cfg->header_timeout_ms > cfg->keepalive_timeout_ms
+                           ? cfg->header_timeout_ms
+                           : cfg->keepalive_timeout_ms;
+    /* One second more, so the watchdog's deadlines always come first
+     * (emhd_closing tells MHD's silent drops from timeouts by them). */
+    unsigned idle_s = idle_ms / 1000u + (idle_ms % 1000u != 0) + 1u;
+
+    return (emhd_daemon_opts){.limit = limit, .idle_s = idle_s, .pool = pool};
+}
+
+/* HTTPS: MHD's GnuTLS with the core's context (validated at srv_server_start): the
+ * certificate comes from emhd_tls_cert at each handshake, so a reload reaches new
+ * connections. MHD's own timeout and the watchdog's first-head deadline cover the handshake
+ * too. Options from tls_opts[n] on; 0 or an SRV_E code with the reason set. */
+static int emhd_tls_options(emhd_server *es, srv_server *srv, struct MHD_OptionItem *tls_opts,
+                            size_t n, unsigned *flags)
+{
+    es->tls_start = srv__tls_gnutls(srv, NULL);
+    if (es->tls_start == NULL || MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES ||
+        MHD_is_feature_supported(MHD_FEATURE_HTTPS_CERT_CALLBACK) != MHD_YES) {
+        srv__server_set_error(srv, "mhd: this libmicrohttpd has no HTTPS support (GnuTLS "
+                              "with certificate callbacks)");
+        return SRV_ETLS;
+    }
+    es->tls = true;
+    *flags |= MHD_USE_TLS;
+    tls_opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_CERT_CALLBACK, 0,
+                                            (void *)(uintptr_t)emhd_tls_cert};
+    tls_opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_PRIORITIES, 0,
+                                            (void *)es->tls_start->priorities};
+    tls_opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_DHPARAMS, 0,
+                                            (void *)es->tls_start->dh_params_pem};
+    if (es->tls_start->client_ca_pem != NULL)
+        tls_opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_TRUST, 0,
+                                                (void *)es->tls_start->client_ca_pem};
+    tls_opts[n] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+    int rc = emhd_hs_start(es);
+    if (rc != 0)
+        srv__server_set_error(srv, "mhd: cannot start the TLS handshake thread");
+    return rc;
+}
+
 static int emhd_start(srv_server *srv, void **state)
 {
     const srv_config *cfg = srv__server_config(srv);
@@ -2616,42 +2683,13 @@ static int emhd_start(srv_server *srv, void **state)
     es->lfd = lfd;
 
     unsigned threads = cfg->io_threads > 0 ? cfg->io_threads : 1;
+    es->threads = threads;
     /* Without MHD's messages its own answers cannot be announced
      * (emhd_worker): then every completion samples its connection. */
     if (MHD_is_feature_supported(MHD_FEATURE_MESSAGES) == MHD_YES) {
         es->workers = calloc(threads, sizeof *es->workers);
         es->max_workers = es->workers != NULL ? threads : 0;
     }
-    /* MHD's default limit is FD_SETSIZE-4 even with epoll. Leave headroom
-     * above max_connections so the extra clients get a quick 503 instead of
-     * waiting in the backlog (the gate stops accepting at this limit). Each
-     * loop's daemon takes all of it: the gate's count is the one that binds. */
-    unsigned long long want = cfg->max_connections + cfg->max_connections / 4ull + 16ull * threads;
-    unsigned limit = want < UINT_MAX ? (unsigned)want : UINT_MAX;
-    es->limit = limit;
-    es->threads = threads;
-    /* The connection's memory pool holds the read buffer (the whole head),
-     * the header table and the response head. Head limit + 4 KiB leaves
-     * room for a head at the limits with a few dozen headers, so the core
-     * answers 431/414 by its exact rules; bigger heads or many headers MHD
-     * cuts itself with the same 431/414, and an answer whose head no longer
-     * fits is written by hand in cleartext (emhd_notify_completed). The
-     * pool is per connection, so its size is what keeps 2700 waiting
-     * connections under 50 MB (24 KiB pools took 86 MB). */
-    size_t head = cfg->max_header_bytes > cfg->max_uri_bytes ? cfg->max_header_bytes
-                                                             : cfg->max_uri_bytes;
-    size_t pool = head + 4096;
-    if (pool < 8192)
-        pool = 8192;
-    /* MHD's idle timeout only backs up the watchdog, and is the send
-     * timeout of a client that does not read its response. */
-    unsigned idle_ms = cfg->header_timeout_ms > cfg->keepalive_timeout_ms
-                           ? cfg->header_timeout_ms
-                           : cfg->keepalive_timeout_ms;
-    /* One second more, so the watchdog's deadlines always come first
-     * (emhd_closing tells MHD's silent drops from timeouts by them). */
-    unsigned idle_s = idle_ms / 1000u + (idle_ms % 1000u != 0) + 1u;
-
     /* Publish the state before the loops exist: a request the gate hands
      * them reaches respond(state) through the core before start returns. */
     /* The watchdog first: once the loops run, requests may already be
@@ -2664,10 +2702,6 @@ static int emhd_start(srv_server *srv, void **state)
     }
     es->watchdog_started = true;
 
-    /* HTTPS: MHD's GnuTLS with the core's context (validated at
-     * srv_server_start): the certificate comes from emhd_tls_cert at each
-     * handshake, so a reload reaches new connections. MHD's own timeout
-     * and the watchdog's first-head deadline cover the handshake too. */
     /* NO_LISTEN_SOCKET: the gate accepts (engines/mhd_gate.h) and hands
      * connections over with MHD_add_connection. */
     /* No MHD thread: emhd_loop_main runs each daemon (emhd_loop). */
@@ -2685,37 +2719,13 @@ static int emhd_start(srv_server *srv, void **state)
          * library that runs decides, not the header built against (one
          * soname). */
         tls_opts[n++] = (struct MHD_OptionItem){EMHD_OPTION_CLIENT_DISCIPLINE_LVL, 0, NULL};
-    if (srv__tls_enabled(srv)) {
-        es->tls_start = srv__tls_gnutls(srv, NULL);
-        if (es->tls_start == NULL || MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES ||
-            MHD_is_feature_supported(MHD_FEATURE_HTTPS_CERT_CALLBACK) != MHD_YES) {
-            srv__server_set_error(srv, "mhd: this libmicrohttpd has no HTTPS support (GnuTLS "
-                                  "with certificate callbacks)");
-            rc = SRV_ETLS;
-            goto fail_watchdog;
-        }
-        es->tls = true;
-        flags |= MHD_USE_TLS;
-        tls_opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_CERT_CALLBACK, 0,
-                                                (void *)(uintptr_t)emhd_tls_cert};
-        tls_opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_PRIORITIES, 0,
-                                                (void *)es->tls_start->priorities};
-        tls_opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_DHPARAMS, 0,
-                                                (void *)es->tls_start->dh_params_pem};
-        if (es->tls_start->client_ca_pem != NULL)
-            tls_opts[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_TRUST, 0,
-                                                    (void *)es->tls_start->client_ca_pem};
-        tls_opts[n] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
-        if ((rc = emhd_hs_start(es)) != 0) {
-            srv__server_set_error(srv, "mhd: cannot start the TLS handshake thread");
-            goto fail_watchdog;
-        }
-    }
+    if (srv__tls_enabled(srv) && (rc = emhd_tls_options(es, srv, tls_opts, n, &flags)) != 0)
+        goto fail_watchdog;
 
     *state = es;
-    /* Each daemon takes the whole limit: the gate keeps the total. */
-    const emhd_daemon_opts opts = {.flags = flags, .tls_opts = tls_opts, .limit = limit,
-                                   .idle_s = idle_s, .pool = pool};
+    emhd_daemon_opts opts = emhd_sizing(es, cfg, threads);
+    opts.flags = flags;
+    opts.tls_opts = tls_opts;
     if ((rc = emhd_loops_start(es, threads, &opts)) != 0)
         goto fail_watchdog;
     static const struct emhd_gate_ops gate_ops = {
