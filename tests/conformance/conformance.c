@@ -269,6 +269,14 @@ static void h_headers(srv_request *req, void *ctx)
     respond_text(req, 200, out);
 }
 
+/* The Cookie header as the application reads it ("-" when none). */
+static void h_cookie(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    const char *v = srv_request_header(req, "Cookie");
+    respond_text(req, 200, v != NULL ? v : "-");
+}
+
 /* BIG_ANSWER_HEADERS headers of BIG_ANSWER_LEN bytes each (X-Big-0 ...):
  * a response head larger than what mhd's pool keeps free behind a big
  * request head (test_hr_big_head_big_answer). */
@@ -526,6 +534,7 @@ static int fx_setup(void **state, enum preset p)
         {"POST", "/echo", h_echo, f, 0},
         {"POST", "/len", h_len, f, 0},
         {"GET", "/headers", h_headers, f, 0},
+        {"GET", "/cookie", h_cookie, f, 0},
         {"GET", "/big-answer", h_big_answer, f, 0},
         {"POST", "/multi", h_method, f, 0},
         {"PUT", "/multi", h_method, f, 0},
@@ -1651,6 +1660,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_h2_no_window, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_h2_expect_continue, setup_default, fx_teardown),
         cmocka_unit_test_setup_teardown(test_h2_malformed, setup_default, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_h2_cookie_crumbs, setup_default, fx_teardown),
     };
     snprintf(name, sizeof name, "conformance %s%s: resets, deadlines, upgrade and framing",
              g_engine_name, run);

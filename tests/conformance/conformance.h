@@ -383,6 +383,7 @@ void test_h2_slow_request(void **state);
 void test_h2_no_window(void **state);
 void test_h2_expect_continue(void **state);
 void test_h2_malformed(void **state);
+void test_h2_cookie_crumbs(void **state);
 
 /* ------------------------------------------------------------------ */
 /* Cases: conformance_framing.c                                       */
