@@ -1,13 +1,14 @@
 /*
- * HTTP/1 over an event loop, once, in the core (core/h1conn.c): an engine
- * whose loop owns the sockets (h2o's evloop) reports what happened to a
- * connection - bytes read, a write done, the client gone, the time, a wake
- * - and carries out four kinds of request through srv__h1io: write, read on
- * or off, shut the write side, close. Everything HTTP/1 - parsing
- * (core/http1.c), keep-alive, pipelining, 100 Continue, streamed answers
- * and bodies, error answers, deadlines and lingering (the connection
- * policy, api/srv_conn.h) - happens here, the same for every such engine
- * (docs/ARCHITECTURE.md, "HTTP/1 over a loop").
+ * A connection over an event loop, once, in the core (core/h1conn.c): an
+ * engine whose loop owns the sockets (h2o's evloop, libuv) reports what
+ * happened to a connection - bytes read, a write done, the client gone, the
+ * time, a wake - and carries out five kinds of request through srv__h1io:
+ * write, read on or off, shut the write side, close, wake. Everything HTTP -
+ * HTTP/1's parsing (core/http1.c), keep-alive, pipelining, 100 Continue,
+ * streamed answers and bodies, error answers, deadlines and lingering (the
+ * connection policy, api/srv_conn.h), and HTTP/2 (core/h2conn.c, nghttp2)
+ * when the connection speaks it - happens here, the same for every such
+ * engine (docs/ARCHITECTURE.md, "Connections over a loop").
  *
  * Threads: every srv__h1conn_* call but the three slots below runs on the
  * connection's loop thread. The engine's respond, stream_kick and body_kick
