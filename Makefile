@@ -6,6 +6,9 @@
 #   make bench  the engine comparison (bench/compare): tables on stdout,
 #               CSV/JSON/charts in bench/results/<date-time>/; pass options
 #               with BENCH_ARGS, e.g. BENCH_ARGS="--engines h2o --no-hello";
+#               its hello and TLS hello include the HTTP/2 rows (h2-hello,
+#               h2-tls-hello: h2load -c100 -m10 beside nginx's http2
+#               listener; BENCH_ARGS="--h2" runs only them, "--no-h2" none);
 #               then a 1 GiB streamed download per engine and nginx
 #               (bench/stream_measure.sh, STREAM_BUFFER bytes per stream);
 #               then a 1 GiB streamed upload per engine
