@@ -156,26 +156,12 @@ static int h1_pend_add(srv__h1conn *hc, const char *d, size_t n)
 {
     if (hc->pend_off > 0 && hc->pend_off == hc->pend_len)
         h1_pend_drop(hc);
-    if (hc->pend_len + n > hc->pend_cap) {
-        if (hc->pend_off > 0) { /* slide what is left to the front first */
-            memmove(hc->pend, hc->pend + hc->pend_off, hc->pend_len - hc->pend_off);
-            hc->pend_len -= hc->pend_off;
-            hc->pend_off = 0;
-        }
-        if (hc->pend_len + n > hc->pend_cap) {
-            size_t cap = hc->pend_cap ? hc->pend_cap : 4096;
-            while (cap < hc->pend_len + n)
-                cap *= 2;
-            char *p = realloc(hc->pend, cap);
-            if (!p)
-                return -1;
-            hc->pend = p;
-            hc->pend_cap = cap;
-        }
+    if (hc->pend_len + n > hc->pend_cap && hc->pend_off > 0) { /* slide what is left first */
+        memmove(hc->pend, hc->pend + hc->pend_off, hc->pend_len - hc->pend_off);
+        hc->pend_len -= hc->pend_off;
+        hc->pend_off = 0;
     }
-    memcpy(hc->pend + hc->pend_len, d, n);
-    hc->pend_len += n;
-    return 0;
+    return srv__buf_append(&hc->pend, &hc->pend_len, &hc->pend_cap, 4096, d, n);
 }
 
 /* A request for the next message, or NULL when out of memory. */

@@ -205,19 +205,7 @@ static int h2_hold(srv__h2stream *st, const uint8_t *d, size_t n)
 {
     if (st->held_off > 0 && st->held_off == st->held_len)
         st->held_off = st->held_len = 0;
-    if (st->held_len + n > st->held_cap) {
-        size_t cap = st->held_cap ? st->held_cap : 16384;
-        while (cap < st->held_len + n)
-            cap *= 2;
-        char *p = realloc(st->held, cap);
-        if (!p)
-            return -1;
-        st->held = p;
-        st->held_cap = cap;
-    }
-    memcpy(st->held + st->held_len, d, n);
-    st->held_len += n;
-    return 0;
+    return srv__buf_append(&st->held, &st->held_len, &st->held_cap, 16384, d, n);
 }
 
 /* An interim "100 Continue" on the stream. */

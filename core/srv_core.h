@@ -366,6 +366,27 @@ typedef struct srv__arena {
     srv__arena_chunk *chunks;
 } srv__arena;
 void *srv__arena_alloc(srv__arena *a, size_t n);
+
+/* Append n bytes to the buffer *buf of *len bytes and *cap capacity (0 at
+ * first: `first` bytes, then doubling). -1 when out of memory (nothing
+ * changed). For the input a connection keeps (h1conn.c, h2conn.c). */
+static inline int srv__buf_append(char **buf, size_t *len, size_t *cap, size_t first,
+                                  const void *d, size_t n)
+{
+    if (*len + n > *cap) {
+        size_t c = *cap ? *cap : first;
+        while (c < *len + n)
+            c *= 2;
+        char *p = (char *)realloc(*buf, c);
+        if (p == NULL)
+            return -1;
+        *buf = p;
+        *cap = c;
+    }
+    memcpy(*buf + *len, d, n);
+    *len += n;
+    return 0;
+}
 char *srv__arena_strndup(srv__arena *a, const char *s, size_t n);
 void srv__arena_free(srv__arena *a);
 

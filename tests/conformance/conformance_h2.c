@@ -8,6 +8,19 @@
 /* HTTP/2 by hand: rapid reset, resets while queued, slow requests   */
 /* ------------------------------------------------------------------ */
 
+/* Read until stream sid got its final :status 200, at most ms (or the close). 1: it did. */
+static int h2_wait_200(rc_conn *c, unsigned sid, int ms)
+{
+    int got200 = 0;
+    for (long long end = rc_now_ms() + ms; !got200 && rc_now_ms() < end;) {
+        if (rc_wait_close(c, 50, NULL) != RC_TIMEOUT)
+            break;
+        h2_scan(c, sid, &got200);
+    }
+    h2_scan(c, sid, &got200);
+    return got200;
+}
+
 /* A GET request block: :method, :scheme, :path, :authority. */
 static size_t hpack_get(unsigned char *p, const char *path)
 {
@@ -173,14 +186,7 @@ void test_h2_reset_queued(void **state)
     unsigned ran = fx_read(f, &f->entered);
     CHECK(ran == 2, "[%s] %u handlers started; only the 2 streams not reset "
           "should have", what, ran);
-    int got200 = 0;
-    for (long long end = rc_now_ms() + 2000; !got200 && rc_now_ms() < end;) {
-        if (rc_wait_close(c, 50, NULL) != RC_TIMEOUT)
-            break;
-        h2_scan(c, 1, &got200);
-    }
-    h2_scan(c, 1, &got200);
-    CHECK(got200, "[%s] stream 1 (not reset) got no :status 200", what);
+    CHECK(h2_wait_200(c, 1, 2000), "[%s] stream 1 (not reset) got no :status 200", what);
     CHECK(wait_no_inflight(f, 10000), "[%s] requests_in_flight stayed %u", what,
           stats(f).requests_in_flight);
     rc_close(c);
@@ -397,13 +403,7 @@ void test_h2_malformed(void **state)
         p += h2_frame(p, 1, 0x5, 3, get, hpack_get(get, "/hello"));
         rc_conn *c = conn_open(f, what);
         conn_send(c, what, buf, (size_t)(p - buf));
-        int got200 = 0;
-        for (long long end = rc_now_ms() + 3000; !got200 && rc_now_ms() < end;) {
-            if (rc_wait_close(c, 50, NULL) != RC_TIMEOUT)
-                break;
-            h2_scan(c, 3, &got200);
-        }
-        h2_scan(c, 3, &got200);
+        int got200 = h2_wait_200(c, 3, 3000);
         int st = h2_status_of((const unsigned char *)c->buf, c->len, 1, 1);
         long rst = h2_rst_on(c, 1);
         CHECK(st == 400 || (st == 0 && rst == 1), "[%s] stream 1: status %d, RST_STREAM %ld; "
