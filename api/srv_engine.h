@@ -58,9 +58,13 @@ enum {
      * contexts with GnuTLS (core/tls_gnutls.c) and the engine takes them
      * with srv__tls_gnutls, not srv__tls_ctx. */
     SRV_ENGINE_CAP_TLS_GNUTLS = 1u << 28,
+    /* Engine-only: the engine sends a static file's body from its
+     * descriptor (srv__stream_pull_file, or its library's own sendfile) on
+     * cleartext connections; the core then gives file bodies as files. */
+    SRV_ENGINE_CAP_SENDFILE = 1u << 27,
     /* The bits above that srv_engine_caps does not show. */
     SRV_ENGINE_CAPS_INTERNAL = SRV_ENGINE_CAP_LIB_FRAMING | SRV_ENGINE_CAP_TLS_QUIET_CLOSE |
-                               SRV_ENGINE_CAP_TLS_GNUTLS
+                               SRV_ENGINE_CAP_TLS_GNUTLS | SRV_ENGINE_CAP_SENDFILE
 };
 /* Engine-only bits are distinct (two branches once gave two the same) and
  * clear of the public SRV_CAP_* bits, which count up from bit 0. */
@@ -505,9 +509,19 @@ enum {
                            * without ending the body properly */
     SRV__STREAM_WAIT = 0, /* nothing yet: stream_kick comes once there is */
     SRV__STREAM_DATA = 1, /* *data, *len: send them, then srv__stream_sent */
-    SRV__STREAM_END = 2   /* everything was pulled (with the core's last
+    SRV__STREAM_END = 2,  /* everything was pulled (with the core's last
                            * chunk when it frames): the body is complete */
+    SRV__STREAM_FILE = 3  /* srv__stream_pull_file only: send the file piece
+                           * *file (sendfile), then srv__stream_sent */
 };
+
+/* A piece of a file body lent by srv__stream_pull_file: len bytes of fd
+ * from off (the descriptor stays open until the request is released). */
+typedef struct srv__stream_chunk {
+    int fd;
+    uint64_t off;
+    uint64_t len;
+} srv__stream_chunk;
 
 /*
  * srv__stream_pull: what to send next. DATA lends every buffered byte (the
@@ -516,6 +530,18 @@ enum {
  * thread.
  */
 int srv__stream_pull(srv_request *req, const void **data, size_t *len);
+
+/*
+ * srv__stream_pull_file: srv__stream_pull for an engine that can send from
+ * a file descriptor itself (sendfile, in cleartext): where the body is a
+ * file (static files, SRV_ENGINE_CAP_SENDFILE) it says FILE and lends
+ * *file instead of reading it into the buffer; srv__stream_sent(n) then
+ * counts n bytes of it sent. A file that ends before len (it shrank) is a
+ * cut: the engine closes the connection. srv__stream_pull reads such a
+ * body into the buffer (DATA) instead.
+ */
+int srv__stream_pull_file(srv_request *req, const void **data, size_t *len,
+                          srv__stream_chunk *file);
 
 /* n of the bytes lent by the last DATA were sent (the rest is lent back:
  * the next pull returns it first). Frees room for the application. */
