@@ -531,6 +531,11 @@ typedef struct srv__stream_chunk {
  */
 int srv__stream_pull(srv_request *req, const void **data, size_t *len);
 
+/* True when the streamed response's body is a file not yet lent: the next
+ * srv__stream_pull_file says FILE with all of it (an engine whose library
+ * sends files whole, mhd, hands it over then). The connection's thread. */
+bool srv__response_stream_file(srv_request *req);
+
 /*
  * srv__stream_pull_file: srv__stream_pull for an engine that can send from
  * a file descriptor itself (sendfile, in cleartext): where the body is a

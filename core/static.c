@@ -255,8 +255,12 @@ static bool srv__static_serve(srv_request *req, const srv__static *st, srv__fent
                             (int64_t)time(NULL)))
         r = srv__range_parse(range, size, &first, &last);
     uint64_t length = size == 0 ? 0 : last - first + 1;
+    /* A body the engine sends from the descriptor costs this thread no
+     * file I/O either. */
+    srv_server *srv = srv_request_server(req);
+    bool by_fd = (srv->engine->caps & SRV_ENGINE_CAP_SENDFILE) && srv->tls == NULL;
     bool needs_file = !not_modified && r != SRV__RANGE_UNSAT && !head && length > 0 &&
-                      e->bytes == NULL;
+                      e->bytes == NULL && !by_fd;
     if (io && needs_file)
         return false;
 
@@ -291,12 +295,10 @@ static bool srv__static_serve(srv_request *req, const srv__static *st, srv__fent
         return true;
     }
 
-    srv_server *srv = srv_request_server(req);
     srv_stream *stream;
     int rc;
     srv__sfile *f = NULL;
-    if (!head && length > 0 && (srv->engine->caps & SRV_ENGINE_CAP_SENDFILE) &&
-        srv->tls == NULL) {
+    if (!head && length > 0 && by_fd) {
         /* The engine sends it from the descriptor (sendfile). */
         srv__stream_file file = {.fd = e->fd, .off = first, .release = srv__static_release,
                                  .ctx = e};

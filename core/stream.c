@@ -413,6 +413,15 @@ static int srv__stream_pull_any(srv_request *req, const void **data, size_t *len
     return r;
 }
 
+bool srv__response_stream_file(srv_request *req)
+{
+    srv_stream *s = req->stream;
+    pthread_mutex_lock(&req->mu);
+    bool file = s->has_file && s->file_left > 0 && !s->lent_file && srv__stream_buffered(s) == 0;
+    pthread_mutex_unlock(&req->mu);
+    return file;
+}
+
 int srv__stream_pull(srv_request *req, const void **data, size_t *len)
 {
     return srv__stream_pull_any(req, data, len, NULL);
