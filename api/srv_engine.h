@@ -58,13 +58,9 @@ enum {
      * contexts with GnuTLS (core/tls_gnutls.c) and the engine takes them
      * with srv__tls_gnutls, not srv__tls_ctx. */
     SRV_ENGINE_CAP_TLS_GNUTLS = 1u << 28,
-    /* Engine-only: the engine sends a static file's body from its
-     * descriptor (srv__stream_pull_file, or its library's own sendfile) on
-     * cleartext connections; the core then gives file bodies as files. */
-    SRV_ENGINE_CAP_SENDFILE = 1u << 27,
     /* The bits above that srv_engine_caps does not show. */
     SRV_ENGINE_CAPS_INTERNAL = SRV_ENGINE_CAP_LIB_FRAMING | SRV_ENGINE_CAP_TLS_QUIET_CLOSE |
-                               SRV_ENGINE_CAP_TLS_GNUTLS | SRV_ENGINE_CAP_SENDFILE
+                               SRV_ENGINE_CAP_TLS_GNUTLS
 };
 /* Engine-only bits are distinct (two branches once gave two the same) and
  * clear of the public SRV_CAP_* bits, which count up from bit 0. */
@@ -537,13 +533,13 @@ int srv__stream_pull(srv_request *req, const void **data, size_t *len);
 bool srv__response_stream_file(srv_request *req);
 
 /*
- * srv__stream_pull_file: srv__stream_pull for an engine that can send from
- * a file descriptor itself (sendfile, in cleartext): where the body is a
- * file (static files, SRV_ENGINE_CAP_SENDFILE) it says FILE and lends
- * *file instead of reading it into the buffer; srv__stream_sent(n) then
- * counts n bytes of it sent. A file that ends before len (it shrank) is a
- * cut: the engine closes the connection. srv__stream_pull reads such a
- * body into the buffer (DATA) instead.
+ * srv__stream_pull_file: srv__stream_pull for a connection that can send
+ * from a file descriptor itself (sendfile, in cleartext): where the body is
+ * a file (static files) it says FILE and lends *file instead of reading it
+ * into the buffer; srv__stream_sent(n) then counts n bytes of it sent. A
+ * file that ends before len (it shrank) is a cut: the engine closes the
+ * connection. srv__stream_pull reads such a body into the buffer (DATA,
+ * on the calling thread: a piece of at most the stream buffer) instead.
  */
 int srv__stream_pull_file(srv_request *req, const void **data, size_t *len,
                           srv__stream_chunk *file);

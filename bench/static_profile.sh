@@ -1,9 +1,10 @@
 #!/bin/sh
 # Where a static request's cost goes, per server: syscalls per request
-# (strace -c -f over a short wrk run, divided by the requests wrk counted)
-# and context switches per request (voluntary + involuntary, summed over
-# the server's threads from /proc/PID/task/*/status, over a second run
-# without strace). Each engine serves DIR through examples/greetings
+# (strace -c -f over a short wrk run, divided by the requests wrk counted),
+# context switches per request (voluntary + involuntary, summed over the
+# server's threads from /proc/PID/task/*/status) and server CPU per request
+# (utime + stime from /proc/PID/stat, in microseconds), both over a second
+# run without strace. Each engine serves DIR through examples/greetings
 # --static; nginx the same files (sendfile on, 2 workers, no
 # open_file_cache), as bench/static_measure.sh runs them.
 # Bounded: wrk -t1 -c10 for SECONDS (default 3) per run, every server
@@ -22,6 +23,7 @@ trap 'rm -rf "$dir"' EXIT
 chmod 755 "$dir"
 head -c "$bytes" /dev/urandom > "$dir/f.bin"
 chmod 644 "$dir/f.bin"
+touch -d '1 hour ago' "$dir/f.bin" # settled, as deployed assets are
 url="http://127.0.0.1:$port/static/f.bin"
 
 wait_port() {
@@ -37,6 +39,11 @@ reqs() { # wrk's output on stdin: the requests it completed
     awk '/requests in/ {print $1}'
 }
 
+cpu() { # user + system clock ticks of the processes given
+    for p in "$@"; do cat /proc/$p/stat 2>/dev/null; done |
+        awk '{sub(/^.*\) /, ""); n += $12 + $13} END {print n + 0}'
+}
+
 csw() { # total context switches of the processes given
     for p in "$@"; do cat /proc/$p/task/*/status 2>/dev/null; done |
         awk '/^(non)?voluntary_ctxt_switches/ {n += $2} END {print n + 0}'
@@ -47,8 +54,10 @@ profile() {
     name=$1
     shift
     c0=$(csw "$@")
+    t0=$(cpu "$@")
     n=$(timeout $((secs + 20)) wrk -t1 -c10 -d"${secs}s" "$url" | reqs)
     c1=$(csw "$@")
+    t1=$(cpu "$@")
     args=""
     for p in "$@"; do args="$args -p $p"; done
     # shellcheck disable=SC2086
@@ -59,7 +68,9 @@ profile() {
     kill -INT $spid 2>/dev/null || true
     wait $spid 2>/dev/null || true
     total=$(awk 'NR > 2 && $NF != "total" && $1 !~ /^-/ {n += $4} END {print n + 0}' "$dir/strace.$name")
-    printf '%-11s csw/req %6.2f  syscalls/req %6.2f  (%s and %s requests)\n' "$name" \
+    hz=$(getconf CLK_TCK)
+    printf '%-11s cpu/req %6.1f us  csw/req %6.2f  syscalls/req %6.2f  (%s and %s requests)\n' \
+        "$name" "$(echo "$t1 $t0 $n $hz" | awk '{print ($1 - $2) * 1e6 / $4 / ($3 ? $3 : 1)}')" \
         "$(echo "$c1 $c0 $n" | awk '{print ($1 - $2) / ($3 ? $3 : 1)}')" \
         "$(echo "$total $m" | awk '{print $1 / ($2 ? $2 : 1)}')" "$n" "$m"
     awk -v m="$m" 'NR > 2 && $NF != "total" && $1 !~ /^-/ {

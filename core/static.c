@@ -2,14 +2,12 @@
  * Static files (srv_static_add): a non-blocking GET route "PREFIX/{*path}".
  * On the I/O thread that parsed the request the handler stats the path and
  * looks the file up in the root's open-file cache (static_cache.c); a file
- * the cache knows is answered there when that needs no file I/O: 304, 416,
- * HEAD, and small files from their cached bytes (one srv_respond, so one
- * write of head and body). Everything else goes to a worker: the file is
- * opened below the root without leaving it and cached, and the body is a
- * file stream (the engine sendfiles it, SRV_ENGINE_CAP_SENDFILE in
- * cleartext) or pread in pieces of at most half the stream buffer,
- * continued from srv_stream_on_writable (memory per download is one piece,
- * whatever the file's size). The HTTP rules are in static_http.c.
+ * the cache knows is answered there: 304, 416, HEAD, small files from their
+ * cached bytes (one srv_respond, so one write of head and body), and other
+ * bodies as a file stream that the engine sends from the descriptor
+ * (sendfile) or the core reads as the engine pulls. A miss goes to a
+ * worker, which opens the file below the root without leaving it, caches
+ * it and answers the same way. The HTTP rules are in static_http.c.
  */
 #include "srv_core.h"
 
@@ -19,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -114,65 +113,6 @@ int srv__static_open(int rootfd, const char *real_root, const char *rel, bool us
     return fd;
 }
 
-/* ---- the body: pread pieces into the stream (no sendfile) ---------------- */
-
-typedef struct srv__sfile {
-    srv_stream *stream;
-    srv__fentry *e; /* the file (its fd), referenced */
-    uint64_t off;   /* next byte to read */
-    uint64_t left;  /* bytes still to read */
-    size_t have;    /* bytes in buf not yet taken by the stream */
-    size_t piece;
-    char buf[];
-} srv__sfile;
-
-static void srv__sfile_done(srv__sfile *f)
-{
-    /* A short file (it shrank while sent) ends short: the core then closes
-     * the connection, so the client sees a truncated body, not a wrong one. */
-    srv_stream_end(f->stream);
-    srv__fentry_unref(f->e);
-    free(f);
-}
-
-static void srv__sfile_pump(srv_stream *stream, void *arg)
-{
-    srv__sfile *f = arg;
-    (void)stream;
-    for (;;) {
-        if (f->have == 0) {
-            if (f->left == 0) {
-                srv__sfile_done(f);
-                return;
-            }
-            size_t want = f->left < f->piece ? (size_t)f->left : f->piece;
-            ssize_t n = pread(f->e->fd, f->buf, want, (off_t)f->off);
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n <= 0) {
-                srv__sfile_done(f);
-                return;
-            }
-            f->have = (size_t)n;
-            f->off += (uint64_t)n;
-            f->left -= (uint64_t)n;
-        }
-        int rc = srv_stream_write(f->stream, f->buf, f->have);
-        if (rc == SRV_EAGAIN) {
-            /* The callback may run at once on another worker: f is its own
-             * from here, do not touch it. */
-            if (srv_stream_on_writable(f->stream, srv__sfile_pump, f) != 0)
-                srv__sfile_done(f);
-            return;
-        }
-        if (rc != 0) { /* SRV_ECLOSED: the client went away or stop cut it */
-            srv__sfile_done(f);
-            return;
-        }
-        f->have = 0;
-    }
-}
-
 /* ---- answering ------------------------------------------------------------ */
 
 static void srv__static_answer(srv_request *req, int status, const char *text)
@@ -229,12 +169,14 @@ static void srv__static_release(void *ctx)
 }
 
 /*
- * Answer req from the file e (the caller's reference, given up here). With
- * `io` (an I/O thread) an answer that needs the file's own bytes - a body
- * not in the cache - is not given: false, nothing answered or set, e still
- * the caller's. Otherwise true.
+ * Answer req from the file e (the caller's reference, given up here): no
+ * file I/O here. A body not in the cache is a file stream: the engine
+ * sends it from the descriptor (sendfile) or the core reads it into the
+ * stream buffer as the engine pulls, on the engine's thread, a piece of at
+ * most the stream buffer at a time (memory per download is that buffer,
+ * whatever the file's size).
  */
-static bool srv__static_serve(srv_request *req, const srv__static *st, srv__fentry *e, bool io)
+static void srv__static_serve(srv_request *req, const srv__static *st, srv__fentry *e)
 {
     uint64_t size = e->size;
     int64_t mtime = (int64_t)e->mtim.tv_sec;
@@ -255,14 +197,6 @@ static bool srv__static_serve(srv_request *req, const srv__static *st, srv__fent
                             (int64_t)time(NULL)))
         r = srv__range_parse(range, size, &first, &last);
     uint64_t length = size == 0 ? 0 : last - first + 1;
-    /* A body the engine sends from the descriptor costs this thread no
-     * file I/O either. */
-    srv_server *srv = srv_request_server(req);
-    bool by_fd = (srv->engine->caps & SRV_ENGINE_CAP_SENDFILE) && srv->tls == NULL;
-    bool needs_file = !not_modified && r != SRV__RANGE_UNSAT && !head && length > 0 &&
-                      e->bytes == NULL && !by_fd;
-    if (io && needs_file)
-        return false;
 
     srv_set_header(req, "ETag", e->etag);
     srv_set_header(req, "Last-Modified", e->date);
@@ -272,7 +206,7 @@ static bool srv__static_serve(srv_request *req, const srv__static *st, srv__fent
     if (not_modified) {
         srv__fentry_unref(e);
         srv_respond(req, 304, NULL, NULL, 0);
-        return true;
+        return;
     }
     char cr[80];
     if (r == SRV__RANGE_UNSAT) {
@@ -280,7 +214,7 @@ static bool srv__static_serve(srv_request *req, const srv__static *st, srv__fent
         snprintf(cr, sizeof cr, "bytes */%llu", (unsigned long long)size);
         srv_set_header(req, "Content-Range", cr);
         srv__static_answer(req, 416, "Range Not Satisfiable\n");
-        return true;
+        return;
     }
     int status = 200;
     if (r == SRV__RANGE_ONE) {
@@ -292,55 +226,18 @@ static bool srv__static_serve(srv_request *req, const srv__static *st, srv__fent
     if (!head && length > 0 && e->bytes != NULL) { /* one write of head and body */
         srv__respond_as_is(req, status, e->type, e->bytes + first, (size_t)length);
         srv__fentry_unref(e);
-        return true;
+        return;
     }
-
+    srv__stream_file file = {.fd = e->fd, .off = first, .release = srv__static_release, .ctx = e};
     srv_stream *stream;
-    int rc;
-    srv__sfile *f = NULL;
-    if (!head && length > 0 && by_fd) {
-        /* The engine sends it from the descriptor (sendfile). */
-        srv__stream_file file = {.fd = e->fd, .off = first, .release = srv__static_release,
-                                 .ctx = e};
-        rc = srv__stream_start_file(req, status, e->type, (int64_t)length, &file, &stream);
-        if (rc == 0) {
-            srv_stream_end(stream);
-            return true; /* e is the stream's */
-        }
-    } else {
-        /* Half the stream buffer (the configuration is fixed once started):
-         * the next piece can be taken while the engine still sends the last. */
-        size_t piece = srv->cfg.stream_buffer_bytes / 2;
-        if (piece > 64 * 1024)
-            piece = 64 * 1024;
-        if (piece == 0)
-            piece = 1;
-        if (!head && length > 0) {
-            f = malloc(sizeof *f + piece);
-            if (f == NULL) {
-                srv__fentry_unref(e);
-                srv__static_answer(req, 503, "Service Unavailable\n");
-                return true;
-            }
-            *f = (srv__sfile){.e = e, .off = first, .left = length, .piece = piece};
-        }
-        rc = srv_stream_start(req, status, e->type, (int64_t)length, &stream);
-    }
+    int rc = srv__stream_start_file(req, status, e->type, (int64_t)length, &file, &stream);
     if (rc != 0) {
-        free(f);
         srv__fentry_unref(e);
         if (rc == SRV_EINVAL || rc == SRV_EENGINE) /* not sent: req is still ours */
             srv__static_answer(req, 500, "Internal Server Error: static files need streams\n");
-        return true; /* else timed out or the client left: req is released */
+        return; /* else timed out or the client left: req is released */
     }
-    if (f == NULL) { /* HEAD, or nothing to send */
-        srv__fentry_unref(e);
-        srv_stream_end(stream);
-        return true;
-    }
-    f->stream = stream;
-    srv__sfile_pump(stream, f);
-    return true;
+    srv_stream_end(stream); /* e is the stream's now */
 }
 
 /* A new cache entry for the open file fd (given up here) named `name`,
@@ -443,7 +340,7 @@ static void srv__static_open_serve(srv_request *req, srv__static *st)
         return;
     }
     srv__fcache_put(&st->cache, e);
-    srv__static_serve(req, st, e, false);
+    srv__static_serve(req, st, e);
 }
 
 /* ---- the handler: the I/O thread, then maybe a worker ---------------------- */
@@ -452,30 +349,26 @@ typedef struct srv__static_job {
     srv_job job;
     srv_request *req;
     srv__static *st;
-    srv__fentry *e; /* NULL: open the file first */
 } srv__static_job;
 
 static void srv__static_job_run(srv_job *job)
 {
     srv__static_job *j = (srv__static_job *)job;
-    if (j->e != NULL)
-        srv__static_serve(j->req, j->st, j->e, false);
-    else
-        srv__static_open_serve(j->req, j->st);
+    srv__static_open_serve(j->req, j->st);
     free(j);
 }
 
-/* Continue on a worker: the file's bytes, or opening it, may block. */
-static void srv__static_hand_off(srv_request *req, srv__static *st, srv__fentry *e)
+/* Continue on a worker: opening the file (and reading a small one's bytes
+ * for the cache) may block. */
+static void srv__static_hand_off(srv_request *req, srv__static *st)
 {
     srv__static_job *j = malloc(sizeof *j);
     if (j != NULL) {
-        *j = (srv__static_job){.job = {.run = srv__static_job_run}, .req = req, .st = st, .e = e};
+        *j = (srv__static_job){.job = {.run = srv__static_job_run}, .req = req, .st = st};
         if (srv__pool_submit(srv_request_server(req), &j->job) == 0)
             return;
         free(j);
     }
-    srv__fentry_unref(e);
     srv__static_answer(req, 503, "Service Unavailable\n");
 }
 
@@ -494,7 +387,7 @@ static void srv__static_handler(srv_request *req, void *ctx)
     if (vlen == 0 || value[vlen - 1] == '/') {
         size_t ilen = st->index ? strlen(st->index) : 0;
         if (st->index == NULL || vlen + ilen >= sizeof buf) {
-            srv__static_hand_off(req, st, NULL);
+            srv__static_hand_off(req, st);
             return;
         }
         memcpy(buf, value, vlen);
@@ -515,8 +408,10 @@ static void srv__static_handler(srv_request *req, void *ctx)
         srv__fentry_unref(e); /* settled since it was cached: read its bytes now */
         e = NULL;
     }
-    if (e == NULL || !srv__static_serve(req, st, e, true))
-        srv__static_hand_off(req, st, e);
+    if (e != NULL)
+        srv__static_serve(req, st, e);
+    else
+        srv__static_hand_off(req, st);
 }
 
 /* ---- registration ------------------------------------------------------------ */
@@ -584,8 +479,15 @@ int srv_static_add(srv_server *srv, const srv_static_opts *opts)
     st->max_age = o.max_age;
     if (o.max_age >= 0)
         snprintf(st->cache_control, sizeof st->cache_control, "max-age=%d", o.max_age);
-    if (srv__fcache_init(&st->cache, SRV__STATIC_CACHE_ENTRIES, SRV__STATIC_CACHE_BYTES,
-                         SRV__STATIC_SMALL) != 0) {
+    /* Every entry holds a descriptor: at most a quarter of the process's
+     * limit, so that the cache never starves accept (a soft limit of 1024
+     * is common). */
+    size_t entries = SRV__STATIC_CACHE_ENTRIES;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        rl.rlim_cur / 4 < entries)
+        entries = rl.rlim_cur / 4 > 16 ? (size_t)(rl.rlim_cur / 4) : 16;
+    if (srv__fcache_init(&st->cache, entries, SRV__STATIC_CACHE_BYTES, SRV__STATIC_SMALL) != 0) {
         srv__static_free(st);
         free(pattern);
         return SRV_ENOMEM;

@@ -2440,10 +2440,12 @@ static enum MHD_Result emhd_stream_send(emhd_req *er, struct MHD_Connection *con
     const void *d = NULL;
     size_t dlen = 0;
     srv__stream_chunk file;
-    if (!bodiless && length > 0 && srv__response_stream_file(req) &&
+    /* Over TLS the reader's pieces (the core reads the stream buffer's
+     * worth) make bigger records than MHD's own 4 KiB file reads. */
+    if (!bodiless && length > 0 && !er->es->tls && srv__response_stream_file(req) &&
         srv__stream_pull_file(req, &d, &dlen, &file) == SRV__STREAM_FILE) {
         /* A static file: libmicrohttpd sends it from the descriptor
-         * (sendfile in cleartext) and closes its own copy. */
+         * (sendfile) and closes its own copy. */
         int fd = fcntl(file.fd, F_DUPFD_CLOEXEC, 0);
         if (fd >= 0) {
             r = MHD_create_response_from_fd_at_offset64(file.len, fd, file.off);
@@ -2954,7 +2956,6 @@ const srv_engine srv_engine_mhd = {
      * "http/1.1"); the core builds its contexts with GnuTLS. TLS_CLOSES_RAW:
      * emhd_answer_raw's cleartext answers become closes over TLS. */
     .caps = SRV_ENGINE_CAP_VERSION_505 | SRV_ENGINE_CAP_GARBAGE_400 | SRV_ENGINE_CAP_LIB_CHUNKED |
-            SRV_ENGINE_CAP_SENDFILE |
             SRV_ENGINE_CAP_H2_PREFACE_GOAWAY |
             SRV_ENGINE_CAP_LIB_ERRORS | SRV_ENGINE_CAP_STREAM | SRV_ENGINE_CAP_LIB_FRAMING |
                 SRV_ENGINE_CAP_TLS | SRV_ENGINE_CAP_TLS_GNUTLS | SRV_ENGINE_CAP_TLS_CLOSES_RAW |

@@ -1927,7 +1927,7 @@ const srv_engine srv_engine_threadpool = {
     .name = "threadpool",
     .caps = SRV_ENGINE_CAP_VERSION_505 | SRV_ENGINE_CAP_GARBAGE_400 |
             SRV_ENGINE_CAP_H2_PREFACE_GOAWAY | SRV_ENGINE_CAP_TLS | SRV_ENGINE_CAP_STREAM |
-            SRV_ENGINE_CAP_STREAM_BODY | SRV_ENGINE_CAP_SENDFILE,
+            SRV_ENGINE_CAP_STREAM_BODY,
     .start = etp_start,
     .respond = etp_respond,
     .stream_kick = etp_stream_kick,
