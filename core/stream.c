@@ -343,9 +343,11 @@ int srv_sse_keepalive(srv_stream *s)
 
 /* ---- the engine's side -------------------------------------------------- */
 
-/* Read the next piece of a file body into the empty buf (mu held): for an
- * engine that does not send files itself. False when the file ended early
- * (it shrank) or cannot be read: the body is cut. */
+/* Read the next piece of a file body into the empty buf (mu held: the
+ * only other users of a file stream's lock are its engine and its end, and
+ * a piece is one page-cache read): for a pull that does not take files.
+ * False when the file ended early (it shrank) or cannot be read: the body
+ * is cut. */
 static bool srv__stream_file_read(srv_stream *s)
 {
     if (s->buf == NULL) {
