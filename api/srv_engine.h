@@ -497,9 +497,19 @@ enum {
                            * without ending the body properly */
     SRV__STREAM_WAIT = 0, /* nothing yet: stream_kick comes once there is */
     SRV__STREAM_DATA = 1, /* *data, *len: send them, then srv__stream_sent */
-    SRV__STREAM_END = 2   /* everything was pulled (with the core's last
+    SRV__STREAM_END = 2,  /* everything was pulled (with the core's last
                            * chunk when it frames): the body is complete */
+    SRV__STREAM_FILE = 3  /* srv__stream_pull_file only: send the file piece
+                           * *file (sendfile), then srv__stream_sent */
 };
+
+/* A piece of a file body lent by srv__stream_pull_file: len bytes of fd
+ * from off (the descriptor stays open until the request is released). */
+typedef struct srv__stream_chunk {
+    int fd;
+    uint64_t off;
+    uint64_t len;
+} srv__stream_chunk;
 
 /*
  * srv__stream_pull: what to send next. DATA lends every buffered byte (the
@@ -508,6 +518,23 @@ enum {
  * thread.
  */
 int srv__stream_pull(srv_request *req, const void **data, size_t *len);
+
+/* True when the streamed response's body is a file not yet lent: the next
+ * srv__stream_pull_file says FILE with all of it (an engine whose library
+ * sends files whole, mhd, hands it over then). The connection's thread. */
+bool srv__response_stream_file(srv_request *req);
+
+/*
+ * srv__stream_pull_file: srv__stream_pull for a connection that can send
+ * from a file descriptor itself (sendfile, in cleartext): where the body is
+ * a file (static files) it says FILE and lends *file instead of reading it
+ * into the buffer; srv__stream_sent(n) then counts n bytes of it sent. A
+ * file that ends before len (it shrank) is a cut: the engine closes the
+ * connection. srv__stream_pull reads such a body into the buffer (DATA,
+ * on the calling thread: a piece of at most the stream buffer) instead.
+ */
+int srv__stream_pull_file(srv_request *req, const void **data, size_t *len,
+                          srv__stream_chunk *file);
 
 /* n of the bytes lent by the last DATA were sent (the rest is lent back:
  * the next pull returns it first). Frees room for the application. */

@@ -17,6 +17,7 @@ chmod 755 "$dir" # nginx's workers run as an unprivileged user
 head -c 4096 /dev/urandom > "$dir/4k.bin"
 head -c 1048576 /dev/urandom > "$dir/1m.bin"
 chmod 644 "$dir"/*.bin
+touch -d '1 hour ago' "$dir"/*.bin # settled, as deployed assets are (docs/API.md)
 
 wait_port() {
     i=0

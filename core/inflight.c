@@ -410,8 +410,8 @@ bool srv__inflight_drain(srv_server *srv, uint64_t deadline_ms, unsigned poll_ms
     return idle;
 }
 
-int srv_respond(srv_request *req, int status, const char *content_type, const void *body,
-                size_t len)
+static int srv__respond(srv_request *req, int status, const char *content_type,
+                        const void *body, size_t len, bool may_compress)
 {
     if (req == NULL)
         return SRV_EINVAL;
@@ -420,7 +420,8 @@ int srv_respond(srv_request *req, int status, const char *content_type, const vo
         bad |= content_type[strcspn(content_type, "\r\n")] != '\0';
     srv_server *srv = req->srv;
     /* srv_compression_set: maybe gzip the body (compress.c). */
-    void *gz = bad ? NULL : srv__compress_body(req, status, content_type, body, &len);
+    void *gz = bad || !may_compress ? NULL
+                                    : srv__compress_body(req, status, content_type, body, &len);
     if (gz != NULL)
         body = gz;
 
@@ -454,8 +455,20 @@ int srv_respond(srv_request *req, int status, const char *content_type, const vo
     return bad ? SRV_EINVAL : 0;
 }
 
+int srv_respond(srv_request *req, int status, const char *content_type, const void *body,
+                size_t len)
+{
+    return srv__respond(req, status, content_type, body, len, true);
+}
+
+int srv__respond_as_is(srv_request *req, int status, const char *content_type,
+                       const void *body, size_t len)
+{
+    return srv__respond(req, status, content_type, body, len, false);
+}
+
 int srv__inflight_answer_stream(srv_request *req, int status, const char *content_type,
-                                int64_t length)
+                                int64_t length, const srv__stream_file *file)
 {
     srv_server *srv = req->srv;
     char *ct = content_type ? strdup(content_type) : NULL;
@@ -485,6 +498,15 @@ int srv__inflight_answer_stream(srv_request *req, int status, const char *conten
     s->bodiless = bodiless;
     s->length = length;
     s->limit = srv->cfg.stream_buffer_bytes;
+    if (file != NULL) { /* the whole body is there: written, as far as the stream goes */
+        s->has_file = true;
+        s->file_fd = file->fd;
+        s->file_off = file->off;
+        s->file_left = bodiless || length < 0 ? 0 : (uint64_t)length;
+        s->file_release = file->release;
+        s->file_ctx = file->ctx;
+        s->written = (uint64_t)(length < 0 ? 0 : length);
+    }
     /* HTTP/1.1 without a length: chunks, framed here unless the engine's
      * library frames them. HTTP/1.0 without a length: the close ends it. */
     s->chunked = !bodiless && length < 0 && http11 &&

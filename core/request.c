@@ -159,6 +159,8 @@ void srv__request_unref(srv_request *req)
     }
     free(req->head);
     if (req->stream != NULL) {
+        if (req->stream->has_file && req->stream->file_release != NULL)
+            req->stream->file_release(req->stream->file_ctx);
         free(req->stream->buf);
         free(req->stream);
     }

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 /* ---- leaves: clock.c, http.c (they call no other core file) ------- */
 
@@ -356,6 +357,16 @@ struct srv_stream {
     size_t want; /* framed size of the last write refused (0: none) */
     void (*wfn)(srv_stream *stream, void *arg);
     void *warg;
+    /* A file body (srv__stream_start_file): file_left bytes of file_fd from
+     * file_off follow what buf holds; an engine that pulls files sends them
+     * itself (srv__stream_pull_file), any other gets them read into buf.
+     * file_release(file_ctx) when the request is freed. */
+    bool has_file;
+    bool lent_file;      /* the last pull lent the file, not buf */
+    int file_fd;
+    uint64_t file_off, file_left;
+    void (*file_release)(void *ctx);
+    void *file_ctx;
     srv_job job; /* the writable callback on a worker */
     struct srv_stream *prev, *next; /* srv->streams */
 };
@@ -571,10 +582,31 @@ void srv__inflight_drop_orphans(srv_server *srv);
  * (req->stream set up under req->mu) and goes to the engine; the
  * application keeps its reference. 0, or SRV_ETIMEDOUT when the core had
  * answered already (the application's reference is dropped then). */
+/* srv_respond without compression: the body goes out as it is (static
+ * files: the same bytes whatever the file's size). */
+int srv__respond_as_is(srv_request *req, int status, const char *content_type,
+                       const void *body, size_t len);
+struct srv__stream_file;
 int srv__inflight_answer_stream(srv_request *req, int status, const char *content_type,
-                                int64_t length);
+                                int64_t length, const struct srv__stream_file *file);
 
 /* ---- stream.c: streamed responses ------------------------------------ */
+
+/* The body of a file stream: `length` bytes of fd from off. */
+typedef struct srv__stream_file {
+    int fd;
+    uint64_t off;
+    void (*release)(void *ctx); /* called once when the request is freed */
+    void *ctx;
+} srv__stream_file;
+
+/* srv_stream_start with a body that is `length` bytes of a file: the
+ * stream is complete from the start (the application ends it with
+ * srv_stream_end and writes nothing). On success file->release(ctx) is
+ * called when the request is freed; on failure (as srv_stream_start's)
+ * the file stays the caller's. */
+int srv__stream_start_file(srv_request *req, int status, const char *content_type,
+                           int64_t length, const srv__stream_file *file, srv_stream **out);
 
 int srv__streams_init(srv_server *srv);
 void srv__streams_destroy(srv_server *srv);
@@ -646,6 +678,68 @@ bool srv__static_path_ok(const char *raw_target, const char *value);
  * path. O_RDONLY | O_NONBLOCK (a fifo never blocks) | O_CLOEXEC. Returns
  * the descriptor or -errno (EXDEV: outside the root). static.c. */
 int srv__static_open(int rootfd, const char *real_root, const char *rel, bool use_openat2);
+
+/* ---- static_cache.c: the open-file cache of static files (static.c) --- */
+
+/*
+ * One file as last seen: published by srv__fcache_put and immutable after,
+ * reference-counted (the table holds one; every user takes one with
+ * srv__fcache_get and gives it back with srv__fentry_unref, the last one
+ * closing fd). Fields up to `bytes_len` are set before the put.
+ */
+typedef struct srv__fentry {
+    char *name; /* the key: the path below the root (in the same block) */
+    size_t name_len;
+    uint64_t hash;
+    int fd; /* open O_RDONLY, owned */
+    dev_t dev;
+    ino_t ino;
+    uint64_t size;
+    struct timespec mtim, ctim;
+    const char *type;  /* Content-Type (static storage) */
+    char etag[64];     /* srv__static_etag */
+    char date[30];     /* Last-Modified */
+    char *bytes;       /* the whole file when small and settled, else NULL */
+    size_t bytes_len;  /* counted against the cache's max_bytes */
+    atomic_uint refs;
+    struct srv__fentry *hnext, *lprev, *lnext; /* the table's, under its mu */
+} srv__fentry;
+
+typedef struct srv__fcache {
+    pthread_mutex_t mu;
+    srv__fentry **buckets;
+    size_t nbuckets;
+    srv__fentry *lru_head, *lru_tail; /* most recently used first */
+    size_t count, bytes;
+    size_t max_entries, max_bytes, small_max;
+    uint64_t hits, misses, evictions;
+} srv__fcache;
+
+/* An empty cache of at most max_entries entries and max_bytes cached file
+ * bytes; files up to small_max bytes may keep their bytes. 0, SRV_ENOMEM. */
+int srv__fcache_init(srv__fcache *c, size_t max_entries, size_t max_bytes, size_t small_max);
+/* Drop every entry (those still used live on until their last unref). */
+void srv__fcache_destroy(srv__fcache *c);
+/* The entry of `name` with a reference for the caller when it is still the
+ * file `sb` describes (device, inode, size, mtime and ctime all equal);
+ * otherwise NULL, and an entry that no longer matches (or sb NULL: the
+ * path is gone) is dropped from the table at once. Any thread. */
+srv__fentry *srv__fcache_get(srv__fcache *c, const char *name, const struct stat *sb);
+/* A new entry of `name` (one reference, the caller's) owning fd, with the
+ * identity of sb; NULL when out of memory (fd is then still the caller's). */
+srv__fentry *srv__fentry_new(const char *name, int fd, const struct stat *sb);
+/* Publish e in place of any entry of the same name, evicting the least
+ * recently used until both bounds hold (bytes over max_bytes are not kept).
+ * The caller keeps its reference. */
+void srv__fcache_put(srv__fcache *c, srv__fentry *e);
+/* Forget `name` (its file could not be opened). */
+void srv__fcache_drop(srv__fcache *c, const char *name);
+/* Entries and cached bytes now. */
+void srv__fcache_usage(srv__fcache *c, size_t *entries, size_t *bytes);
+/* True when sb describes the file e was made from. */
+bool srv__fentry_same(const srv__fentry *e, const struct stat *sb);
+void srv__fentry_ref(srv__fentry *e);
+void srv__fentry_unref(srv__fentry *e);
 
 /* Access log (access_log.c): copy the path (srv_server_new); check the
  * format and open the file (srv_server_start: SRV_EINVAL, SRV_ESYS);

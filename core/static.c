@@ -1,10 +1,13 @@
 /*
- * Static files (srv_static_add): a GET route "PREFIX/{*path}" whose handler
- * opens the file below the root without leaving it, answers 304/416 with
- * srv_respond and everything else as a streamed response of known length,
- * read with pread in pieces of at most half the stream buffer and continued
- * from srv_stream_on_writable (back-pressure: memory per download is one
- * piece, whatever the file's size). The HTTP rules are in static_http.c.
+ * Static files (srv_static_add): a non-blocking GET route "PREFIX/{*path}".
+ * On the I/O thread that parsed the request the handler stats the path and
+ * looks the file up in the root's open-file cache (static_cache.c); a file
+ * the cache knows is answered there: 304, 416, HEAD, small files from their
+ * cached bytes (one srv_respond, so one write of head and body), and other
+ * bodies as a file stream that the engine sends from the descriptor
+ * (sendfile) or the core reads as the engine pulls. A miss goes to a
+ * worker, which opens the file below the root without leaving it, caches
+ * it and answers the same way. The HTTP rules are in static_http.c.
  */
 #include "srv_core.h"
 
@@ -14,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -24,11 +28,23 @@
 #define SRV__HAVE_OPENAT2 1
 #endif
 
+/* The open-file cache's bounds, per srv_static_add (docs/API.md). */
+#define SRV__STATIC_CACHE_ENTRIES 1024     /* files, so also descriptors */
+#define SRV__STATIC_CACHE_BYTES (8u << 20) /* bytes of small files kept */
+#define SRV__STATIC_SMALL (32u << 10)      /* a file this size or less keeps its bytes */
+/* A file's bytes are kept only once its mtime is this many seconds old: a
+ * write in the same clock tick as the last one would leave the stat the
+ * same and the cached bytes stale. */
+#define SRV__STATIC_SETTLED_S 2
+
 typedef struct srv__static {
     int rootfd;            /* O_PATH | O_DIRECTORY, for the server's life */
     char *real_root;       /* its real path, for the fallback check */
     char *index;           /* NULL: no index file */
     int max_age;           /* < 0: no Cache-Control */
+    char cache_control[32]; /* "max-age=N", or "" */
+    bool cache_ok;         /* cache initialised */
+    srv__fcache cache;
 } srv__static;
 
 /* Cleared once the kernel said ENOSYS: then the fallback only. */
@@ -37,6 +53,8 @@ static atomic_bool srv__openat2_works = true;
 static void srv__static_free(void *ctx)
 {
     srv__static *st = ctx;
+    if (st->cache_ok)
+        srv__fcache_destroy(&st->cache);
     if (st->rootfd >= 0)
         close(st->rootfd);
     free(st->real_root);
@@ -95,66 +113,7 @@ int srv__static_open(int rootfd, const char *real_root, const char *rel, bool us
     return fd;
 }
 
-/* ---- the body: pread pieces into the stream ------------------------------- */
-
-typedef struct srv__sfile {
-    srv_stream *stream;
-    int fd;
-    uint64_t off;  /* next byte to read */
-    uint64_t left; /* bytes still to read */
-    size_t have;   /* bytes in buf not yet taken by the stream */
-    size_t piece;
-    char buf[];
-} srv__sfile;
-
-static void srv__sfile_done(srv__sfile *f)
-{
-    /* A short file (it shrank while sent) ends short: the core then closes
-     * the connection, so the client sees a truncated body, not a wrong one. */
-    srv_stream_end(f->stream);
-    close(f->fd);
-    free(f);
-}
-
-static void srv__sfile_pump(srv_stream *stream, void *arg)
-{
-    srv__sfile *f = arg;
-    (void)stream;
-    for (;;) {
-        if (f->have == 0) {
-            if (f->left == 0) {
-                srv__sfile_done(f);
-                return;
-            }
-            size_t want = f->left < f->piece ? (size_t)f->left : f->piece;
-            ssize_t n = pread(f->fd, f->buf, want, (off_t)f->off);
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n <= 0) {
-                srv__sfile_done(f);
-                return;
-            }
-            f->have = (size_t)n;
-            f->off += (uint64_t)n;
-            f->left -= (uint64_t)n;
-        }
-        int rc = srv_stream_write(f->stream, f->buf, f->have);
-        if (rc == SRV_EAGAIN) {
-            /* The callback may run at once on another worker: f is its own
-             * from here, do not touch it. */
-            if (srv_stream_on_writable(f->stream, srv__sfile_pump, f) != 0)
-                srv__sfile_done(f);
-            return;
-        }
-        if (rc != 0) { /* SRV_ECLOSED: the client went away or stop cut it */
-            srv__sfile_done(f);
-            return;
-        }
-        f->have = 0;
-    }
-}
-
-/* ---- the handler (a worker thread) ------------------------------------------ */
+/* ---- answering ------------------------------------------------------------ */
 
 static void srv__static_answer(srv_request *req, int status, const char *text)
 {
@@ -204,23 +163,134 @@ static void srv__static_redirect(srv_request *req)
     srv__static_answer(req, 301, "Moved Permanently\n");
 }
 
-static void srv__static_handler(srv_request *req, void *ctx)
+static void srv__static_release(void *ctx)
 {
-    const srv__static *st = ctx;
-    const char *value = srv_request_param(req, "path");
-    if (value == NULL || !srv__static_path_ok(srv_request_target(req), value)) {
-        srv__static_answer(req, 404, "Not Found\n");
+    srv__fentry_unref(ctx);
+}
+
+/*
+ * Answer req from the file e (the caller's reference, given up here): no
+ * file I/O here. A body not in the cache is a file stream: the engine
+ * sends it from the descriptor (sendfile) or the core reads it into the
+ * stream buffer as the engine pulls, on the engine's thread, a piece of at
+ * most the stream buffer at a time (memory per download is that buffer,
+ * whatever the file's size).
+ */
+static void srv__static_serve(srv_request *req, const srv__static *st, srv__fentry *e)
+{
+    uint64_t size = e->size;
+    int64_t mtime = (int64_t)e->mtim.tv_sec;
+    bool head = strcmp(srv_request_method(req), "HEAD") == 0;
+
+    /* RFC 9110 13.2.2: If-None-Match first; If-Modified-Since only without it. */
+    const char *inm = srv_request_header(req, "If-None-Match");
+    const char *ims = srv_request_header(req, "If-Modified-Since");
+    int64_t since;
+    bool not_modified = inm != NULL ? srv__etag_list_match(inm, e->etag)
+                                    : (ims != NULL && srv__static_date_parse(ims, &since) &&
+                                       mtime <= since);
+    uint64_t first = 0, last = size ? size - 1 : 0;
+    const char *range = head || not_modified ? NULL : srv_request_header(req, "Range");
+    int r = SRV__RANGE_NONE;
+    if (range != NULL &&
+        srv__if_range_match(srv_request_header(req, "If-Range"), e->etag, mtime,
+                            (int64_t)time(NULL)))
+        r = srv__range_parse(range, size, &first, &last);
+    uint64_t length = size == 0 ? 0 : last - first + 1;
+
+    srv_set_header(req, "ETag", e->etag);
+    srv_set_header(req, "Last-Modified", e->date);
+    srv_set_header(req, "Accept-Ranges", "bytes");
+    if (st->cache_control[0] != '\0')
+        srv_set_header(req, "Cache-Control", st->cache_control);
+    if (not_modified) {
+        srv__fentry_unref(e);
+        srv_respond(req, 304, NULL, NULL, 0);
         return;
     }
+    char cr[80];
+    if (r == SRV__RANGE_UNSAT) {
+        srv__fentry_unref(e);
+        snprintf(cr, sizeof cr, "bytes */%llu", (unsigned long long)size);
+        srv_set_header(req, "Content-Range", cr);
+        srv__static_answer(req, 416, "Range Not Satisfiable\n");
+        return;
+    }
+    int status = 200;
+    if (r == SRV__RANGE_ONE) {
+        status = 206;
+        snprintf(cr, sizeof cr, "bytes %llu-%llu/%llu", (unsigned long long)first,
+                 (unsigned long long)last, (unsigned long long)size);
+        srv_set_header(req, "Content-Range", cr);
+    }
+    if (!head && length > 0 && e->bytes != NULL) { /* one write of head and body */
+        srv__respond_as_is(req, status, e->type, e->bytes + first, (size_t)length);
+        srv__fentry_unref(e);
+        return;
+    }
+    srv__stream_file file = {.fd = e->fd, .off = first, .release = srv__static_release, .ctx = e};
+    srv_stream *stream;
+    int rc = srv__stream_start_file(req, status, e->type, (int64_t)length, &file, &stream);
+    if (rc != 0) {
+        srv__fentry_unref(e);
+        if (rc == SRV_EINVAL || rc == SRV_EENGINE) /* not sent: req is still ours */
+            srv__static_answer(req, 500, "Internal Server Error: static files need streams\n");
+        return; /* else timed out or the client left: req is released */
+    }
+    srv_stream_end(stream); /* e is the stream's now */
+}
+
+/* A new cache entry for the open file fd (given up here) named `name`,
+ * with its bytes when small and settled. NULL when out of memory. */
+static srv__fentry *srv__static_entry(int fd, const struct stat *sb, const char *name)
+{
+    srv__fentry *e = srv__fentry_new(name, fd, sb);
+    if (e == NULL) {
+        close(fd);
+        return NULL;
+    }
+    e->type = srv__static_mime(name);
+    srv__static_etag((uint64_t)sb->st_ino, e->size, (int64_t)sb->st_mtim.tv_sec,
+                     sb->st_mtim.tv_nsec, e->etag);
+    srv__static_date((int64_t)sb->st_mtim.tv_sec, e->date);
+    if (e->size > 0 && e->size <= SRV__STATIC_SMALL &&
+        (int64_t)time(NULL) - (int64_t)sb->st_mtim.tv_sec >= SRV__STATIC_SETTLED_S) {
+        char *b = malloc((size_t)e->size);
+        size_t got = 0;
+        while (b != NULL && got < e->size) {
+            ssize_t n = pread(fd, b + got, (size_t)e->size - got, (off_t)got);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0)
+                break;
+            got += (size_t)n;
+        }
+        if (b != NULL && got == e->size) {
+            e->bytes = b;
+            e->bytes_len = got;
+        } else {
+            free(b); /* it shrank meanwhile: served from the descriptor */
+        }
+    }
+    return e;
+}
+
+/* A worker: open the file below the root (the index of a directory), put
+ * it in the cache, answer. */
+static void srv__static_open_serve(srv_request *req, srv__static *st)
+{
+    const char *value = srv_request_param(req, "path");
     int fd = srv__static_open(st->rootfd, st->real_root, value[0] ? value : ".", true);
     if (fd < 0) {
+        srv__fcache_drop(&st->cache, value);
         srv__static_errno(req, -fd);
         return;
     }
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
+        int err = errno;
         close(fd);
-        srv__static_errno(req, errno);
+        srv__static_errno(req, err);
         return;
     }
     const char *name = value;
@@ -250,6 +320,7 @@ static void srv__static_handler(srv_request *req, void *ctx)
             int err = fd < 0 ? -fd : errno;
             if (fd >= 0)
                 close(fd);
+            srv__fcache_drop(&st->cache, index_path);
             free(index_path);
             srv__static_errno(req, err);
             return;
@@ -257,100 +328,90 @@ static void srv__static_handler(srv_request *req, void *ctx)
     }
     if (!S_ISREG(sb.st_mode)) { /* a fifo, device, socket, or a directory as index */
         close(fd);
+        srv__fcache_drop(&st->cache, name);
         free(index_path);
         srv__static_answer(req, 404, "Not Found\n");
         return;
     }
-    const char *type = srv__static_mime(name);
+    srv__fentry *e = srv__static_entry(fd, &sb, name);
     free(index_path);
-
-    uint64_t size = (uint64_t)sb.st_size;
-    char etag[64], date[30];
-    srv__static_etag((uint64_t)sb.st_ino, size, (int64_t)sb.st_mtim.tv_sec, sb.st_mtim.tv_nsec,
-                     etag);
-    srv__static_date((int64_t)sb.st_mtim.tv_sec, date);
-    srv_set_header(req, "ETag", etag);
-    srv_set_header(req, "Last-Modified", date);
-    srv_set_header(req, "Accept-Ranges", "bytes");
-    if (st->max_age >= 0) {
-        char cc[32];
-        snprintf(cc, sizeof cc, "max-age=%d", st->max_age);
-        srv_set_header(req, "Cache-Control", cc);
-    }
-
-    /* RFC 9110 13.2.2: If-None-Match first; If-Modified-Since only without it. */
-    const char *inm = srv_request_header(req, "If-None-Match");
-    const char *ims = srv_request_header(req, "If-Modified-Since");
-    int64_t since;
-    if (inm != NULL ? srv__etag_list_match(inm, etag)
-                    : (ims != NULL && srv__static_date_parse(ims, &since) &&
-                       (int64_t)sb.st_mtim.tv_sec <= since)) {
-        close(fd);
-        srv_respond(req, 304, NULL, NULL, 0);
+    if (e == NULL) {
+        srv__static_answer(req, 503, "Service Unavailable\n");
         return;
     }
+    srv__fcache_put(&st->cache, e);
+    srv__static_serve(req, st, e);
+}
 
-    int status = 200;
-    uint64_t first = 0, last = size ? size - 1 : 0;
-    bool head = strcmp(srv_request_method(req), "HEAD") == 0;
-    const char *range = head ? NULL : srv_request_header(req, "Range"); /* GET only */
-    int r = SRV__RANGE_NONE;
-    if (range != NULL && srv__if_range_match(srv_request_header(req, "If-Range"), etag,
-                                             (int64_t)sb.st_mtim.tv_sec, (int64_t)time(NULL)))
-        r = srv__range_parse(range, size, &first, &last);
-    char cr[80];
-    if (r == SRV__RANGE_UNSAT) {
-        close(fd);
-        snprintf(cr, sizeof cr, "bytes */%llu", (unsigned long long)size);
-        srv_set_header(req, "Content-Range", cr);
-        srv__static_answer(req, 416, "Range Not Satisfiable\n");
+/* ---- the handler: the I/O thread, then maybe a worker ---------------------- */
+
+typedef struct srv__static_job {
+    srv_job job;
+    srv_request *req;
+    srv__static *st;
+} srv__static_job;
+
+static void srv__static_job_run(srv_job *job)
+{
+    srv__static_job *j = (srv__static_job *)job;
+    srv__static_open_serve(j->req, j->st);
+    free(j);
+}
+
+/* Continue on a worker: opening the file (and reading a small one's bytes
+ * for the cache) may block. */
+static void srv__static_hand_off(srv_request *req, srv__static *st)
+{
+    srv__static_job *j = malloc(sizeof *j);
+    if (j != NULL) {
+        *j = (srv__static_job){.job = {.run = srv__static_job_run}, .req = req, .st = st};
+        if (srv__pool_submit(srv_request_server(req), &j->job) == 0)
+            return;
+        free(j);
+    }
+    srv__static_answer(req, 503, "Service Unavailable\n");
+}
+
+static void srv__static_handler(srv_request *req, void *ctx)
+{
+    srv__static *st = ctx;
+    const char *value = srv_request_param(req, "path");
+    if (value == NULL || !srv__static_path_ok(srv_request_target(req), value)) {
+        srv__static_answer(req, 404, "Not Found\n");
         return;
     }
-    if (r == SRV__RANGE_ONE) {
-        status = 206;
-        snprintf(cr, sizeof cr, "bytes %llu-%llu/%llu", (unsigned long long)first,
-                 (unsigned long long)last, (unsigned long long)size);
-        srv_set_header(req, "Content-Range", cr);
-    }
-    uint64_t length = size == 0 ? 0 : last - first + 1;
-
-    /* Half the stream buffer (the configuration is fixed once started): the
-     * next piece can be taken while the engine still sends the last one. */
-    size_t piece = srv_request_server(req)->cfg.stream_buffer_bytes / 2;
-    if (piece > 64 * 1024)
-        piece = 64 * 1024;
-    if (piece == 0)
-        piece = 1;
-    srv__sfile *f = NULL;
-    if (!head && length > 0) {
-        f = malloc(sizeof *f + piece);
-        if (f == NULL) {
-            close(fd);
-            srv__static_answer(req, 503, "Service Unavailable\n");
+    /* The name the cache knows the file by: a directory's is its index's. */
+    char buf[512];
+    const char *name = value;
+    size_t vlen = strlen(value);
+    if (vlen == 0 || value[vlen - 1] == '/') {
+        size_t ilen = st->index ? strlen(st->index) : 0;
+        if (st->index == NULL || vlen + ilen >= sizeof buf) {
+            srv__static_hand_off(req, st);
             return;
         }
+        memcpy(buf, value, vlen);
+        memcpy(buf + vlen, st->index, ilen + 1);
+        name = buf;
     }
-    srv_stream *stream;
-    int rc = srv_stream_start(req, status, type, (int64_t)length, &stream);
-    if (rc == SRV_EINVAL || rc == SRV_EENGINE) { /* not sent: req is still ours */
-        close(fd);
-        free(f);
-        srv__static_answer(req, 500, "Internal Server Error: static files need streams\n");
-        return;
+    /* Every answer from the cache is checked against the file the path
+     * names now: a changed, replaced, removed or unreadable file is never
+     * served from it (its entry goes at once). */
+    struct stat sb;
+    srv__fentry *e = NULL;
+    if (fstatat(st->rootfd, name, &sb, 0) != 0)
+        srv__fcache_get(&st->cache, name, NULL);
+    else if (S_ISREG(sb.st_mode))
+        e = srv__fcache_get(&st->cache, name, &sb);
+    if (e != NULL && e->bytes == NULL && e->size > 0 && e->size <= SRV__STATIC_SMALL &&
+        (int64_t)time(NULL) - (int64_t)e->mtim.tv_sec >= SRV__STATIC_SETTLED_S) {
+        srv__fentry_unref(e); /* settled since it was cached: read its bytes now */
+        e = NULL;
     }
-    if (rc != 0) { /* timed out or the client left: req is released */
-        close(fd);
-        free(f);
-        return;
-    }
-    if (f == NULL) { /* HEAD, or nothing to send */
-        close(fd);
-        srv_stream_end(stream);
-        return;
-    }
-    *f = (srv__sfile){.stream = stream, .fd = fd, .off = first, .left = length,
-                      .piece = piece};
-    srv__sfile_pump(stream, f);
+    if (e != NULL)
+        srv__static_serve(req, st, e);
+    else
+        srv__static_hand_off(req, st);
 }
 
 /* ---- registration ------------------------------------------------------------ */
@@ -416,6 +477,22 @@ int srv_static_add(srv_server *srv, const srv_static_opts *opts)
     }
     st->index = o.index != NULL && o.index[0] != '\0' ? strdup(o.index) : NULL;
     st->max_age = o.max_age;
+    if (o.max_age >= 0)
+        snprintf(st->cache_control, sizeof st->cache_control, "max-age=%d", o.max_age);
+    /* Every entry holds a descriptor: at most a quarter of the process's
+     * limit, so that the cache never starves accept (a soft limit of 1024
+     * is common). */
+    size_t entries = SRV__STATIC_CACHE_ENTRIES;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        rl.rlim_cur / 4 < entries)
+        entries = rl.rlim_cur / 4 > 16 ? (size_t)(rl.rlim_cur / 4) : 16;
+    if (srv__fcache_init(&st->cache, entries, SRV__STATIC_CACHE_BYTES, SRV__STATIC_SMALL) != 0) {
+        srv__static_free(st);
+        free(pattern);
+        return SRV_ENOMEM;
+    }
+    st->cache_ok = true;
     if (st->real_root == NULL || (o.index != NULL && o.index[0] != '\0' && st->index == NULL)) {
         int rc = st->real_root == NULL && errno != ENOMEM ? SRV_ESYS : SRV_ENOMEM;
         if (rc == SRV_ESYS)
@@ -437,6 +514,7 @@ int srv_static_add(srv_server *srv, const srv_static_opts *opts)
     ro.method = "GET";
     ro.path = pattern;
     ro.handler = srv__static_handler;
+    ro.flags = SRV_ROUTE_NONBLOCKING; /* it hands to a worker what may block */
     ro.ctx = st;
     rc = srv_route_add(srv, &ro); /* on failure st is unused, freed with the server */
     free(pattern);

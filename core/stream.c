@@ -8,9 +8,11 @@
  */
 #include "srv_core.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int srv__streams_init(srv_server *srv)
 {
@@ -132,10 +134,25 @@ int srv_stream_start(srv_request *req, int status, const char *content_type, int
                 return SRV_EINVAL;
     if (!(req->srv->engine->caps & SRV_ENGINE_CAP_STREAM))
         return SRV_EENGINE;
-    int rc = srv__inflight_answer_stream(req, status, content_type, length);
+    int rc = srv__inflight_answer_stream(req, status, content_type, length, NULL);
     if (rc != 0)
         return rc;
     /* The engine may already pull from it: it only touches it under mu. */
+    srv__streams_link(req->stream);
+    *out = req->stream;
+    return 0;
+}
+
+int srv__stream_start_file(srv_request *req, int status, const char *content_type,
+                           int64_t length, const srv__stream_file *file, srv_stream **out)
+{
+    if (req == NULL || out == NULL || file == NULL || length < 0)
+        return SRV_EINVAL;
+    if (!(req->srv->engine->caps & SRV_ENGINE_CAP_STREAM))
+        return SRV_EENGINE;
+    int rc = srv__inflight_answer_stream(req, status, content_type, length, file);
+    if (rc != 0)
+        return rc;
     srv__streams_link(req->stream);
     *out = req->stream;
     return 0;
@@ -326,7 +343,35 @@ int srv_sse_keepalive(srv_stream *s)
 
 /* ---- the engine's side -------------------------------------------------- */
 
-int srv__stream_pull(srv_request *req, const void **data, size_t *len)
+/* Read the next piece of a file body into the empty buf (mu held: the
+ * only other users of a file stream's lock are its engine and its end, and
+ * a piece is one page-cache read): for a pull that does not take files.
+ * False when the file ended early (it shrank) or cannot be read: the body
+ * is cut. */
+static bool srv__stream_file_read(srv_stream *s)
+{
+    if (s->buf == NULL) {
+        s->cap = s->limit + 32;
+        s->buf = malloc(s->cap);
+        if (s->buf == NULL)
+            return false;
+    }
+    size_t want = s->file_left < s->cap ? (size_t)s->file_left : s->cap;
+    ssize_t n;
+    do
+        n = pread(s->file_fd, s->buf, want, (off_t)s->file_off);
+    while (n < 0 && errno == EINTR);
+    if (n <= 0)
+        return false;
+    s->rd = 0;
+    s->wr = (size_t)n;
+    s->file_off += (uint64_t)n;
+    s->file_left -= (uint64_t)n;
+    return true;
+}
+
+static int srv__stream_pull_any(srv_request *req, const void **data, size_t *len,
+                                srv__stream_chunk *file)
 {
     srv_stream *s = req->stream;
     pthread_mutex_lock(&req->mu);
@@ -337,6 +382,17 @@ int srv__stream_pull(srv_request *req, const void **data, size_t *len)
         /* HEAD, 204, 304: the head was the whole answer; the request ends
          * now, whenever the application ends its stream. */
         r = SRV__STREAM_END;
+    } else if (srv__stream_buffered(s) == 0 && s->has_file && s->file_left > 0 &&
+               file != NULL) {
+        file->fd = s->file_fd;
+        file->off = s->file_off;
+        file->len = s->file_left;
+        s->lent_file = true;
+        r = SRV__STREAM_FILE;
+    } else if (srv__stream_buffered(s) == 0 && s->has_file && s->file_left > 0 &&
+               !srv__stream_file_read(s)) {
+        s->closed = true;
+        r = SRV__STREAM_CUT;
     } else if (srv__stream_buffered(s) > 0) {
         *data = s->buf + s->rd;
         *len = s->lent = srv__stream_buffered(s);
@@ -359,10 +415,39 @@ int srv__stream_pull(srv_request *req, const void **data, size_t *len)
     return r;
 }
 
+bool srv__response_stream_file(srv_request *req)
+{
+    srv_stream *s = req->stream;
+    pthread_mutex_lock(&req->mu);
+    bool file = s->has_file && s->file_left > 0 && !s->lent_file && srv__stream_buffered(s) == 0;
+    pthread_mutex_unlock(&req->mu);
+    return file;
+}
+
+int srv__stream_pull(srv_request *req, const void **data, size_t *len)
+{
+    return srv__stream_pull_any(req, data, len, NULL);
+}
+
+int srv__stream_pull_file(srv_request *req, const void **data, size_t *len,
+                          srv__stream_chunk *file)
+{
+    return srv__stream_pull_any(req, data, len, file);
+}
+
 void srv__stream_sent(srv_request *req, size_t n)
 {
     srv_stream *s = req->stream;
     pthread_mutex_lock(&req->mu);
+    if (s->lent_file) {
+        s->lent_file = false;
+        if (n > s->file_left)
+            n = (size_t)s->file_left;
+        s->file_off += n;
+        s->file_left -= n;
+        pthread_mutex_unlock(&req->mu);
+        return;
+    }
     if (s->lent_last) {
         s->lent_last = false;
         s->last_sent = (unsigned char)(s->last_sent + (n < 5u - s->last_sent ? n : 5u - s->last_sent));
@@ -387,13 +472,15 @@ void srv__stream_detach(srv_request *req)
     s->engine_waiting = false;
     s->lent = 0;
     s->lent_last = false;
+    s->lent_file = false;
+    uint64_t file_unsent = s->has_file ? s->file_left : 0;
     /* Complete: everything written was taken and the application ended
      * it, or wrote its whole known length (an engine may finish such a
      * body before the application's end), or there was no body to send.
      * Otherwise it was cut, and the application learns it at its next
      * write or end. */
     bool complete = s->bodiless || /* HEAD, 204, 304: the head was all */
-                    (srv__stream_buffered(s) == 0 && !s->lent_last &&
+                    (srv__stream_buffered(s) == 0 && !s->lent_last && file_unsent == 0 &&
                      (s->app_ended || s->stop_ended ||
                       (s->length >= 0 && s->written == (uint64_t)s->length)));
     if (!complete)
@@ -401,7 +488,7 @@ void srv__stream_detach(srv_request *req)
     /* What the client got: all that was written, or (cut) what was written
      * less what is still buffered - chunk framing counts as unsent body, so
      * a cut stream is logged with at most what it sent. */
-    size_t unsent = srv__stream_buffered(s);
+    uint64_t unsent = srv__stream_buffered(s) + file_unsent;
     s->body_sent = s->bodiless ? 0 : complete ? s->written
                                    : s->written > unsent ? s->written - unsent : 0;
     srv__stream_maybe_writable(s);

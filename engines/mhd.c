@@ -315,6 +315,7 @@ typedef struct emhd_req {
     bool failed;      /* req holds the core's answer to bad input (emhd_fail) */
     bool closes;      /* the answer queued closes the connection whatever req says */
     atomic_int sstate; /* a streamed response's suspend hand-over (EMHD_S_*) */
+    uint64_t file_len; /* a file body given to MHD whole (its sendfile), or 0 */
     /* Its head's bytes (from the method, as MHD counts them) when it has no
      * body; 0 otherwise or not parsed: then emhd_handed samples TCP's
      * count (emhd_conn.rcvd). */
@@ -1693,6 +1694,8 @@ static void emhd_notify_completed(void *cls, struct MHD_Connection *conn, void *
         return;
     }
     if (er->req != NULL) {
+        if (er->file_len > 0 && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+            srv__stream_sent(er->req, (size_t)er->file_len); /* MHD sent it all */
         if (srv__response_streamed(er->req))
             srv__stream_detach(er->req); /* no kick after it: er goes */
         srv__request_release(er->req);
@@ -2433,9 +2436,31 @@ static enum MHD_Result emhd_stream_send(emhd_req *er, struct MHD_Connection *con
     int64_t length = srv__response_stream_length(req);
     bool bodiless = srv__response_stream_bodiless(req);
     atomic_store(&er->sstate, EMHD_S_RUN);
-    struct MHD_Response *r = MHD_create_response_from_callback(
-        length >= 0 ? (uint64_t)length : MHD_SIZE_UNKNOWN, 65536,
-        bodiless ? emhd_no_body : emhd_stream_read, bodiless ? NULL : er, NULL);
+    struct MHD_Response *r = NULL;
+    const void *d = NULL;
+    size_t dlen = 0;
+    srv__stream_chunk file;
+    /* Over TLS the reader's pieces (the core reads the stream buffer's
+     * worth) make bigger records than MHD's own 4 KiB file reads. */
+    if (!bodiless && length > 0 && !er->es->tls && srv__response_stream_file(req) &&
+        srv__stream_pull_file(req, &d, &dlen, &file) == SRV__STREAM_FILE) {
+        /* A static file: libmicrohttpd sends it from the descriptor
+         * (sendfile) and closes its own copy. */
+        int fd = fcntl(file.fd, F_DUPFD_CLOEXEC, 0);
+        if (fd >= 0) {
+            r = MHD_create_response_from_fd_at_offset64(file.len, fd, file.off);
+            if (r == NULL)
+                close(fd);
+        }
+        if (r == NULL)
+            srv__stream_sent(req, 0); /* lent back: the reader reads it */
+        else
+            er->file_len = file.len;
+    }
+    if (r == NULL)
+        r = MHD_create_response_from_callback(
+            length >= 0 ? (uint64_t)length : MHD_SIZE_UNKNOWN, 65536,
+            bodiless ? emhd_no_body : emhd_stream_read, bodiless ? NULL : er, NULL);
     if (r == NULL)
         return MHD_NO;
     emhd_add_headers(r, req, false, !srv__response_keep_alive(req));
@@ -2707,10 +2732,10 @@ static int emhd_start(srv_server *srv, void **state)
     /* No MHD thread: emhd_loop_main runs each daemon (emhd_loop). */
     unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
                      MHD_USE_TURBO | MHD_USE_NO_LISTEN_SOCKET;
-    struct MHD_OptionItem tls_opts[6] = {{MHD_OPTION_END, 0, NULL}};
+    struct MHD_OptionItem tls_opts[8] = {{MHD_OPTION_END, 0, NULL}};
     size_t n = 0;
     es->lib = emhd_lib_version();
-    if (es->lib >= 0x00097701)
+    if (es->lib >= (9u << 16 | 77u << 8)) /* 0.9.77, as emhd_lib_version counts */
         /* MHD's default level, pinned: a NUL or whitespace in a field name
          * gets MHD's 400; obs-fold becomes a space and a bare LF ends a
          * line (RFC 9112 allows both). Level 1 would refuse those too, but
@@ -2719,6 +2744,13 @@ static int emhd_start(srv_server *srv, void **state)
          * library that runs decides, not the header built against (one
          * soname). */
         tls_opts[n++] = (struct MHD_OptionItem){EMHD_OPTION_CLIENT_DISCIPLINE_LVL, 0, NULL};
+#if MHD_VERSION >= 0x00097205
+    /* Every thread that runs a daemon blocks SIGPIPE (emhd_loop_main): MHD
+     * may then sendfile a file response (static files), which it does not
+     * risk otherwise. */
+    if (es->lib >= (9u << 16 | 72u << 8)) /* 0.9.72, as emhd_lib_version counts */
+        tls_opts[n++] = (struct MHD_OptionItem){MHD_OPTION_SIGPIPE_HANDLED_BY_APP, 1, NULL};
+#endif
     if (srv__tls_enabled(srv) && (rc = emhd_tls_options(es, srv, tls_opts, n, &flags)) != 0)
         goto fail_watchdog;
 

@@ -1100,7 +1100,25 @@ static void etp_stream_pump(etp_state *st, etp_conn *c)
     for (int i = 0; i < ETP_STREAM_BURST; i++) {
         const void *d = NULL;
         size_t len = 0, sent = 0;
-        int k = srv__stream_pull(req, &d, &len);
+        srv__stream_chunk file;
+        /* In cleartext a file body goes by sendfile; over TLS it is read. */
+        int k = c->ssl ? srv__stream_pull(req, &d, &len)
+                       : srv__stream_pull_file(req, &d, &len, &file);
+        if (k == SRV__STREAM_FILE) {
+            int r = etp_sendfile_some(c->fd, file.fd, file.off, file.len, &sent);
+            srv__stream_sent(req, sent);
+            if (r < 0) { /* the client went away, or the file shrank: a cut */
+                c->io_dead = 1;
+                etp_poller_close(st, c, 0);
+                return;
+            }
+            progress |= sent > 0;
+            if (r == 0) {
+                etp_stream_wait_out(st, c, progress, 0);
+                return;
+            }
+            continue;
+        }
         if (k == SRV__STREAM_WAIT) {
             etp_wait_for(c, SRV_CONN_APP); /* the application's pace is its own */
             return;

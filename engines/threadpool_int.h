@@ -30,6 +30,8 @@
 /* A stream writes this many pieces at most before it lets the poller's
  * other connections run. */
 #define ETP_STREAM_BURST 16
+/* The most one sendfile call of a stream's burst asks for. */
+#define ETP_SENDFILE_MAX (1u << 20)
 /* stop: a response being written gets this long before its connection is
  * shut down; stop looks again this often. */
 #define ETP_STOP_WRITE_GRACE_MS 2000
@@ -199,6 +201,8 @@ static inline enum etp_phase etp_get_phase(etp_conn *c)
 }
 
 /* engines/threadpool_io.c: socket I/O (no other engine file below it) */
+/* sendfile what the socket takes now (threadpool_io.c has the contract). */
+int etp_sendfile_some(int sock, int fd, uint64_t off, uint64_t len, size_t *sent);
 int etp_send_some(int fd, const void *a, size_t alen, const void *b, size_t blen,
                   size_t *sent);
 /* Write a and then b fully from `sent` bytes in, waiting at most timeout_ms

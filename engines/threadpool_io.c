@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -42,6 +43,29 @@ int etp_send_some(int fd, const void *a, size_t alen, const void *b, size_t blen
         }
         *sent += (size_t)n;
     }
+}
+
+/*
+ * Send what the socket takes now of len bytes of the file fd from off, by
+ * sendfile (one call: the caller's loop bounds a burst). *sent is what
+ * went. 1 when all len went, 2 when some did, 0 when the socket is full, -1
+ * when the client is gone or the file ended before len (it shrank).
+ */
+int etp_sendfile_some(int sock, int fd, uint64_t off, uint64_t len, size_t *sent)
+{
+    *sent = 0;
+    off_t o = (off_t)off;
+    size_t want = len > ETP_SENDFILE_MAX ? ETP_SENDFILE_MAX : (size_t)len;
+    ssize_t n;
+    do
+        n = sendfile(sock, fd, &o, want);
+    while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+    if (n == 0)
+        return -1;
+    *sent = (size_t)n;
+    return (uint64_t)n == len ? 1 : 2;
 }
 
 /* Write a and then b fully from *sent on. 0, or -1 when the client is
