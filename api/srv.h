@@ -132,7 +132,7 @@ const char *srv_engine_name(const srv_engine *engine);
  * test) asks instead of comparing names. docs/ENGINES.md explains each.
  */
 enum {
-    /* Serves HTTP/2 over cleartext (prior knowledge and h2c upgrade). */
+    /* Serves HTTP/2 over cleartext by prior knowledge (the core's, nghttp2). */
     SRV_CAP_HTTP2 = 1u << 0,
     /* Answers an unsupported HTTP/1 version with 505 (otherwise 400). */
     SRV_CAP_VERSION_505 = 1u << 1,
