@@ -244,8 +244,9 @@ static int euv_held(const euv_conn *c)
  * until it asks again. 0 once the connection closes. */
 static int euv_deliver(euv_conn *c, const char *d, size_t n)
 {
-    if (euv_held(c)) { /* behind what waits already */
+    if (euv_held(c) || !c->want) { /* behind what waits already, or not asked for now */
         euv_hold(c, d, n);
+        euv_reading(c, 0);
         return c->state != EUV_CLOSING;
     }
     while (n > 0 && c->state != EUV_CLOSING) {
@@ -425,10 +426,12 @@ static void euv_io_read(void *io, int on)
 {
     euv_conn *c = io;
     c->want = on;
+    /* Off: the socket stays armed until bytes come while nothing is wanted (euv_deliver
+     * holds them and stops then). A request answered at once asks off, then on again:
+     * stopping and restarting libuv's read would cost two epoll_ctl calls each time. */
     if (!on)
-        euv_reading(c, 0);
-    else if (euv_held(c) || (c->tls != NULL && c->state == EUV_OPEN &&
-                               euv_tls_buffered(c->tls)))
+        return;
+    if (euv_held(c) || (c->tls != NULL && c->state == EUV_OPEN && euv_tls_buffered(c->tls)))
         euv_post(c); /* offered again after this call, not inside it */
     else
         euv_reading(c, 1);
