@@ -209,6 +209,13 @@ void eh2o_conn_closed(eh2o_conn *c)
 {
     eh2o_thread *t = c->thread;
     h2o_timeout_unlink(&c->feed);
+    /* First: the core's connection lets go, and waits for an answer another thread is giving
+     * right now, whose wake may list c again; after it no wake comes for c. */
+    if (c->hc != NULL) {
+        srv__h1conn *hc = c->hc;
+        c->hc = NULL;
+        srv__h1conn_free(hc); /* a request in the application is cancelled */
+    }
     pthread_mutex_lock(&t->mu);
     if (c->queued) { /* no wake may find it gone */
         for (eh2o_conn **p = &t->posted; *p != NULL; p = &(*p)->next_posted)
@@ -219,11 +226,6 @@ void eh2o_conn_closed(eh2o_conn *c)
         c->queued = 0;
     }
     pthread_mutex_unlock(&t->mu);
-    if (c->hc != NULL) {
-        srv__h1conn *hc = c->hc;
-        c->hc = NULL;
-        srv__h1conn_free(hc); /* a request in the application is cancelled */
-    }
 }
 
 /* ------------------------------------------------------------------ */
