@@ -95,6 +95,7 @@ typedef struct srv_engine srv_engine;   /* a transport, built in or not */
 typedef struct srv_server srv_server;   /* one listening HTTP server */
 typedef struct srv_request srv_request; /* one request, until answered */
 typedef struct srv_stream srv_stream;   /* a response being streamed */
+typedef struct srv_ws srv_ws;           /* one WebSocket connection */
 
 /* ------------------------------------------------------------------ */
 /* Engines                                                             */
@@ -193,7 +194,12 @@ enum {
      * connection's first request), its library replaces obs-fold with
      * spaces and serves the request (RFC 9112 5.2 allows either) instead of
      * the core's 400 (mhd on libmicrohttpd 1.0.x). */
-    SRV_CAP_LIB_OBS_FOLD = 1u << 13
+    SRV_CAP_LIB_OBS_FOLD = 1u << 13,
+    /* Serves WebSocket routes (srv_route_ws) over HTTP/1.1 (RFC 6455; the
+     * core's, on wslay). Without it srv_route_ws returns SRV_EENGINE. No
+     * engine carries WebSocket over HTTP/2 (RFC 8441): a browser that
+     * reached the server over h2 opens its WebSocket on HTTP/1.1. */
+    SRV_CAP_WEBSOCKET = 1u << 14
 };
 
 /* srv_engine_caps: the engine's SRV_CAP_* bits (0 for NULL). Any thread. */
@@ -1698,6 +1704,170 @@ void srv_static_opts_init_sized(srv_static_opts *opts, size_t size);
  * by srv_server_free.
  */
 int srv_static_add(srv_server *srv, const srv_static_opts *opts);
+
+/* ------------------------------------------------------------------ */
+/* WebSocket                                                           */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A WebSocket route (RFC 6455) answers the opening handshake itself (GET
+ * with Upgrade: websocket, Sec-WebSocket-Key and -Version 13; the checks
+ * and their answers are below), then carries whole messages both ways
+ * until one side closes. The framing (masking, fragments, control frames
+ * between fragments, UTF-8 of text messages, close handshake) is the
+ * core's, the same on every engine with SRV_CAP_WEBSOCKET.
+ *
+ * Callbacks: for one socket they never run at once, and always in this
+ * order: on_open once, then on_message and on_writable any number of
+ * times, then on_close exactly once (when on_open ran). They run on a
+ * worker thread and may block, unless the route is SRV_WS_NONBLOCKING:
+ * then on the I/O thread that owns the connection, and they must not
+ * block. A socket's next input is not read while its message waits for
+ * or runs in on_message, so a slow application holds a client back by
+ * TCP, not by memory.
+ *
+ * The srv_ws handle passed to a callback is valid until on_close returns.
+ * To use it past that (from other threads, e.g. a chat room's list), take
+ * a reference with srv_ws_ref in a callback and give it back with
+ * srv_ws_unref; sending on a closed socket is safe and says SRV_ECLOSED.
+ */
+
+/* srv_ws_opts.flags. */
+enum {
+    /* Run the callbacks (srv_ws_opts.on_*) on the I/O thread: they never
+     * block (see srv_handler_fn's SRV_ROUTE_NONBLOCKING). */
+    SRV_WS_NONBLOCKING = 1u << 0
+};
+
+/* Close codes the core uses (RFC 6455 7.4.1); an application may send
+ * 1000, 1001, 1003, 1007-1011 and 3000-4999. */
+enum {
+    SRV_WS_NORMAL = 1000,       /* done */
+    SRV_WS_GOING_AWAY = 1001,   /* the server stops */
+    SRV_WS_PROTOCOL = 1002,     /* bad framing: unmasked, bad opcode, ... */
+    SRV_WS_NO_STATUS = 1005,    /* on_close: the peer's close had no code */
+    SRV_WS_ABNORMAL = 1006,     /* on_close: no close frame (the peer vanished, or
+                                 * did not answer pings in time) */
+    SRV_WS_BAD_DATA = 1007,     /* a text message that is not UTF-8 */
+    SRV_WS_TOO_BIG = 1009       /* a message over max_message_bytes */
+};
+
+/* One WebSocket route: what it accepts and the application's callbacks.
+ * Initialise with srv_ws_opts_init; fields added later keep their
+ * defaults. */
+typedef struct srv_ws_opts {
+    size_t size;    /* set by srv_ws_opts_init */
+    unsigned flags; /* SRV_WS_* bits; default 0 (callbacks on workers) */
+    /* The largest message taken, after reassembly of its fragments; one
+     * over it closes the socket with 1009 before its payload is read.
+     * 0: 65536. */
+    uint64_t max_message_bytes;
+    /* Bytes of outgoing messages a socket holds that the client has not
+     * taken: past it srv_ws_send_* says SRV_EAGAIN. 0: 1 MiB. */
+    size_t send_buffer_bytes;
+    /* Subprotocols offered, in the server's order of preference,
+     * comma-separated ("chat.v2, chat"): the first one the client also
+     * asks for is chosen (srv_ws_subprotocol). NULL: none. Copied. */
+    const char *subprotocols;
+    /* Origins allowed to open a socket (browsers do not apply CORS to
+     * WebSocket), comma-separated ("https://a.example, http://b:8080"),
+     * compared exactly (case-insensitively); "*" allows any. NULL (the
+     * default): the Origin's host must be the request's Host (same origin).
+     * A request without Origin (not a browser) is always allowed. A
+     * refused Origin is answered 403. Copied. */
+    const char *origins;
+    /* A ping is sent after this long without input from the client; no
+     * input within pong_timeout_ms after it closes the socket (on_close:
+     * SRV_WS_ABNORMAL). 0: 30000 and 10000. */
+    unsigned ping_interval_ms;
+    unsigned pong_timeout_ms;
+    /* Optional. After the handshake checks, before the 101: return 0 to
+     * accept or an HTTP status (400-599) to refuse (answered with it;
+     * headers set with srv_set_header go with the refusal). It may read
+     * the request (headers, parameters, srv_request_client_addr). Runs
+     * where the callbacks run; `req` is the core's: do not answer it. */
+    int (*on_accept)(srv_request *req, void *ctx);
+    /* Optional. The socket is open: sends may start. */
+    void (*on_open)(srv_ws *ws, void *ctx);
+    /* Optional. One whole message; `data` is valid until the callback
+     * returns (a text message is valid UTF-8, not NUL-terminated). */
+    void (*on_message)(srv_ws *ws, int is_text, const void *data, size_t len, void *ctx);
+    /* Optional. The socket is closed: `code` the close code the peer
+     * sent (SRV_WS_NO_STATUS when it gave none), the one the server sent
+     * first (srv_ws_close, a stop's SRV_WS_GOING_AWAY, an error's 1002,
+     * 1007 or 1009), or SRV_WS_ABNORMAL when no close handshake happened;
+     * `reason` its text, NUL-terminated (may be empty). The last callback. */
+    void (*on_close)(srv_ws *ws, int code, const char *reason, void *ctx);
+    /* Optional. The send refused last with SRV_EAGAIN would fit now.
+     * Called once per refusal (not after the socket began closing). */
+    void (*on_writable)(srv_ws *ws, void *ctx);
+    void *ctx; /* passed to every callback; default NULL */
+} srv_ws_opts;
+
+/* srv_ws_opts_init: zero *opts and set its size. Any thread. */
+void srv_ws_opts_init_sized(srv_ws_opts *opts, size_t size);
+#define srv_ws_opts_init(opts) srv_ws_opts_init_sized((opts), sizeof *(opts))
+
+/*
+ * srv_route_ws: serve WebSocket at `path` (a pattern, as srv_route's; the
+ * route answers GET, and only handshakes). The handshake's answers: 400
+ * when it is not one (no "Upgrade: websocket" or "Connection: upgrade",
+ * not HTTP/1.1 GET, a body, no Sec-WebSocket-Version or a
+ * Sec-WebSocket-Key that is not 16 bytes in base64), 426 with
+ * "Sec-WebSocket-Version: 13" for another version, 403 for a refused
+ * Origin, on_accept's status, else 101 and the socket opens. Only before
+ * srv_server_start, from the controlling thread; opts and its strings are
+ * copied. Returns 0; SRV_EINVAL (NULL or untrusted size, bad path, unknown
+ * flags, a subprotocol that is not a token, max_message_bytes over 2^31 -
+ * 1); SRV_EENGINE on an engine without SRV_CAP_WEBSOCKET
+ * (srv_server_last_error says so); SRV_EEXIST, SRV_ESTATE, SRV_ENOMEM as
+ * srv_route_add.
+ */
+int srv_route_ws(srv_server *srv, const char *path, const srv_ws_opts *opts);
+
+/*
+ * srv_ws_send_text / srv_ws_send_binary: queue one message (copied; a
+ * text message must be UTF-8, which is not checked). Any thread, including
+ * inside the socket's callbacks. Returns 0; SRV_EAGAIN when the socket
+ * already holds send_buffer_bytes the client has not taken (nothing
+ * queued: on_writable calls back when room comes); SRV_ETOOBIG when len
+ * exceeds send_buffer_bytes; SRV_ECLOSED once the socket is closing or
+ * closed; SRV_EINVAL for NULL ws, or NULL data with len > 0; SRV_ENOMEM.
+ */
+int srv_ws_send_text(srv_ws *ws, const char *data, size_t len);
+int srv_ws_send_binary(srv_ws *ws, const void *data, size_t len);
+
+/*
+ * srv_ws_close: start the close handshake with `code` (1000, 1001, 1003,
+ * 1007-1011 or 3000-4999) and `reason` (NULL or at most 123 bytes of
+ * UTF-8): what was queued is sent first; the socket closes when the client
+ * answers, or after 2 s; on_close then reports `code`. Any thread. Returns
+ * 0; SRV_ECLOSED when already closing; SRV_EINVAL for NULL ws, a code or
+ * reason outside those.
+ */
+int srv_ws_close(srv_ws *ws, int code, const char *reason);
+
+/*
+ * srv_ws_subprotocol: the subprotocol chosen at the handshake, or NULL.
+ * Valid as long as the handle. Any thread.
+ */
+const char *srv_ws_subprotocol(const srv_ws *ws);
+
+/*
+ * srv_ws_set_data / srv_ws_data: one pointer of the application's per
+ * socket (e.g. a user name), NULL until set. Not synchronized: set it in
+ * on_open, before another thread can see the socket.
+ */
+void srv_ws_set_data(srv_ws *ws, void *data);
+void *srv_ws_data(const srv_ws *ws);
+
+/*
+ * srv_ws_ref / srv_ws_unref: keep the handle valid past on_close (see
+ * above). srv_ws_ref from a callback (or while holding a reference);
+ * srv_ws_unref exactly once per srv_ws_ref, from any thread. NULL: nothing.
+ */
+void srv_ws_ref(srv_ws *ws);
+void srv_ws_unref(srv_ws *ws);
 
 #if defined(SRV_BUILDING) && defined(__GNUC__)
 #pragma GCC visibility pop

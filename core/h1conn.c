@@ -12,6 +12,9 @@
 #ifdef SRV_HAVE_NGHTTP2
 #include "srv_h2conn.h"
 #endif
+#ifdef SRV_HAVE_WSLAY
+#include "srv_ws.h"
+#endif
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -34,7 +37,8 @@ enum h1_write {
     H1_W_ANSWER, /* a whole answer */
     H1_W_HEAD,   /* a stream's head */
     H1_W_PIECE,  /* a stream's piece (srv__stream_sent after it) */
-    H1_W_GOAWAY  /* the HTTP/2 preface after HTTP/1 requests: a GOAWAY */
+    H1_W_GOAWAY, /* the HTTP/2 preface after HTTP/1 requests: a GOAWAY */
+    H1_W_UPGRADE /* a WebSocket route's 101: then the connection is the socket's */
 };
 
 /* A streamed request body (hc->bmode). */
@@ -79,6 +83,9 @@ struct srv__h1conn {
     int sniff;        /* the first bytes may be HTTP/2's preface (prior knowledge) */
 #ifdef SRV_HAVE_NGHTTP2
     srv__h2conn *h2;  /* it speaks HTTP/2: every event goes there */
+#endif
+#ifdef SRV_HAVE_WSLAY
+    srv_ws *ws;       /* it carries a WebSocket (core/ws.c): every event goes there */
 #endif
     /* Set by any thread (mu); read and cleared on the loop. */
     pthread_mutex_t mu;
@@ -329,6 +336,16 @@ static int h1_answer(srv__h1conn *hc)
     }
     if (hc->writing) /* a 100 Continue goes first */
         return 0;
+#ifdef SRV_HAVE_WSLAY
+    if (hc->cur->status == 101 && hc->cur->ws) { /* a WebSocket opens after it */
+        size_t hlen = 0;
+        const char *head = srv__ws_head(hc->cur, &hlen);
+        hc->phase = H1_ANSWER;
+        h1_set(hc, SRV_CONN_SEND);
+        h1_write(hc, H1_W_UPGRADE, head, hlen, NULL, 0);
+        return 0;
+    }
+#endif
     if (srv__response_streamed(hc->cur)) {
         hc->phase = H1_STREAM;
         hc->shead_done = 0;
@@ -613,6 +630,10 @@ size_t srv__h1conn_input(srv__h1conn *hc, const char *d, size_t n)
     if (hc->h2)
         return srv__h2conn_input(hc->h2, d, n);
 #endif
+#ifdef SRV_HAVE_WSLAY
+    if (hc->ws)
+        return srv__ws_input(hc->ws, d, n);
+#endif
     if (hc->phase == H1_CLOSED || n == 0)
         return n;
     if (hc->phase == H1_LINGER) {
@@ -649,6 +670,12 @@ void srv__h1conn_eof(srv__h1conn *hc)
         return;
     }
 #endif
+#ifdef SRV_HAVE_WSLAY
+    if (hc->ws) {
+        srv__ws_eof(hc->ws);
+        return;
+    }
+#endif
     switch (hc->phase) {
     case H1_APP:
     case H1_ANSWER:
@@ -664,11 +691,43 @@ void srv__h1conn_eof(srv__h1conn *hc)
     }
 }
 
+/* The 101 is out: every later event is the WebSocket's (core/ws.c), with
+ * the bytes the client sent after its handshake. */
+static void h1_upgrade(srv__h1conn *hc)
+{
+#ifdef SRV_HAVE_WSLAY
+    srv_request *req = hc->cur;
+    hc->cur = NULL;
+    h1_answered(hc, 1);
+    hc->ws = srv__ws_attach(req, hc->pol, hc->ops, hc->io, hc->pend + hc->pend_off,
+                            hc->pend_len - hc->pend_off);
+    srv__request_release(req);
+    h1_pend_drop(hc);
+    if (!hc->ws) { /* out of memory: closed */
+        h1_close(hc);
+        return;
+    }
+    hc->reading = 0;
+    if (hc->peer_gone) /* the client closed while its 101 was due */
+        srv__ws_eof(hc->ws);
+    else
+        srv__ws_wake(hc->ws);
+#else
+    h1_close(hc);
+#endif
+}
+
 void srv__h1conn_written(srv__h1conn *hc, int ok)
 {
 #ifdef SRV_HAVE_NGHTTP2
     if (hc->h2) {
         srv__h2conn_written(hc->h2, ok);
+        return;
+    }
+#endif
+#ifdef SRV_HAVE_WSLAY
+    if (hc->ws) {
+        srv__ws_written(hc->ws, ok);
         return;
     }
 #endif
@@ -695,6 +754,9 @@ void srv__h1conn_written(srv__h1conn *hc, int ok)
     case H1_W_GOAWAY:
         h1_linger(hc);
         return;
+    case H1_W_UPGRADE:
+        h1_upgrade(hc);
+        return;
     }
     h1_run(hc);
 }
@@ -707,6 +769,12 @@ void srv__h1conn_wake(srv__h1conn *hc)
         return;
     }
 #endif
+#ifdef SRV_HAVE_WSLAY
+    if (hc->ws) {
+        srv__ws_wake(hc->ws);
+        return;
+    }
+#endif
     if (hc->phase != H1_CLOSED)
         h1_run(hc);
 }
@@ -716,6 +784,12 @@ void srv__h1conn_time(srv__h1conn *hc, uint64_t now, int stopping, int quiescing
 #ifdef SRV_HAVE_NGHTTP2
     if (hc->h2) {
         srv__h2conn_time(hc->h2, now, stopping, quiescing);
+        return;
+    }
+#endif
+#ifdef SRV_HAVE_WSLAY
+    if (hc->ws) {
+        srv__ws_time(hc->ws, now, stopping, quiescing);
         return;
     }
 #endif
@@ -751,6 +825,10 @@ void srv__h1conn_free(srv__h1conn *hc)
     if (hc->h2)
         srv__h2conn_free(hc->h2);
 #endif
+#ifdef SRV_HAVE_WSLAY
+    if (hc->ws)
+        srv__ws_free(hc->ws);
+#endif
     srv__h1conn *outer = h1_current;
     h1_current = hc; /* the cancel's respond needs no wake */
     if (hc->req)
@@ -769,6 +847,10 @@ void srv__h1conn_free(srv__h1conn *hc)
         }
         if (srv__response_streamed(cur))
             srv__stream_detach(cur);
+#ifdef SRV_HAVE_WSLAY
+        if (cur->status == 101 && cur->ws) /* its 101 never went out */
+            srv__ws_discard(cur);
+#endif
         srv__request_release(cur);
     }
     h1_current = outer;

@@ -467,6 +467,27 @@ int srv__respond_as_is(srv_request *req, int status, const char *content_type,
     return srv__respond(req, status, content_type, body, len, false);
 }
 
+int srv__respond_upgrade(srv_request *req, struct srv_ws *ws)
+{
+    if (req == NULL || ws == NULL)
+        return SRV_EINVAL;
+    pthread_mutex_lock(&req->mu);
+    if (req->answered) {
+        int rc = req->cancelled ? SRV_ECLOSED : SRV_ETIMEDOUT;
+        pthread_mutex_unlock(&req->mu);
+        atomic_fetch_add(&req->srv->dropped, 1);
+        srv__inflight_app_done(req);
+        return rc;
+    }
+    req->status = 101;
+    req->ws = ws;
+    srv__claim_answer(req, false);
+    pthread_mutex_unlock(&req->mu);
+    srv__deliver(req);
+    srv__request_unref(req); /* the application's reference */
+    return 0;
+}
+
 int srv__inflight_answer_stream(srv_request *req, int status, const char *content_type,
                                 int64_t length, const srv__stream_file *file)
 {

@@ -451,6 +451,9 @@ struct srv_request {
     struct srv__h1conn *h1;
     /* core/h2conn.c: the HTTP/2 stream that carries it (NULL: not one). */
     struct srv__h2stream *h2;
+    /* core/ws.c: the WebSocket a 101 answer opens; set under mu with the
+     * answer (srv__respond_upgrade), read by h1conn once it is answered. */
+    struct srv_ws *ws;
     const srv__route *route;
     srv__routing routing; /* router.c (lookup), dispatch.c (next_filter) */
     uint64_t started_ms;
@@ -586,6 +589,10 @@ void srv__inflight_drop_orphans(srv_server *srv);
  * files: the same bytes whatever the file's size). */
 int srv__respond_as_is(srv_request *req, int status, const char *content_type,
                        const void *body, size_t len);
+/* Answer req "101 Switching Protocols" to a WebSocket (core/ws.c's
+ * handshake): req->ws = ws with the answer. Same returns and reference as
+ * srv_respond; on failure ws is still the caller's. */
+int srv__respond_upgrade(srv_request *req, struct srv_ws *ws);
 struct srv__stream_file;
 int srv__inflight_answer_stream(srv_request *req, int status, const char *content_type,
                                 int64_t length, const struct srv__stream_file *file);

@@ -11,7 +11,8 @@
 #   another release:      Debian 13's names are tried (and it says so)
 # A package the release has no candidate for is skipped with a message,
 # never asked of apt. (libuv1-dev: the uv engine; libnghttp2-dev: the core's
-# HTTP/2; clang and libclang-rt: libFuzzer for tests/fuzz,
+# HTTP/2; libwslay-dev: the core's WebSocket framing (1.1.1 on both
+# releases); clang and libclang-rt: libFuzzer for tests/fuzz,
 # whose smoke run is part of the test suite; openssl: the TLS conformance
 # run makes its certificates with the CLI; libgnutls28-dev: mhd's TLS;
 # libjansson-dev: examples/todo; chromium, and nodejs + npm unless a node
@@ -69,7 +70,7 @@ case $release in
 esac
 
 PACKAGES="build-essential meson ninja-build pkg-config curl
-libevent-dev libmicrohttpd-dev $h2o libuv1-dev libnghttp2-dev libssl-dev openssl libgnutls28-dev zlib1g-dev
+libevent-dev libmicrohttpd-dev $h2o libuv1-dev libnghttp2-dev libwslay-dev libssl-dev openssl libgnutls28-dev zlib1g-dev
 libcmocka-dev libcurl4-openssl-dev
 hey nghttp2-client gnuplot-nox valgrind wrk procps python3-prometheus-client
 clang-$clang_v libclang-rt-$clang_v-dev libjansson-dev"

@@ -1584,6 +1584,12 @@ static int conformance_tls_main(void)
     snprintf(name, sizeof name, "conformance %s (TLS): a huge announced handshake",
              g_engine_name);
     failed += cmocka_run_group_tests_name(name, probe_hs, NULL, NULL);
+    if (engine_caps() & SRV_CAP_WEBSOCKET) {
+        const struct CMUnitTest ws[] = {WS_CASES};
+        snprintf(name, sizeof name, "conformance %s (TLS): WebSocket inside TLS", g_engine_name);
+        failed += cmocka_run_group_tests_name(name, ws, tls_raw_group_setup,
+                                              tls_raw_group_teardown);
+    }
     tls_remove_certs();
     return failed == 0 ? 0 : 1;
 }
@@ -1935,6 +1941,16 @@ int main(int argc, char **argv)
         snprintf(name, sizeof name, "conformance %s%s: probe findings (issue 33)",
                  g_engine_name, run);
         failed += cmocka_run_group_tests_name(name, probe, NULL, NULL);
+    }
+    if (engine_caps() & SRV_CAP_WEBSOCKET) {
+        const struct CMUnitTest ws[] = {WS_CASES};
+        snprintf(name, sizeof name, "conformance %s%s: WebSocket", g_engine_name, run);
+        failed += cmocka_run_group_tests_name(name, ws, NULL, NULL);
+    } else {
+        const struct CMUnitTest ws[] = {cmocka_unit_test(test_ws_refused)};
+        snprintf(name, sizeof name, "conformance %s%s: no SRV_CAP_WEBSOCKET, WebSocket refused",
+                 g_engine_name, run);
+        failed += cmocka_run_group_tests_name(name, ws, NULL, NULL);
     }
     curl_global_cleanup();
     return failed == 0 ? 0 : 1;

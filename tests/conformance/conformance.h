@@ -578,4 +578,26 @@ void test_probe_cookies_forms(void **state);
 void test_probe_json_errors(void **state);
 void test_probe_error_hook(void **state);
 
+/* conformance_ws.c (WebSocket; its own server: ws_setup) */
+int ws_setup(void **state);
+int ws_teardown(void **state);
+void test_ws_echo(void **state);
+void test_ws_handshake_refusals(void **state);
+void test_ws_unmasked(void **state);
+void test_ws_fragmented(void **state);
+void test_ws_bad_utf8(void **state);
+void test_ws_too_big(void **state);
+void test_ws_client_ping(void **state);
+void test_ws_dead_peer(void **state);
+void test_ws_vanish(void **state);
+void test_ws_slow_reader(void **state);
+void test_ws_stop_going_away(void **state);
+void test_ws_refused(void **state);
+#define WS_CASE(fn) cmocka_unit_test_setup_teardown(fn, ws_setup, ws_teardown)
+#define WS_CASES                                                                              \
+    WS_CASE(test_ws_echo), WS_CASE(test_ws_handshake_refusals), WS_CASE(test_ws_unmasked),   \
+        WS_CASE(test_ws_fragmented), WS_CASE(test_ws_bad_utf8), WS_CASE(test_ws_too_big),    \
+        WS_CASE(test_ws_client_ping), WS_CASE(test_ws_dead_peer), WS_CASE(test_ws_vanish),   \
+        WS_CASE(test_ws_slow_reader), WS_CASE(test_ws_stop_going_away)
+
 #endif /* SRV_CONFORMANCE_H */
