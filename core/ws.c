@@ -468,6 +468,11 @@ static void ws_step(srv_ws *ws)
         ws->in_len = ws->in_off = 0;
         if (wslay_event_recv(ws->wctx) != 0)
             fatal = 1;
+        if (ws->early_off == ws->early_len) { /* all read: not held for the socket's life */
+            free(ws->early);
+            ws->early = NULL;
+            ws->early_off = ws->early_len = 0;
+        }
     }
     if (ws->pend_close && wslay_event_get_queued_msg_count(ws->wctx) == 0) {
         /* What was queued before it is out: our close (refused only once the
@@ -683,7 +688,7 @@ static int ws_send(srv_ws *ws, uint8_t opcode, const void *data, size_t len)
         ws->want = len;
         rc = SRV_EAGAIN;
     } else {
-        struct wslay_event_msg m = {opcode, data, len};
+        struct wslay_event_msg m = {opcode, data ? data : (const void *)"", len};
         int r = wslay_event_queue_msg(ws->wctx, &m);
         rc = r == 0 ? 0 : r == WSLAY_ERR_NOMEM ? SRV_ENOMEM : SRV_ECLOSED;
         if (rc == 0)

@@ -481,6 +481,24 @@ void test_ws_echo(void **state)
     CHECK(wait_int(&g_ws.closes, 2, 2000), "on_close never ran");
     CHECK_INT("on_close 4000 reported as the first close", atomic_load(&g_ws.other_code), 1);
     rc_close(&c);
+
+    /* Frames in the same packet as the handshake: read after the 101. */
+    rc_init(&c);
+    CHECK_INT("connect", rc_connect(&c, f->port, 3000), RC_OK);
+    char both[512];
+    int hn = snprintf(both, sizeof both, "GET /ws/echo HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n" WS_STD
+                      "\r\n", f->port);
+    static const unsigned char frames[] = {0x81, 0x82, 0, 0, 0, 0, 'o', 'k',  /* "ok" */
+                                           0x81, 0x81, 1, 1, 1, 1, 'x' ^ 1}; /* "x" */
+    memcpy(both + hn, frames, sizeof frames);
+    CHECK_INT("send", rc_send(&c, both, (size_t)hn + sizeof frames, 3000), RC_OK);
+    rc = rc_read_response(&c, &r, 0, 3000);
+    CHECK(rc == RC_OK, "pipelined handshake: %s", rc_strerror(rc));
+    CHECK_INT("pipelined handshake", r.status, 101);
+    rc_response_free(&r);
+    wsc_expect(&c, "first frame sent with the handshake", 1, "ok", 2);
+    wsc_expect(&c, "second frame sent with the handshake", 1, "x", 1);
+    rc_close(&c);
 }
 
 /* Answers of handshakes the route refuses. */
