@@ -1778,7 +1778,8 @@ typedef struct srv_ws_opts {
     const char *origins;
     /* A ping is sent after this long without input from the client; no
      * input within pong_timeout_ms after it closes the socket (on_close:
-     * SRV_WS_ABNORMAL). 0: 30000 and 10000. */
+     * SRV_WS_ABNORMAL). Time a message spends with the application (input
+     * is not read meanwhile) does not count. 0: 30000 and 10000. */
     unsigned ping_interval_ms;
     unsigned pong_timeout_ms;
     /* Optional. After the handshake checks, before the 101: return 0 to

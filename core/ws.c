@@ -616,6 +616,10 @@ void srv__ws_time(srv_ws *ws, uint64_t now, int stopping, int quiescing)
             ws_close_later(ws, SRV_WS_GOING_AWAY, "server stopping", 15);
         ws->close_ms = now;
     }
+    if (ws->msg_out) { /* input waits for the application: its pace, not the peer's death */
+        ws->last_in_ms = now;
+        ws->ping_ms = 0;
+    }
     int end = 0, dead = 0;
     uint64_t wait = ws->going_away ? WS_STOP_WAIT_MS : WS_CLOSE_WAIT_MS;
     if (ws->close_ms != 0 && now - ws->close_ms >= wait)

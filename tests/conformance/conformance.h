@@ -590,6 +590,7 @@ void test_ws_too_big(void **state);
 void test_ws_client_ping(void **state);
 void test_ws_dead_peer(void **state);
 void test_ws_vanish(void **state);
+void test_ws_slow_application(void **state);
 void test_ws_slow_reader(void **state);
 void test_ws_stop_going_away(void **state);
 void test_ws_refused(void **state);
@@ -598,6 +599,7 @@ void test_ws_refused(void **state);
     WS_CASE(test_ws_echo), WS_CASE(test_ws_handshake_refusals), WS_CASE(test_ws_unmasked),   \
         WS_CASE(test_ws_fragmented), WS_CASE(test_ws_bad_utf8), WS_CASE(test_ws_too_big),    \
         WS_CASE(test_ws_client_ping), WS_CASE(test_ws_dead_peer), WS_CASE(test_ws_vanish),   \
-        WS_CASE(test_ws_slow_reader), WS_CASE(test_ws_stop_going_away)
+        WS_CASE(test_ws_slow_reader), WS_CASE(test_ws_stop_going_away),                      \
+        WS_CASE(test_ws_slow_application)
 
 #endif /* SRV_CONFORMANCE_H */

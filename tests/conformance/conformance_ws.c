@@ -88,6 +88,8 @@ static void on_echo(srv_ws *ws, int is_text, const void *d, size_t n, void *ctx)
         srv_ws_close(ws, 4000, "asked");
         return;
     }
+    if (is_text && n == 5 && memcmp(d, "sleep", 5) == 0)
+        rc_sleep_ms(1000); /* a slow application (worker routes only) */
     if (is_text && n == 5 && memcmp(d, "proto", 5) == 0) {
         const char *p = srv_ws_subprotocol(ws);
         srv_ws_send_text(ws, p ? p : "-", strlen(p ? p : "-"));
@@ -686,6 +688,41 @@ void test_ws_dead_peer(void **state)
     wsc_expect(&live, "the live peer is still served", 1, "alive", 5);
     rc_close(&live);
     rc_close(&dead);
+}
+
+/* An application slower than the ping's deadline (1 s in on_message on
+ * /ws/ping: 200 ms + 300 ms) does not make its client look dead: input
+ * waits for it, and so does the ping. Worker routes only (a non-blocking
+ * callback must not sleep). */
+void test_ws_slow_application(void **state)
+{
+    wfx *f = *state;
+    if (g_nonblocking)
+        skip();
+    rc_conn c;
+    wsc_open(&c, f, "/ws/ping", "slow application");
+    CHECK_INT("send", wsc_text(&c, "sleep"), RC_OK);
+    CHECK_INT("send", wsc_text(&c, "next"), RC_OK); /* waits in TCP meanwhile */
+    int got = 0;
+    long long t0 = rc_now_ms();
+    while (got < 2 && rc_now_ms() - t0 < 3000) {
+        wsf fr;
+        int rc = wsc_read(&c, &fr, 3000);
+        CHECK(rc == RC_OK, "after %d echoes: %s", got, rc_strerror(rc));
+        if (fr.op == 9) { /* a ping after the application is done: answered */
+            CHECK_INT("pong", wsc_frame(&c, 1, 10, fr.data, fr.len, 1), RC_OK);
+        } else {
+            CHECK(fr.op == 1, "opcode %d (a close: the slow application's client was cut)", fr.op);
+            CHECK(got == 0 ? fr.len == 5 && memcmp(fr.data, "sleep", 5) == 0
+                           : fr.len == 4 && memcmp(fr.data, "next", 4) == 0,
+                  "echo %d: %s", got, (const char *)fr.data);
+            got++;
+        }
+        wsf_free(&fr);
+    }
+    CHECK_INT("echoes", got, 2);
+    CHECK_INT("no socket closed", atomic_load(&g_ws.closes), 0);
+    rc_close(&c);
 }
 
 /* A client that vanishes without a close: on_close 1006, soon. */
