@@ -456,6 +456,21 @@ static void ws_end(srv_ws *ws, int abort)
     ws->ops->close(ws->io, abort); /* last: the engine may free the connection */
 }
 
+/* wslay_event_recv: 1 when the connection must be dropped (out of memory).
+ * A frame wslay's frame layer refuses (a control frame over 125 bytes or
+ * fragmented, a length with its top bit) makes it queue a close without a
+ * status code and stop reading: that close goes out, on_close says 1002.
+ * mu held. */
+static int ws_recv(srv_ws *ws)
+{
+    int r = wslay_event_recv(ws->wctx);
+    if (r == WSLAY_ERR_CALLBACK_FAILURE && ws->close_code == 0) {
+        ws->close_code = SRV_WS_PROTOCOL;
+        snprintf(ws->close_reason, sizeof ws->close_reason, "protocol error");
+    }
+    return r != 0 && r != WSLAY_ERR_CALLBACK_FAILURE;
+}
+
 /* What wslay and the application want, once: feed input kept, send what
  * is queued, tell the application, read on or off, end when done. */
 static void ws_step(srv_ws *ws)
@@ -466,8 +481,7 @@ static void ws_step(srv_ws *ws)
     if (ws->early_off < ws->early_len && !ws->msg_out) {
         ws->in = NULL;
         ws->in_len = ws->in_off = 0;
-        if (wslay_event_recv(ws->wctx) != 0)
-            fatal = 1;
+        fatal = ws_recv(ws);
         if (ws->early_off == ws->early_len) { /* all read: not held for the socket's life */
             free(ws->early);
             ws->early = NULL;
@@ -550,8 +564,8 @@ size_t srv__ws_input(srv_ws *ws, const char *d, size_t n)
     ws->in = d;
     ws->in_len = n;
     ws->in_off = 0;
-    if (wslay_event_get_read_enabled(ws->wctx) && wslay_event_recv(ws->wctx) != 0)
-        fatal = 1;
+    if (wslay_event_get_read_enabled(ws->wctx))
+        fatal = ws_recv(ws);
     size_t took = wslay_event_get_read_enabled(ws->wctx) ? ws->in_off : n; /* closed: dropped */
     ws->in = NULL;
     ws->in_len = ws->in_off = 0;

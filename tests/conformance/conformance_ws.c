@@ -578,6 +578,43 @@ void test_ws_unmasked(void **state)
     CHECK(wait_int(&g_ws.closes, 1, 2000), "on_close");
     CHECK_INT("on_close 1002", ws_code_count(1002), 1);
     rc_close(&c);
+
+    /* Other framing errors, each on its own socket: 1002 and the close. */
+    static const struct {
+        const char *what;
+        unsigned char b0; /* FIN, RSV and opcode */
+        size_t len;
+        int bare; /* wslay's frame layer refuses it: its close has no code */
+    } bad[] = {
+        {"an RSV bit without an extension", 0xc1, 2, 0},
+        {"a reserved opcode (3)", 0x83, 2, 0},
+        {"a control frame of 126 bytes", 0x89, 126, 1},
+        {"a fragmented ping", 0x09, 2, 1},
+    };
+    unsigned char payload[126];
+    memset(payload, 'p', sizeof payload);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        wsc_open(&c, f, "/ws/echo", bad[i].what);
+        CHECK_INT("send", wsc_frame(&c, bad[i].b0 & 0x80, bad[i].b0 & 0x7f, payload, bad[i].len, 1),
+                  RC_OK);
+        if (bad[i].bare) {
+            wsf fr;
+            int rc1 = wsc_read(&c, &fr, 3000);
+            CHECK(rc1 == RC_OK && fr.op == 8 && (fr.len == 0 || (fr.len >= 2 &&
+                  (fr.data[0] << 8 | fr.data[1]) == 1002)),
+                  "%s: expected a close (no code, or 1002): %s, opcode %d, %zu bytes", bad[i].what,
+                  rc_strerror(rc1), fr.op, fr.len);
+            wsf_free(&fr);
+        } else {
+            wsc_expect_close(&c, bad[i].what, 1002);
+        }
+        int rc2 = rc_wait_close(&c, 3000, NULL);
+        CHECK(rc2 == RC_CLOSED || rc2 == RC_RESET, "%s: not closed: %s", bad[i].what,
+              rc_strerror(rc2));
+        rc_close(&c);
+    }
+    CHECK(wait_int(&g_ws.closes, 5, 2000), "on_close of the bad frames");
+    CHECK_INT("on_close 1002", ws_code_count(1002), 5);
 }
 
 /* A text message in three fragments with a ping and an empty pong between
