@@ -152,7 +152,7 @@ struct srv_ws {
     size_t in_len, in_off;
     char *early;    /* bytes that came with the handshake */
     size_t early_len, early_off;
-    char out[WS_OUT_CAP];
+    char *out;      /* WS_OUT_CAP bytes while there is something to write: an idle socket holds none */
     size_t out_len;
     int writing;
     int reading;
@@ -184,6 +184,7 @@ static void ws_destroy(srv_ws *ws)
         wslay_event_context_free(ws->wctx);
     pthread_mutex_destroy(&ws->mu);
     free(ws->early);
+    free(ws->out);
     free(ws->proto);
     free(ws->head);
     free(ws);
@@ -380,6 +381,10 @@ static ssize_t ws_send_cb(wslay_event_context_ptr ctx, const uint8_t *data, size
     size_t room = ws->writing ? 0 : WS_OUT_CAP - ws->out_len;
     if (room == 0) {
         wslay_event_set_error(ctx, WSLAY_ERR_WOULDBLOCK);
+        return -1;
+    }
+    if (!ws->out && !(ws->out = malloc(WS_OUT_CAP))) {
+        wslay_event_set_error(ctx, WSLAY_ERR_CALLBACK_FAILURE); /* the socket is dropped */
         return -1;
     }
     size_t n = len < room ? len : room;
@@ -598,6 +603,8 @@ void srv__ws_written(srv_ws *ws, int ok)
 {
     ws->writing = 0;
     ws->out_len = 0;
+    free(ws->out);
+    ws->out = NULL;
     if (ws->ended)
         return;
     if (!ok) {
