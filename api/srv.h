@@ -193,7 +193,15 @@ enum {
      * connection's first request), its library replaces obs-fold with
      * spaces and serves the request (RFC 9112 5.2 allows either) instead of
      * the core's 400 (mhd on libmicrohttpd 1.0.x). */
-    SRV_CAP_LIB_OBS_FOLD = 1u << 13
+    SRV_CAP_LIB_OBS_FOLD = 1u << 13,
+    /* At a graceful stop, a kept-alive connection whose next request line
+     * has only partly arrived (no line end yet) is closed like an idle
+     * one, without an answer: its library reports a request only once the
+     * line is whole and shows nothing before that (mhd). A client sees the
+     * close any keep-alive connection may see (RFC 9112 9.3.1) and retries.
+     * Without it the stop counts such a request as arriving: served if it
+     * completes within the grace, else answered 503. */
+    SRV_CAP_STOP_CLOSES_PARTIAL_LINE = 1u << 14
 };
 
 /* srv_engine_caps: the engine's SRV_CAP_* bits (0 for NULL). Any thread. */

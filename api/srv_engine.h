@@ -42,6 +42,7 @@ enum {
     SRV_ENGINE_CAP_STREAM = SRV_CAP_STREAM,
     SRV_ENGINE_CAP_TLS_CLOSES_RAW = SRV_CAP_TLS_CLOSES_RAW,
     SRV_ENGINE_CAP_STREAM_BODY = SRV_CAP_STREAM_BODY,
+    SRV_ENGINE_CAP_STOP_CLOSES_PARTIAL_LINE = SRV_CAP_STOP_CLOSES_PARTIAL_LINE,
     /* Engine-only: the engine's library frames a streamed body itself
      * (chunked encoding, the close of HTTP/1.0, HTTP/2 DATA frames), so the
      * core hands it the bare bytes. Without it the core frames HTTP/1.1
@@ -60,7 +61,7 @@ enum {
  * clear of the public SRV_CAP_* bits, which count up from bit 0. */
 _Static_assert((SRV_ENGINE_CAP_LIB_FRAMING & SRV_ENGINE_CAP_TLS_GNUTLS) == 0,
                "engine-only capability bits overlap");
-_Static_assert((SRV_ENGINE_CAPS_INTERNAL & ((SRV_CAP_LIB_OBS_FOLD << 1) - 1)) == 0,
+_Static_assert((SRV_ENGINE_CAPS_INTERNAL & ((SRV_CAP_STOP_CLOSES_PARTIAL_LINE << 1) - 1)) == 0,
                "an engine-only capability bit overlaps a public SRV_CAP_* bit");
 
 struct srv_engine {
