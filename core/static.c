@@ -5,8 +5,8 @@
  * the cache knows is answered there: 304, 416, HEAD, small files from their
  * cached bytes (one srv_respond, so one write of head and body), and other
  * bodies as a file stream that the engine sends from the descriptor
- * (sendfile) or the core reads as the engine pulls. A miss goes to a
- * worker, which opens the file below the root without leaving it, caches
+ * (sendfile) or the core reads as the engine pulls. A path that names
+ * nothing gets its 404 there too. A miss goes to a worker, which opens the file below the root without leaving it, caches
  * it and answers the same way. The HTTP rules are in static_http.c.
  */
 #include "srv_core.h"
@@ -399,9 +399,16 @@ static void srv__static_handler(srv_request *req, void *ctx)
      * served from it (its entry goes at once). */
     struct stat sb;
     srv__fentry *e = NULL;
-    if (fstatat(st->rootfd, name, &sb, 0) != 0)
+    if (fstatat(st->rootfd, name, &sb, 0) != 0) {
+        int err = errno;
         srv__fcache_get(&st->cache, name, NULL);
-    else if (S_ISREG(sb.st_mode))
+        /* Nothing there by any way of resolving it: the worker's confined
+         * open (which only refuses more) would answer the same 404. */
+        if (err == ENOENT || err == ENOTDIR) {
+            srv__static_answer(req, 404, "Not Found\n");
+            return;
+        }
+    } else if (S_ISREG(sb.st_mode))
         e = srv__fcache_get(&st->cache, name, &sb);
     if (e != NULL && e->bytes == NULL && e->size > 0 && e->size <= SRV__STATIC_SMALL &&
         (int64_t)time(NULL) - (int64_t)e->mtim.tv_sec >= SRV__STATIC_SETTLED_S) {

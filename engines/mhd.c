@@ -126,8 +126,8 @@ struct emhd_conn {
     int bad;
     uint64_t good;
     /* MHD ran out of pool for the query's parameters and left the request
-     * unanswered (emhd_log); stuck_msgs: its worker's message count once
-     * MHD logged that failure (set before). */
+     * unanswered (emhd_log); stuck_msgs: its worker's count of announced
+     * answers once MHD reported that failure (set before). */
     atomic_bool lib_stuck;
     _Atomic unsigned long long stuck_msgs;
 };
@@ -137,19 +137,23 @@ struct emhd_conn {
  * anything on an idle connection (its own answer to a bad request line)
  * before closing it, and nothing public reports MHD's writes. But MHD
  * writes on a connection without a response of ours only through its
- * error answer, which it logs first (transmit_error_response_len, 0.9.75
- * and 1.0.x alike), on the connection's own thread. So each thread counts
- * MHD's messages: a connection whose thread logged nothing since it went
- * idle had nothing written. A message for another connection of the same
+ * error answer, which it announces first, on the connection's own thread,
+ * with one message ("Error processing request (HTTP response code is
+ * ...", transmit_error_response_len, 0.9.75 and 1.0.x alike; its other
+ * messages come with closes that write nothing). So each thread counts
+ * those announcements: a connection whose thread announced none since it
+ * went idle had nothing written. One for another connection of the same
  * thread makes the answer doubtful, and then none is written (a close,
  * never two answers). Without MHD's messages nothing can be told.
  */
+#define EMHD_ANSWER_MSG "Error processing request"
+
 struct emhd_worker {
     pthread_t tid;
-    atomic_ullong msgs; /* MHD messages logged on this thread */
+    atomic_ullong msgs; /* MHD's answers announced on this thread */
 };
 
-/* MHD logged nothing on ec's thread since its count was `mark`: MHD wrote
+/* MHD announced no answer on ec's thread since its count was `mark`: it wrote
  * nothing of its own on ec since then (emhd_worker). Any thread. */
 static bool emhd_quiet_since(const emhd_conn *ec, unsigned long long mark)
 {
@@ -575,8 +579,8 @@ static int emhd_watch(emhd_server *es, emhd_conn *ec, long long now, bool room)
     if (c->state == SRV_CONN_SEND && emhd_send_progressed(ec, now))
         return -1;
     if (ec->fd >= 0 && atomic_exchange(&ec->lib_stuck, false)) {
-        /* MHD may have written an answer meanwhile (it logged): its
-         * close ends the connection. */
+        /* MHD may have written an answer meanwhile (it announced one):
+         * its close ends the connection. */
         if (!emhd_quiet_since(ec, atomic_load(&ec->stuck_msgs))) {
             c->deadline = (uint64_t)(now + es->header_ms);
             return -1;
@@ -753,14 +757,16 @@ static void emhd_log(void *cls, const char *fmt, va_list ap)
     /* The query's parameters filled MHD's pool: each takes a header record
      * from it. 0.9.75 queues its 431 and then loses it (it goes on reading
      * a head it has discarded), and the connection would wait for its
-     * header deadline. The watchdog answers it soon unless MHD logged
-     * more on that thread since (it may have written: emhd_worker). The
-     * log of the 431 it queues (and loses) comes in the same call, while
-     * the query is still being split: that one is the failure's own.
+     * header deadline. The watchdog answers it soon unless MHD announced
+     * an answer on that thread since (emhd_worker). The announcement of
+     * the 431 it queues (and loses) comes in the same call, while the
+     * query is still being split: that one is the failure's own.
      * 1.0.0 and later send their 431 (read in v1.0.1's
      * connection_add_header): nothing to watch there. */
     emhd_worker *w = emhd_worker_self(es, false);
-    unsigned long long msgs = w != NULL ? atomic_fetch_add(&w->msgs, 1) + 1 : 0;
+    unsigned long long msgs = w != NULL ? atomic_load(&w->msgs) : 0;
+    if (w != NULL && strstr(fmt, EMHD_ANSWER_MSG) != NULL)
+        msgs = atomic_fetch_add(&w->msgs, 1) + 1;
     emhd_conn *sc = emhd_splitting != NULL ? emhd_splitting->ec : NULL;
     if (sc != NULL && atomic_load(&sc->lib_stuck))
         atomic_store(&sc->stuck_msgs, msgs);
@@ -910,8 +916,8 @@ static void emhd_abandon(emhd_server *es, emhd_req *er)
  * MHD is about to close the connection (NOTIFY_CLOSED; MHD_USE_TURBO, so
  * it has not shut the socket down yet).
  * - Between requests, a close MHD made on its own, with the client still
- *   there and nothing written (its thread logged nothing since: MHD logs
- *   each answer of its own first, emhd_worker), means MHD dropped a
+ *   there and nothing written (its thread announced no answer since: MHD
+ *   announces each answer of its own first, emhd_worker), means MHD dropped a
  *   request line without a space: the core's 400 is written here, as on
  *   every engine.
  * - Then linger: keep a duplicate of the socket with its write side shut

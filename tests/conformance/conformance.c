@@ -1565,7 +1565,8 @@ static int conformance_tls_main(void)
         failed += cmocka_run_group_tests_name(name, static_files, group_h2, NULL);
     }
     const struct CMUnitTest static_raw[] = {STATIC_CASE(test_static_traversal_raw),
-                                            STATIC_CASE(test_static_shrink_raw)};
+                                            STATIC_CASE(test_static_shrink_raw),
+                                            STATIC_CASE(test_static_answers_while_workers_busy)};
     snprintf(name, sizeof name, "conformance %s (TLS): static files, raw traversal inside TLS",
              g_engine_name);
     failed += cmocka_run_group_tests_name(name, static_raw, tls_raw_group_setup,
@@ -1904,6 +1905,7 @@ int main(int argc, char **argv)
         const struct CMUnitTest static_files[] = {
             STATIC_CASES, STATIC_CASE(test_static_traversal_raw),
             STATIC_CASE(test_static_shrink_raw),
+            STATIC_CASE(test_static_answers_while_workers_busy),
             cmocka_unit_test(test_static_add_errors),
         };
         snprintf(name, sizeof name, "conformance %s%s: static files", g_engine_name, run);

@@ -535,6 +535,7 @@ void test_static_get(void **state);
 void test_static_cache_hostile(void **state);
 void test_static_range_sendfile(void **state);
 void test_static_shrink_raw(void **state);
+void test_static_answers_while_workers_busy(void **state);
 void test_static_big(void **state);
 void test_static_conditional(void **state);
 void test_static_range(void **state);

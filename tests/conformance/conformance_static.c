@@ -120,6 +120,15 @@ static void sf_remove_tree(void)
     g_sf_big = NULL;
 }
 
+/* Blocking (on a worker in every mode): hold it ?ms= (sf_busy). */
+static void sf_h_hold(srv_request *req, void *ctx)
+{
+    (void)ctx;
+    const char *v = srv_request_query(req, "ms");
+    sleep_ms(v != NULL ? atol(v) : 1000);
+    srv_respond(req, 200, "text/plain", "held\n", 5);
+}
+
 int static_setup(void **state)
 {
     if (sf_make_tree() != 0) {
@@ -156,6 +165,8 @@ int static_setup(void **state)
     so.root = g_sf_root;
     so.max_age = 60;
     int rc = srv_static_add(f->srv, &so);
+    if (rc == 0)
+        rc = srv_route(f->srv, "GET", "/hold", sf_h_hold, NULL);
     srv_compression_opts z;
     srv_compression_opts_init(&z);
     z.min_size = 1024;
@@ -966,4 +977,33 @@ void test_static_shrink_raw(void **state)
     CHECK(c->received < (size_t)size, "huge.bin: %zu bytes, the whole file", c->received);
     rc_close(c);
     sf_raw(f, "/static/small.txt", 200, "hello static\n");
+}
+
+/* What the I/O thread answers without a worker (issue 34: no hand-off for
+ * a cached small file, its HEAD and 304, or a path that names nothing)
+ * is answered while every worker is held by a blocking route. */
+void test_static_answers_while_workers_busy(void **state)
+{
+    fx *f = *state;
+    const char *what = "static answers while every worker is busy";
+    CHECK(sf_date("root/small.txt", time(NULL) - 60) == 0, "utimensat");
+    sf_expect(f, "/static/small.txt", 200, "text/plain; charset=utf-8", "hello static\n"); /* cached */
+    enum { HOLDERS = 8 }; /* static_setup's worker_threads */
+    rc_conn *hold[HOLDERS];
+    for (int i = 0; i < HOLDERS; i++) {
+        hold[i] = conn_open(f, what);
+        conn_send_str(hold[i], what, "GET /hold?ms=2500 HTTP/1.1\r\nHost: conformance\r\n\r\n");
+    }
+    sleep_ms(300); /* every worker is in sf_h_hold now */
+    long long t0 = rc_now_ms();
+    sf_raw(f, "/static/small.txt", 200, "hello static\n");
+    sf_raw(f, "/static/no-such-file.txt", 404, NULL);
+    sf_raw(f, "/static/no-such-dir/x.txt", 404, NULL);
+    sf_raw(f, "/static/small.txt/under-a-file", 404, NULL);
+    long long took = rc_now_ms() - t0;
+    CHECK(took < 1500, "[%s] the answers took %lld ms: they waited for a worker", what, took);
+    for (int i = 0; i < HOLDERS; i++) {
+        conn_expect(hold[i], what, 0, 200, "held\n", NULL);
+        rc_close(hold[i]);
+    }
 }
