@@ -2,11 +2,13 @@
 # The open-file cache's bound under many files (issue 34): each engine
 # serves 10,000 distinct 4 KiB files (examples/greetings --static DIR)
 # while wrk -t2 -c100 asks for them at random for SECONDS (default 60).
-# The server's VmRSS and open descriptors are sampled every 5 s; a row
-# passes when RSS at the end is at most 2 MiB over its sample at half
-# time (by then every file was asked for many times over, and the
-# allocator's per-thread arenas of a pool of workers have warmed: a leak
-# grows on, a warm-up levels off) and the descriptors stay
+# The server's VmRSS and open descriptors are sampled every second; a row
+# passes when the median RSS of the last quarter of the run is at most
+# 2 MiB over the median of its second quarter (by then every file was
+# asked for many times over and the allocator's per-thread arenas have
+# warmed: a leak grows on, a warm-up levels off; medians, because a
+# loop's buffers swing a few MB from one second to the next) and the
+# descriptors stay
 # within the cache's entries (at most 1024, fewer under a low
 # RLIMIT_NOFILE) plus wrk's 100 connections plus 64.
 # Bounded: every server killed by its PID, the temp dir removed.
@@ -43,7 +45,7 @@ fdmax=$((1024 + 100 + 64))
 rss_kb() { awk '/^VmRSS:/ {print $2}' /proc/$1/status 2>/dev/null || echo 0; }
 fds() { ls /proc/$1/fd 2>/dev/null | wc -l; }
 
-printf '%-11s %9s %9s %9s %9s %7s %12s %8s %s\n' engine 'rss@half' 'rss@end' 'rss max' growth fds 'req/s' non-2xx verdict
+printf '%-11s %9s %9s %9s %9s %7s %12s %8s %s\n' engine 'rss q2' 'rss q4' 'rss max' growth fds 'req/s' non-2xx verdict
 for e in $engines; do
     "$build/examples/greetings/greetings" --engine "$e" --port $port --static "$dir" \
         >"$dir/greetings.log" 2>&1 &
@@ -52,18 +54,23 @@ for e in $engines; do
         timeout $((secs + 30)) wrk -t2 -c100 -d"${secs}s" -s "$dir/random.lua" \
             "http://127.0.0.1:$port" > "$dir/wrk.out" 2>&1 &
         wpid=$!
-        t=0 warm=0 max=0 fdpeak=0 half=$((secs / 10 * 5))
+        t=0 max=0 fdpeak=0
+        : > "$dir/rss"
         while [ $t -lt "$secs" ]; do
-            sleep 5
-            t=$((t + 5))
+            sleep 1
+            t=$((t + 1))
             r=$(rss_kb $pid)
+            echo "$t $r" >> "$dir/rss"
             [ "$r" -le "$max" ] || max=$r
-            [ $t -ne $half ] || warm=$r
             n=$(fds $pid)
             [ "$n" -le "$fdpeak" ] || fdpeak=$n
         done
         wait $wpid 2>/dev/null || true
-        end=$(rss_kb $pid)
+        # median KIB of the samples with FROM < t <= TO
+        median() { awk -v a="$1" -v b="$2" '$1 > a && $1 <= b {print $2}' "$dir/rss" | sort -n |
+                   awk '{v[NR] = $1} END {print NR ? v[int((NR + 1) / 2)] : 0}'; }
+        warm=$(median $((secs / 4)) $((secs / 2)))
+        end=$(median $((secs * 3 / 4)) "$secs")
         rps=$(awk '/^Requests\/sec:/ {print $2}' "$dir/wrk.out")
         bad=$(awk '/Non-2xx/ {print $NF}' "$dir/wrk.out")
         growth=$((end - warm))
