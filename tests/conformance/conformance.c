@@ -1160,18 +1160,25 @@ void *partial_stop_run(void *arg)
     return NULL;
 }
 
+int partial_stop_finish(fx *f, rc_conn *c, pthread_t t, int timeout_ms, int *status)
+{
+    rc_response r;
+    int rc = rc_read_response(c, &r, 0, timeout_ms);
+    *status = rc == RC_OK ? r.status : 0;
+    rc_response_free(&r);
+    pthread_join(t, NULL);
+    f->stopped = 1;
+    return rc;
+}
+
 /* The end of a stop whose grace a request never completed within: the
  * request gets 503 once the grace is over, and the stop waited for it
  * (took at least most of the grace) without hanging past it. Joins t. */
 void partial_stop_expect_overrun(fx *f, rc_conn *c, partial_stop *ps, pthread_t t,
                                  const char *what)
 {
-    rc_response r;
-    int rc = rc_read_response(c, &r, 0, 4000);
-    int st = rc == RC_OK ? r.status : 0;
-    rc_response_free(&r);
-    pthread_join(t, NULL);
-    f->stopped = 1;
+    int st = 0;
+    int rc = partial_stop_finish(f, c, t, 4000, &st);
     CHECK(rc == RC_OK && st == 503, "[%s] expected 503 at the end of the grace, got %s "
           "status %d", what, rc_strerror(rc), st);
     CHECK(ps->rc == 0 && ps->took < 3000, "[%s] srv_server_stop: %d after %lld ms", what,

@@ -229,6 +229,9 @@ typedef struct partial_stop {
     long long took;
 } partial_stop;
 void *partial_stop_run(void *arg); /* a pthread start: srv_server_stop(f->srv, grace_ms) */
+/* Read c's answer within timeout_ms (*status 0: none), then join the stop
+ * thread t; the rc_read_response result. */
+int partial_stop_finish(fx *f, rc_conn *c, pthread_t t, int timeout_ms, int *status);
 void partial_stop_expect_overrun(fx *f, rc_conn *c, partial_stop *ps, pthread_t t,
                                  const char *what);
 void conn_expect_408_or_nothing(rc_conn *c, const char *what);

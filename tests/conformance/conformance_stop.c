@@ -216,12 +216,8 @@ void test_crlf_trickle_times_out(void **state)
 static void stop_expect_partial_line_closed(fx *f, rc_conn *c, partial_stop *ps, pthread_t t,
                                             const char *what)
 {
-    rc_response r;
-    int rc = rc_read_response(c, &r, 0, 2000);
-    int st = rc == RC_OK ? r.status : 0;
-    rc_response_free(&r);
-    pthread_join(t, NULL);
-    f->stopped = 1;
+    int st = 0;
+    int rc = partial_stop_finish(f, c, t, 2000, &st);
     CHECK(rc == RC_CLOSED || rc == RC_RESET, "[%s] with SRV_CAP_STOP_CLOSES_PARTIAL_LINE "
           "expected a close without an answer, got %s status %d", what, rc_strerror(rc), st);
     CHECK(ps->rc == 0 && ps->took < 700, "[%s] srv_server_stop: %d after %lld ms (the "
@@ -242,12 +238,8 @@ static void stop_request_line_completes(fx *f, const char *what, int bodies)
     }
     sleep_ms(300);
     rc_send_str(c, "lo HTTP/1.1\r\n" HOST "\r\n", 1000);
-    rc_response r;
-    int rc = rc_read_response(c, &r, 0, 4000);
-    int st = rc == RC_OK ? r.status : 0;
-    rc_response_free(&r);
-    pthread_join(t, NULL);
-    f->stopped = 1;
+    int st = 0;
+    int rc = partial_stop_finish(f, c, t, 4000, &st);
     CHECK(rc == RC_OK && st == 200, "[%s] expected 200, got %s status %d", what,
           rc_strerror(rc), st);
     CHECK(ps.rc == 0 && ps.took < 3000, "[%s] srv_server_stop: %d after %lld ms", what,
