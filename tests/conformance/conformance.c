@@ -1426,7 +1426,9 @@ long long trickle(rc_conn *c, const void *first, size_t flen,
         STATIC_CASE(test_static_conditional), STATIC_CASE(test_static_range),   \
         STATIC_CASE(test_static_head), STATIC_CASE(test_static_directories),    \
         STATIC_CASE(test_static_refused), STATIC_CASE(test_static_parallel),    \
-        STATIC_CASE(test_static_cache_hostile), STATIC_CASE(test_static_range_sendfile)
+        STATIC_CASE(test_static_cache_hostile), STATIC_CASE(test_static_range_sendfile), \
+        STATIC_CASE(test_static_gzip), STATIC_CASE(test_static_gzip_conditional),   \
+        STATIC_CASE(test_static_gzip_sibling)
 
 /* `conformance ENGINE tls`: the libcurl cases over HTTPS, then the TLS
  * group. The raw-socket groups speak cleartext HTTP/1 and are not run. */
@@ -1573,7 +1575,8 @@ static int conformance_tls_main(void)
     }
     const struct CMUnitTest static_raw[] = {STATIC_CASE(test_static_traversal_raw),
                                             STATIC_CASE(test_static_shrink_raw),
-                                            STATIC_CASE(test_static_answers_while_workers_busy)};
+                                            STATIC_CASE(test_static_answers_while_workers_busy),
+                                            STATIC_CASE(test_static_gzip_raw)};
     snprintf(name, sizeof name, "conformance %s (TLS): static files, raw traversal inside TLS",
              g_engine_name);
     failed += cmocka_run_group_tests_name(name, static_raw, tls_raw_group_setup,
@@ -1911,7 +1914,7 @@ int main(int argc, char **argv)
     {
         const struct CMUnitTest static_files[] = {
             STATIC_CASES, STATIC_CASE(test_static_traversal_raw),
-            STATIC_CASE(test_static_shrink_raw),
+            STATIC_CASE(test_static_shrink_raw), STATIC_CASE(test_static_gzip_raw),
             STATIC_CASE(test_static_answers_while_workers_busy),
             cmocka_unit_test(test_static_add_errors),
         };

@@ -548,6 +548,10 @@ void test_static_refused(void **state);
 void test_static_traversal_raw(void **state);
 void test_static_add_errors(void **state);
 void test_static_parallel(void **state);
+void test_static_gzip(void **state);
+void test_static_gzip_conditional(void **state);
+void test_static_gzip_sibling(void **state);
+void test_static_gzip_raw(void **state);
 
 /* ------------------------------------------------------------------ */
 /* Memory held and the streams' byte pattern (conformance_memory.c)    */
