@@ -15,7 +15,10 @@
 #               (bench/upload_measure.sh); then SSE_CLIENTS concurrent server-sent-event clients per
 #               engine (bench/sse_measure.sh, default 10000); then static
 #               files (4 KiB, 1 MiB) per engine against nginx
-#               (bench/static_measure.sh, STATIC_SECONDS per wrk run)
+#               (bench/static_measure.sh, STATIC_SECONDS per wrk run);
+#               then the open-file cache's bound: 10,000 distinct files
+#               asked at random for STATIC_MANY_SECONDS per engine, RSS and
+#               descriptors sampled (bench/static_many.sh, default 60)
 #   make fuzz   build the libFuzzer targets (clang, build-fuzz) and run each
 #               for FUZZ_SECONDS (default 60); see docs/RELIABILITY.md
 #   make stress the attack and soak scenarios on every engine, loopback
@@ -30,6 +33,7 @@ STRESS_ARGS ?=
 STREAM_BUFFER ?= 1048576
 SSE_CLIENTS ?= 10000
 STATIC_SECONDS ?= 4
+STATIC_MANY_SECONDS ?= 60
 
 .PHONY: all deps build run test install bench fuzz stress clean
 
@@ -54,6 +58,7 @@ bench: build
 	./bench/upload_measure.sh $(BUILD)
 	./bench/sse_measure.sh $(BUILD) $(SSE_CLIENTS)
 	./bench/static_measure.sh $(BUILD) $(STATIC_SECONDS)
+	./bench/static_many.sh $(BUILD) $(STATIC_MANY_SECONDS)
 
 fuzz: deps
 	FUZZ_SECONDS=$(FUZZ_SECONDS) ./scripts/fuzz.sh

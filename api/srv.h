@@ -199,7 +199,15 @@ enum {
      * core's, on wslay). Without it srv_route_ws returns SRV_EENGINE. No
      * engine carries WebSocket over HTTP/2 (RFC 8441): a browser that
      * reached the server over h2 opens its WebSocket on HTTP/1.1. */
-    SRV_CAP_WEBSOCKET = 1u << 14
+    SRV_CAP_WEBSOCKET = 1u << 14,
+    /* At a graceful stop, a kept-alive connection whose next request line
+     * has only partly arrived (no line end yet) is closed like an idle
+     * one, without an answer: its library reports a request only once the
+     * line is whole and shows nothing before that (mhd). A client sees the
+     * close any keep-alive connection may see (RFC 9112 9.3.1) and retries.
+     * Without it the stop counts such a request as arriving: served if it
+     * completes within the grace, else answered 503. */
+    SRV_CAP_STOP_CLOSES_PARTIAL_LINE = 1u << 15
 };
 
 /* srv_engine_caps: the engine's SRV_CAP_* bits (0 for NULL). Any thread. */
@@ -1590,14 +1598,18 @@ int srv_cors_add(srv_server *srv, const srv_cors_opts *opts);
  * gzip for responses, configured like Spring Boot's server.compression.*:
  * an answer given with srv_respond is compressed when its Content-Type
  * (parameters aside, case-insensitive) is in mime_types, its body has at
- * least min_size bytes, the request's Accept-Encoding accepts gzip (q > 0,
- * or "*"), the application set no Content-Encoding itself, and the status
+ * least min_size bytes, the request's Accept-Encoding accepts gzip (gzip
+ * or x-gzip with q > 0, or "*" with q > 0 where gzip is not named; a
+ * malformed q refuses; several lines are one list), the application set
+ * no Content-Encoding itself, and the status
  * is not 206, 204, 304 or 1xx; it then carries "Content-Encoding: gzip"
  * and its Content-Length is the compressed size. Every answer of a listed
  * type and size gets "Vary: Accept-Encoding", compressed or not. A body
  * that would not shrink is sent as it is. The core's own short answers
  * (404, 503...) are below any sensible min_size. An ETag the application
  * set is sent unchanged: make it weak (W/"...") or vary it by encoding.
+ * Static files (srv_static_add) of a listed type and size are compressed
+ * too: see there.
  */
 typedef struct srv_compression_opts {
     size_t size;            /* set by srv_compression_opts_init */
@@ -1661,8 +1673,24 @@ int srv_compression_set(srv_server *srv, const srv_compression_opts *opts);
  *   "%2e%2e") never reach it: the core answers 400 (see "Path patterns").
  * The body is read from the file in pieces into a streamed response
  * (srv_stream_*), never whole into memory, so the engine must have
- * SRV_CAP_STREAM (all built-in engines do); such answers are not gzip'ed
- * by srv_compression_set (it applies to srv_respond bodies only).
+ * SRV_CAP_STREAM (all built-in engines do).
+ * With srv_compression_set on, a file whose type is in its mime_types and
+ * whose size is at least its min_size goes gzip'ed to a request whose
+ * Accept-Encoding accepts gzip (its rules), with "Content-Encoding: gzip":
+ * - a sibling "NAME.gz" that is a regular file inside the root (opened as
+ *   the file is: no link out) and not older than the file is sent as it
+ *   is, with its Content-Length and ETag "<its own>-gzip";
+ * - else a small cached file's gzip'ed bytes (kept with its bytes), with
+ *   Content-Length; else the file gzip'ed as it is read, in pieces on a
+ *   worker (constant memory; no Content-Length: chunked on HTTP/1.1, the
+ *   close ends it on HTTP/1.0); ETag W/"<identity>-gzip" in both cases.
+ * Every answer about such a file, gzip'ed or not, carries "Vary:
+ * Accept-Encoding"; the gzip form has no Accept-Ranges. If-None-Match
+ * gives 304 for the ETag of the form chosen, the identity ETag, or the
+ * gzip one when gzip is acceptable (the 304 carries the one that
+ * matched). A request with Range is answered from the file as it is
+ * (206/416/200), never gzip'ed. HEAD: the GET's headers. NAME.gz asked
+ * for itself is an ordinary application/gzip file.
  * Resolution stays inside the root: openat2(RESOLVE_BENEATH) where the
  * kernel has it (Linux 5.6+), else the opened file's path is checked
  * against the root's real path (/proc/self/fd) and refused when outside.

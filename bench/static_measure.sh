@@ -7,6 +7,7 @@
 # by its PID, the temp dir removed.
 # Usage: bench/static_measure.sh [BUILD_DIR] [SECONDS]
 set -eu
+. "$(dirname "$0")/static_lib.sh"
 build=${1:-build}
 secs=${2:-4}
 port=18298
@@ -19,14 +20,6 @@ head -c 1048576 /dev/urandom > "$dir/1m.bin"
 chmod 644 "$dir"/*.bin
 touch -d '1 hour ago' "$dir"/*.bin # settled, as deployed assets are (docs/API.md)
 
-wait_port() {
-    i=0
-    while ! curl -s -o /dev/null "http://127.0.0.1:$port$1"; do
-        i=$((i + 1))
-        [ $i -lt 50 ] || { echo "static_measure: nothing on port $port" >&2; return 1; }
-        sleep 0.1
-    done
-}
 
 # One wrk run: "req/s MB/s non2xx".
 measure() {
@@ -50,7 +43,7 @@ for e in $(cat "$build/srv_engines.txt"); do
     "$build/examples/greetings/greetings" --engine "$e" --port $port --static "$dir" \
         >"$dir/greetings.log" 2>&1 &
     pid=$!
-    if wait_port /static/4k.bin; then
+    if static_wait "http://127.0.0.1:$port/static/4k.bin" static_measure; then
         row "$e" 4k "$(measure /static/4k.bin)"
         row "$e" 1m "$(measure /static/1m.bin)"
     fi
@@ -58,29 +51,10 @@ for e in $(cat "$build/srv_engines.txt"); do
     wait $pid 2>/dev/null || true
 done
 
-if command -v nginx >/dev/null 2>&1; then
-    cat > "$dir/nginx.conf" <<CONF
-worker_processes 2;
-error_log $dir/error.log;
-pid $dir/nginx.pid;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    sendfile on;
-    keepalive_requests 100000000;
-    client_body_temp_path $dir/client_body;
-    proxy_temp_path $dir/proxy;
-    fastcgi_temp_path $dir/fastcgi;
-    uwsgi_temp_path $dir/uwsgi;
-    scgi_temp_path $dir/scgi;
-    server { listen 127.0.0.1:$port; location /static/ { alias $dir/; } }
-}
-CONF
-    nginx -c "$dir/nginx.conf" -p "$dir" 2>/dev/null
-    if wait_port /static/4k.bin; then
+if static_nginx_start "$dir" $port; then
+    if static_wait "http://127.0.0.1:$port/static/4k.bin" static_measure; then
         row nginx 4k "$(measure /static/4k.bin)"
         row nginx 1m "$(measure /static/1m.bin)"
     fi
-    kill "$(cat "$dir/nginx.pid")" 2>/dev/null || true
-    sleep 0.3
+    static_nginx_stop "$dir"
 fi

@@ -11,6 +11,7 @@
 # killed by its PID, the temp dir removed.
 # Usage: bench/static_profile.sh [BUILD_DIR] [SECONDS] [FILE_BYTES]
 set -eu
+. "$(dirname "$0")/static_lib.sh"
 build=${1:-build}
 secs=${2:-3}
 bytes=${3:-4096}
@@ -26,14 +27,6 @@ chmod 644 "$dir/f.bin"
 touch -d '1 hour ago' "$dir/f.bin" # settled, as deployed assets are
 url="http://127.0.0.1:$port/static/f.bin"
 
-wait_port() {
-    i=0
-    while ! curl -s -o /dev/null "$url"; do
-        i=$((i + 1))
-        [ $i -lt 50 ] || { echo "static_profile: nothing on port $port" >&2; return 1; }
-        sleep 0.1
-    done
-}
 
 reqs() { # wrk's output on stdin: the requests it completed
     awk '/requests in/ {print $1}'
@@ -82,38 +75,19 @@ for e in $(cat "$build/srv_engines.txt"); do
     "$build/examples/greetings/greetings" --engine "$e" --port $port --static "$dir" \
         >"$dir/greetings.log" 2>&1 &
     pid=$!
-    if wait_port; then
+    if static_wait "$url" static_profile; then
         profile "$e" $pid
     fi
     kill $pid 2>/dev/null || true
     wait $pid 2>/dev/null || true
 done
 
-if command -v nginx >/dev/null 2>&1; then
-    cat > "$dir/nginx.conf" <<CONF
-worker_processes 2;
-error_log $dir/error.log;
-pid $dir/nginx.pid;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    sendfile on;
-    keepalive_requests 100000000;
-    client_body_temp_path $dir/client_body;
-    proxy_temp_path $dir/proxy;
-    fastcgi_temp_path $dir/fastcgi;
-    uwsgi_temp_path $dir/uwsgi;
-    scgi_temp_path $dir/scgi;
-    server { listen 127.0.0.1:$port; location /static/ { alias $dir/; } }
-}
-CONF
-    nginx -c "$dir/nginx.conf" -p "$dir" 2>/dev/null
-    if wait_port; then
+if static_nginx_start "$dir" $port; then
+    if static_wait "$url" static_profile; then
         master=$(cat "$dir/nginx.pid")
         workers=$(pgrep -P "$master" | tr '\n' ' ')
         # shellcheck disable=SC2086
         profile nginx $workers
     fi
-    kill "$(cat "$dir/nginx.pid")" 2>/dev/null || true
-    sleep 0.3
+    static_nginx_stop "$dir"
 fi

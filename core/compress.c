@@ -136,58 +136,90 @@ static bool srv__compressible(const struct srv__compress *c, const char *content
     return false;
 }
 
-/* The q-value of a coding in Accept-Encoding: -1 absent, else 0..1000. */
-static int srv__coding_q(const char *accept, const char *coding)
+/* A qvalue (RFC 9110 12.4.2: "0" ["." 0*3DIGIT] / "1" ["." 0*3"0"]) at
+ * s[0..n) as 0..1000; -1 when malformed. */
+static int srv__qvalue(const char *s, size_t n)
 {
-    size_t clen = strlen(coding);
-    const char *p = accept, *item;
+    if (n == 0 || (s[0] != '0' && s[0] != '1'))
+        return -1;
+    int v = 0, digits = 0;
+    if (n > 1) {
+        if (s[1] != '.' || n > 5)
+            return -1;
+        for (size_t i = 2; i < n; i++, digits++) {
+            if (s[i] < '0' || s[i] > '9' || (s[0] == '1' && s[i] != '0'))
+                return -1;
+            v = v * 10 + (s[i] - '0');
+        }
+    }
+    while (digits++ < 3)
+        v *= 10;
+    return s[0] == '1' ? 1000 : v;
+}
+
+void srv__accept_encoding_gzip(const char *value, int *gzip_q, int *star_q)
+{
+    const char *p = value, *item;
     size_t len;
-    while (srv__next_item(&p, &item, &len)) {
+    while (p != NULL && srv__next_item(&p, &item, &len)) {
         size_t name = 0;
         while (name < len && item[name] != ';' && item[name] != ' ' && item[name] != '\t')
             name++;
-        if (name != clen || strncasecmp(item, coding, clen) != 0)
+        int *slot = NULL;
+        /* x-gzip is gzip (RFC 9110 8.4.1.3). */
+        if ((name == 4 && strncasecmp(item, "gzip", 4) == 0) ||
+            (name == 6 && strncasecmp(item, "x-gzip", 6) == 0))
+            slot = gzip_q;
+        else if (name == 1 && item[0] == '*')
+            slot = star_q;
+        if (slot == NULL)
             continue;
-        const char *q = memchr(item, ';', len);
-        if (q == NULL)
-            return 1000;
-        q++;
-        while (q < item + len && (*q == ' ' || *q == '\t'))
-            q++;
-        if (q + 2 > item + len || (q[0] != 'q' && q[0] != 'Q') || q[1] != '=')
-            return 1000;
-        q += 2;
-        int v = 0, digits = 0;
-        if (q < item + len && *q == '1')
-            return 1000;
-        if (q < item + len && *q == '0')
-            q++;
-        if (q < item + len && *q == '.')
-            for (q++; q < item + len && digits < 3 && *q >= '0' && *q <= '9'; q++, digits++)
-                v = v * 10 + (*q - '0');
-        while (digits++ < 3)
-            v *= 10;
-        return v;
+        /* Parameters: only q counts; a malformed one refuses the coding
+         * (never compress on a guess). */
+        int q = 1000;
+        const char *s = item + name, *end = item + len;
+        while (s < end) {
+            while (s < end && (*s == ' ' || *s == '\t'))
+                s++;
+            if (s == end)
+                break;
+            if (*s != ';') {
+                q = 0;
+                break;
+            }
+            s++;
+            while (s < end && (*s == ' ' || *s == '\t'))
+                s++;
+            const char *pe = s;
+            while (pe < end && *pe != ';')
+                pe++;
+            const char *ve = pe;
+            while (ve > s && (ve[-1] == ' ' || ve[-1] == '\t'))
+                ve--;
+            if (ve - s >= 2 && (s[0] == 'q' || s[0] == 'Q') && s[1] == '=') {
+                int v = srv__qvalue(s + 2, (size_t)(ve - s - 2));
+                q = v < 0 ? 0 : v;
+            }
+            s = pe;
+        }
+        /* Listed twice: the lower counts (a refusal is never overridden). */
+        if (*slot < 0 || q < *slot)
+            *slot = q;
     }
-    return -1;
 }
 
-static bool srv__accepts_gzip(const srv_request *req)
+bool srv__accepts_gzip(const srv_request *req)
 {
+    /* Several Accept-Encoding lines are one list (RFC 9110 5.3). */
+    int gzip = -1, star = -1;
     for (size_t i = 0; i < srv_request_header_count(req); i++) {
         const char *name, *value;
         srv_request_header_at(req, i, &name, &value);
-        if (strcasecmp(name, "Accept-Encoding") != 0)
-            continue;
-        int q = srv__coding_q(value, "gzip");
-        if (q < 0) {
-            int star = srv__coding_q(value, "*");
-            q = star < 0 ? 0 : star;
-        }
-        if (q > 0)
-            return true;
+        if (strcasecmp(name, "Accept-Encoding") == 0)
+            srv__accept_encoding_gzip(value, &gzip, &star);
     }
-    return false;
+    int q = gzip >= 0 ? gzip : star;
+    return q > 0;
 }
 
 /* The application already set a Content-Encoding (never compress twice). */
@@ -200,6 +232,50 @@ static bool srv__has_encoding(srv_request *req)
             found = true;
     pthread_mutex_unlock(&req->mu);
     return found;
+}
+
+bool srv__compress_static(const srv_server *srv, const char *content_type, uint64_t size)
+{
+    const struct srv__compress *c = srv->router.compress;
+    return c != NULL && size > 0 && size >= c->min_size && content_type != NULL &&
+           srv__compressible(c, content_type);
+}
+
+int srv__compress_level(const srv_server *srv)
+{
+    const struct srv__compress *c = srv->router.compress;
+    return c != NULL ? c->level : Z_DEFAULT_COMPRESSION;
+}
+
+void *srv__gzip_buf(const srv_server *srv, const void *body, size_t len, size_t *out_len)
+{
+    if (len == 0 || len > (size_t)UINT32_MAX)
+        return NULL;
+    z_stream zs;
+    memset(&zs, 0, sizeof zs);
+    if (deflateInit2(&zs, srv__compress_level(srv), Z_DEFLATED, 15 + 16 /* gzip wrapper */, 8,
+                     Z_DEFAULT_STRATEGY) != Z_OK)
+        return NULL;
+    uLong cap = deflateBound(&zs, (uLong)len);
+    unsigned char *out = malloc(cap);
+    if (out == NULL) {
+        deflateEnd(&zs);
+        return NULL;
+    }
+    zs.next_in = (Bytef *)(uintptr_t)body;
+    zs.avail_in = (uInt)len;
+    zs.next_out = out;
+    zs.avail_out = (uInt)cap;
+    int rc = deflate(&zs, Z_FINISH);
+    size_t got = zs.total_out;
+    deflateEnd(&zs);
+    /* Not smaller (already compressed data): worth nothing. */
+    if (rc != Z_STREAM_END || got >= len) {
+        free(out);
+        return NULL;
+    }
+    *out_len = got;
+    return out;
 }
 
 void *srv__compress_body(srv_request *req, int status, const char *content_type,
@@ -216,29 +292,10 @@ void *srv__compress_body(srv_request *req, int status, const char *content_type,
     if (!srv__accepts_gzip(req) || *len > (size_t)UINT32_MAX)
         return NULL;
 
-    z_stream zs;
-    memset(&zs, 0, sizeof zs);
-    if (deflateInit2(&zs, c->level, Z_DEFLATED, 15 + 16 /* gzip wrapper */, 8,
-                     Z_DEFAULT_STRATEGY) != Z_OK)
+    size_t got;
+    unsigned char *out = srv__gzip_buf(req->srv, body, *len, &got);
+    if (out == NULL)
         return NULL;
-    uLong cap = deflateBound(&zs, (uLong)*len);
-    unsigned char *out = malloc(cap);
-    if (out == NULL) {
-        deflateEnd(&zs);
-        return NULL;
-    }
-    zs.next_in = (Bytef *)(uintptr_t)body;
-    zs.avail_in = (uInt)*len;
-    zs.next_out = out;
-    zs.avail_out = (uInt)cap;
-    int rc = deflate(&zs, Z_FINISH);
-    size_t got = zs.total_out;
-    deflateEnd(&zs);
-    /* Not smaller (already compressed data): send it as it is. */
-    if (rc != Z_STREAM_END || got >= *len) {
-        free(out);
-        return NULL;
-    }
     if (srv_set_header(req, "Content-Encoding", "gzip") != 0) {
         free(out);
         return NULL;

@@ -614,6 +614,16 @@ typedef struct srv__stream_file {
  * the file stays the caller's. */
 int srv__stream_start_file(srv_request *req, int status, const char *content_type,
                            int64_t length, const srv__stream_file *file, srv_stream **out);
+/* srv_stream_start for a body the core writes itself (static.c's gzip):
+ * release(ctx) is called once when the request is freed, so what feeds
+ * the stream lives exactly as long as it may be called back. On failure
+ * (as srv_stream_start's) ctx stays the caller's. */
+int srv__stream_start_owned(srv_request *req, int status, const char *content_type,
+                            void (*release)(void *ctx), void *ctx, srv_stream **out);
+/* Cut the stream (a body that cannot be completed: the engine closes the
+ * connection instead of ending the body cleanly). The caller still ends
+ * it with srv_stream_end. */
+void srv__stream_cut(srv_stream *s);
 
 int srv__streams_init(srv_server *srv);
 void srv__streams_destroy(srv_server *srv);
@@ -648,6 +658,24 @@ size_t srv__percent_decode(const char *s, size_t n, char *out,
  * NULL to send it as it is. Any thread; before the answer is claimed. */
 void *srv__compress_body(srv_request *req, int status, const char *content_type,
                          const void *body, size_t *len);
+
+/* Accept-Encoding value `value` (one line; call once per line, they add
+ * up as one list): the q-values (0..1000) of gzip (or x-gzip) and of "*"
+ * lowered into *gzip_q and *star_q where listed (set them to -1 first: -1
+ * stays for "not listed"). A malformed q refuses (0). Pure: fuzzed and
+ * unit-tested. */
+void srv__accept_encoding_gzip(const char *value, int *gzip_q, int *star_q);
+/* Whether req's Accept-Encoding lines accept gzip (q > 0, or "*" with
+ * q > 0 where gzip is not listed). No line: false. */
+bool srv__accepts_gzip(const srv_request *req);
+/* Whether a body of this type and size is to be gzip'ed under
+ * srv_compression_set (off: false). */
+bool srv__compress_static(const srv_server *srv, const char *content_type, uint64_t size);
+/* The configured zlib level. */
+int srv__compress_level(const srv_server *srv);
+/* body[0..len) gzip'ed (malloc'd, *out_len its size), or NULL when it
+ * would not be smaller or memory ran out. */
+void *srv__gzip_buf(const srv_server *srv, const void *body, size_t len, size_t *out_len);
 
 /* ---- static_http.c: the pure HTTP parts of static files (static.c) ---- */
 
@@ -707,7 +735,11 @@ typedef struct srv__fentry {
     char etag[64];     /* srv__static_etag */
     char date[30];     /* Last-Modified */
     char *bytes;       /* the whole file when small and settled, else NULL */
-    size_t bytes_len;  /* counted against the cache's max_bytes */
+    /* With bytes, of a type compression applies to: the same gzip'ed when
+     * that is smaller (static_gzip.c), else NULL. */
+    char *gz;
+    size_t gz_len;
+    size_t bytes_len;  /* bytes + gz, counted against the cache's max_bytes */
     atomic_uint refs;
     struct srv__fentry *hnext, *lprev, *lnext; /* the table's, under its mu */
 } srv__fentry;
@@ -747,6 +779,17 @@ void srv__fcache_usage(srv__fcache *c, size_t *entries, size_t *bytes);
 bool srv__fentry_same(const srv__fentry *e, const struct stat *sb);
 void srv__fentry_ref(srv__fentry *e);
 void srv__fentry_unref(srv__fentry *e);
+
+/* ---- static_gzip.c: static files gzip'ed on the fly (static.c) ---------- */
+
+/* A small entry's gzip'ed bytes (e->gz), before it is published, when
+ * compression applies to its type and size and they are smaller. */
+void srv__static_gz_bytes(const srv_server *srv, srv__fentry *e);
+/* Answer req with e's bytes gzip'ed as they are read, in a stream of
+ * unknown length (headers set by the caller). On success e's reference is
+ * the stream's; on failure (srv_stream_start's codes, SRV_ENOMEM) it stays
+ * the caller's and req is answered only if the code says so. */
+int srv__static_gzip_stream(srv_request *req, int status, srv__fentry *e);
 
 /* Access log (access_log.c): copy the path (srv_server_new); check the
  * format and open the file (srv_server_start: SRV_EINVAL, SRV_ESYS);

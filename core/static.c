@@ -5,8 +5,8 @@
  * the cache knows is answered there: 304, 416, HEAD, small files from their
  * cached bytes (one srv_respond, so one write of head and body), and other
  * bodies as a file stream that the engine sends from the descriptor
- * (sendfile) or the core reads as the engine pulls. A miss goes to a
- * worker, which opens the file below the root without leaving it, caches
+ * (sendfile) or the core reads as the engine pulls. A path that names
+ * nothing gets its 404 there too. A miss goes to a worker, which opens the file below the root without leaving it, caches
  * it and answers the same way. The HTTP rules are in static_http.c.
  */
 #include "srv_core.h"
@@ -168,46 +168,152 @@ static void srv__static_release(void *ctx)
     srv__fentry_unref(ctx);
 }
 
+/* Whether a is at least as recent as b. */
+static bool srv__ts_ge(struct timespec a, struct timespec b)
+{
+    return a.tv_sec > b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec >= b.tv_nsec);
+}
+
+/* `"opaque"` or `W/"opaque"` with "-gzip" before the closing quote. */
+static void srv__gzip_etag(const char *etag, bool weak, char out[80])
+{
+    const char *t = etag[0] == 'W' && etag[1] == '/' ? etag + 2 : etag;
+    size_t n = strlen(t);
+    snprintf(out, 80, "%s%.*s-gzip\"", weak ? "W/" : "", (int)(n > 0 ? n - 1 : 0), t);
+}
+
+/* Whether req may get e gzip'ed: compression applies to its type and size
+ * and Accept-Encoding takes gzip. */
+static bool srv__static_accepts(srv_request *req, const srv__fentry *e)
+{
+    return srv__compress_static(req->srv, e->type, e->size) && srv__accepts_gzip(req);
+}
+
 /*
- * Answer req from the file e (the caller's reference, given up here): no
- * file I/O here. A body not in the cache is a file stream: the engine
- * sends it from the descriptor (sendfile) or the core reads it into the
- * stream buffer as the engine pulls, on the engine's thread, a piece of at
- * most the stream buffer at a time (memory per download is that buffer,
- * whatever the file's size).
+ * Answer req from the file e (the caller's reference, given up here), or
+ * from sib, e's fresh precompressed "name.gz" (a reference given up too;
+ * NULL: none): no file I/O here. A body not in the cache is a file stream:
+ * the engine sends it from the descriptor (sendfile) or the core reads it
+ * into the stream buffer as the engine pulls, on the engine's thread, a
+ * piece of at most the stream buffer at a time (memory per download is
+ * that buffer, whatever the file's size). The gzip form (srv_compression_set)
+ * is sib as it is, else e's cached gzip'ed bytes, else e deflated as it is
+ * read (static_gzip.c); it is never a range (a Range is answered from e),
+ * and it has its own ETag (the identity one with "-gzip": weak when made
+ * here, as its bytes depend on the zlib level) so that caches keep the two
+ * apart.
  */
-static void srv__static_serve(srv_request *req, const srv__static *st, srv__fentry *e)
+static void srv__static_serve(srv_request *req, const srv__static *st, srv__fentry *e,
+                              srv__fentry *sib)
 {
     uint64_t size = e->size;
-    int64_t mtime = (int64_t)e->mtim.tv_sec;
     bool head = strcmp(srv_request_method(req), "HEAD") == 0;
+    bool varies = srv__compress_static(req->srv, e->type, e->size);
+    bool accepts = varies && srv__accepts_gzip(req);
+    if (!accepts && sib != NULL) {
+        srv__fentry_unref(sib);
+        sib = NULL;
+    }
+    /* A cached file that gzip does not shrink goes out as it is. */
+    bool gzip = accepts && srv_request_header(req, "Range") == NULL &&
+                (sib != NULL || e->bytes == NULL || e->gz != NULL);
+    char gz_etag[80] = "";
+    if (accepts)
+        srv__gzip_etag(sib != NULL ? sib->etag : e->etag, sib == NULL, gz_etag);
+    const char *etag = gzip ? gz_etag : e->etag;
+    /* The other form's ETag also validates: a client may hold either. */
+    const char *other = gzip ? e->etag : accepts ? gz_etag : NULL;
+    const srv__fentry *dated = gzip && sib != NULL ? sib : e;
+    int64_t mtime = (int64_t)dated->mtim.tv_sec;
 
     /* RFC 9110 13.2.2: If-None-Match first; If-Modified-Since only without it. */
     const char *inm = srv_request_header(req, "If-None-Match");
     const char *ims = srv_request_header(req, "If-Modified-Since");
     int64_t since;
-    bool not_modified = inm != NULL ? srv__etag_list_match(inm, e->etag)
-                                    : (ims != NULL && srv__static_date_parse(ims, &since) &&
-                                       mtime <= since);
+    bool not_modified = false;
+    if (inm != NULL) {
+        if (srv__etag_list_match(inm, etag)) {
+            not_modified = true;
+        } else if (other != NULL && srv__etag_list_match(inm, other)) {
+            not_modified = true;
+            etag = other; /* the one the client holds */
+        }
+    } else {
+        not_modified = ims != NULL && srv__static_date_parse(ims, &since) && mtime <= since;
+    }
     uint64_t first = 0, last = size ? size - 1 : 0;
-    const char *range = head || not_modified ? NULL : srv_request_header(req, "Range");
+    const char *range = head || not_modified || gzip ? NULL : srv_request_header(req, "Range");
     int r = SRV__RANGE_NONE;
     if (range != NULL &&
-        srv__if_range_match(srv_request_header(req, "If-Range"), e->etag, mtime,
-                            (int64_t)time(NULL)))
+        srv__if_range_match(srv_request_header(req, "If-Range"), e->etag,
+                            (int64_t)e->mtim.tv_sec, (int64_t)time(NULL)))
         r = srv__range_parse(range, size, &first, &last);
     uint64_t length = size == 0 ? 0 : last - first + 1;
 
-    srv_set_header(req, "ETag", e->etag);
-    srv_set_header(req, "Last-Modified", e->date);
-    srv_set_header(req, "Accept-Ranges", "bytes");
+    srv_set_header(req, "ETag", etag);
+    srv_set_header(req, "Last-Modified", dated->date);
+    if (!gzip) /* ranges are of the identity form only */
+        srv_set_header(req, "Accept-Ranges", "bytes");
     if (st->cache_control[0] != '\0')
         srv_set_header(req, "Cache-Control", st->cache_control);
+    if (varies) /* compressed or not, the answer depends on Accept-Encoding */
+        srv_set_header(req, "Vary", "Accept-Encoding");
     if (not_modified) {
         srv__fentry_unref(e);
+        srv__fentry_unref(sib);
         srv_respond(req, 304, NULL, NULL, 0);
         return;
     }
+    if (gzip) {
+        srv_set_header(req, "Content-Encoding", "gzip");
+        if (sib != NULL) { /* served as it is: swap it in for e */
+            const char *type = e->type; /* static storage */
+            srv__fentry_unref(e);
+            e = sib;
+            sib = NULL;
+            size = e->size;
+            if (!head && size > 0 && e->bytes != NULL) {
+                srv__respond_as_is(req, 200, type, e->bytes, (size_t)size);
+                srv__fentry_unref(e);
+                return;
+            }
+            srv__stream_file file = {.fd = e->fd, .release = srv__static_release, .ctx = e};
+            srv_stream *stream;
+            int rc = srv__stream_start_file(req, 200, type, (int64_t)size, &file, &stream);
+            if (rc != 0) {
+                srv__fentry_unref(e);
+                if (rc == SRV_EINVAL || rc == SRV_EENGINE)
+                    srv__static_answer(req, 500,
+                                       "Internal Server Error: static files need streams\n");
+                return;
+            }
+            srv_stream_end(stream);
+            return;
+        }
+        if (e->gz != NULL) { /* HEAD too: the core sends its Content-Length only */
+            srv__respond_as_is(req, 200, e->type, e->gz, e->gz_len);
+            srv__fentry_unref(e);
+            return;
+        }
+        int rc;
+        if (head) { /* the length is not known without deflating it all */
+            srv_stream *stream;
+            rc = srv_stream_start(req, 200, e->type, SRV_LENGTH_UNKNOWN, &stream);
+            if (rc == 0)
+                srv_stream_end(stream);
+            srv__fentry_unref(e);
+        } else {
+            rc = srv__static_gzip_stream(req, 200, e);
+            if (rc != 0)
+                srv__fentry_unref(e);
+        }
+        if (rc == SRV_EINVAL || rc == SRV_EENGINE || rc == SRV_ENOMEM)
+            srv__static_answer(req, rc == SRV_ENOMEM ? 503 : 500,
+                               rc == SRV_ENOMEM ? "Service Unavailable\n"
+                                                : "Internal Server Error: static files need streams\n");
+        return;
+    }
+    srv__fentry_unref(sib);
     char cr[80];
     if (r == SRV__RANGE_UNSAT) {
         srv__fentry_unref(e);
@@ -241,8 +347,10 @@ static void srv__static_serve(srv_request *req, const srv__static *st, srv__fent
 }
 
 /* A new cache entry for the open file fd (given up here) named `name`,
- * with its bytes when small and settled. NULL when out of memory. */
-static srv__fentry *srv__static_entry(int fd, const struct stat *sb, const char *name)
+ * with its bytes when small and settled (and those gzip'ed, when
+ * compression applies to them). NULL when out of memory. */
+static srv__fentry *srv__static_entry(const srv_server *srv, int fd, const struct stat *sb,
+                                      const char *name)
 {
     srv__fentry *e = srv__fentry_new(name, fd, sb);
     if (e == NULL) {
@@ -268,6 +376,7 @@ static srv__fentry *srv__static_entry(int fd, const struct stat *sb, const char 
         if (b != NULL && got == e->size) {
             e->bytes = b;
             e->bytes_len = got;
+            srv__static_gz_bytes(srv, e);
         } else {
             free(b); /* it shrank meanwhile: served from the descriptor */
         }
@@ -275,10 +384,72 @@ static srv__fentry *srv__static_entry(int fd, const struct stat *sb, const char 
     return e;
 }
 
-/* A worker: open the file below the root (the index of a directory), put
- * it in the cache, answer. */
-static void srv__static_open_serve(srv_request *req, srv__static *st)
+/* "name.gz" (malloc'd), or NULL when out of memory. */
+static char *srv__gz_name(const char *name)
 {
+    size_t n = strlen(name);
+    char *gz = malloc(n + 4);
+    if (gz != NULL) {
+        memcpy(gz, name, n);
+        memcpy(gz + n, ".gz", 4);
+    }
+    return gz;
+}
+
+/* e's precompressed sibling "name.gz" from the cache, when the path names
+ * a regular file at least as recent as e. *open_it: there is one the cache
+ * does not know (a worker must open it). The I/O thread: stats only. */
+static srv__fentry *srv__static_sibling_cached(srv__static *st, const srv__fentry *e,
+                                               bool *open_it)
+{
+    *open_it = false;
+    char *gz = srv__gz_name(e->name);
+    if (gz == NULL)
+        return NULL;
+    struct stat sb;
+    srv__fentry *g = NULL;
+    if (fstatat(st->rootfd, gz, &sb, 0) != 0)
+        srv__fcache_get(&st->cache, gz, NULL); /* gone: its entry too */
+    else if (S_ISREG(sb.st_mode) && srv__ts_ge(sb.st_mtim, e->mtim))
+        *open_it = (g = srv__fcache_get(&st->cache, gz, &sb)) == NULL;
+    free(gz);
+    return g;
+}
+
+/* A worker: open e's sibling "name.gz" below the root, as the file itself
+ * is (no way out through a link), and cache it; NULL when there is no
+ * fresh regular one. */
+static srv__fentry *srv__static_sibling_open(srv_request *req, srv__static *st,
+                                             const srv__fentry *e)
+{
+    char *gz = srv__gz_name(e->name);
+    if (gz == NULL)
+        return NULL;
+    srv__fentry *g = NULL;
+    int fd = srv__static_open(st->rootfd, st->real_root, gz, true);
+    struct stat sb;
+    if (fd < 0) {
+        srv__fcache_drop(&st->cache, gz);
+    } else if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || !srv__ts_ge(sb.st_mtim, e->mtim)) {
+        close(fd);
+    } else if ((g = srv__static_entry(req->srv, fd, &sb, gz)) != NULL) {
+        srv__fcache_put(&st->cache, g);
+    }
+    free(gz);
+    return g;
+}
+
+/* A worker: open the file below the root (the index of a directory), put
+ * it in the cache, answer; e: the file, found in the cache already (its
+ * sibling is what must be opened). */
+static void srv__static_open_serve(srv_request *req, srv__static *st, srv__fentry *e)
+{
+    if (e != NULL) {
+        srv__fentry *sib = srv__static_accepts(req, e) ? srv__static_sibling_open(req, st, e)
+                                                       : NULL;
+        srv__static_serve(req, st, e, sib);
+        return;
+    }
     const char *value = srv_request_param(req, "path");
     int fd = srv__static_open(st->rootfd, st->real_root, value[0] ? value : ".", true);
     if (fd < 0) {
@@ -333,14 +504,15 @@ static void srv__static_open_serve(srv_request *req, srv__static *st)
         srv__static_answer(req, 404, "Not Found\n");
         return;
     }
-    srv__fentry *e = srv__static_entry(fd, &sb, name);
+    e = srv__static_entry(req->srv, fd, &sb, name);
     free(index_path);
     if (e == NULL) {
         srv__static_answer(req, 503, "Service Unavailable\n");
         return;
     }
     srv__fcache_put(&st->cache, e);
-    srv__static_serve(req, st, e);
+    srv__fentry *sib = srv__static_accepts(req, e) ? srv__static_sibling_open(req, st, e) : NULL;
+    srv__static_serve(req, st, e, sib);
 }
 
 /* ---- the handler: the I/O thread, then maybe a worker ---------------------- */
@@ -349,26 +521,30 @@ typedef struct srv__static_job {
     srv_job job;
     srv_request *req;
     srv__static *st;
+    srv__fentry *e; /* found in the cache (a reference), or NULL */
 } srv__static_job;
 
 static void srv__static_job_run(srv_job *job)
 {
     srv__static_job *j = (srv__static_job *)job;
-    srv__static_open_serve(j->req, j->st);
+    srv__static_open_serve(j->req, j->st, j->e);
     free(j);
 }
 
 /* Continue on a worker: opening the file (and reading a small one's bytes
- * for the cache) may block. */
-static void srv__static_hand_off(srv_request *req, srv__static *st)
+ * for the cache) may block. e: the file from the cache (its reference
+ * goes with the job), when only its sibling must be opened. */
+static void srv__static_hand_off(srv_request *req, srv__static *st, srv__fentry *e)
 {
     srv__static_job *j = malloc(sizeof *j);
     if (j != NULL) {
-        *j = (srv__static_job){.job = {.run = srv__static_job_run}, .req = req, .st = st};
+        *j = (srv__static_job){
+            .job = {.run = srv__static_job_run}, .req = req, .st = st, .e = e};
         if (srv__pool_submit(srv_request_server(req), &j->job) == 0)
             return;
         free(j);
     }
+    srv__fentry_unref(e);
     srv__static_answer(req, 503, "Service Unavailable\n");
 }
 
@@ -387,7 +563,7 @@ static void srv__static_handler(srv_request *req, void *ctx)
     if (vlen == 0 || value[vlen - 1] == '/') {
         size_t ilen = st->index ? strlen(st->index) : 0;
         if (st->index == NULL || vlen + ilen >= sizeof buf) {
-            srv__static_hand_off(req, st);
+            srv__static_hand_off(req, st, NULL);
             return;
         }
         memcpy(buf, value, vlen);
@@ -399,19 +575,35 @@ static void srv__static_handler(srv_request *req, void *ctx)
      * served from it (its entry goes at once). */
     struct stat sb;
     srv__fentry *e = NULL;
-    if (fstatat(st->rootfd, name, &sb, 0) != 0)
+    if (fstatat(st->rootfd, name, &sb, 0) != 0) {
+        int err = errno;
         srv__fcache_get(&st->cache, name, NULL);
-    else if (S_ISREG(sb.st_mode))
+        /* Nothing there by any way of resolving it: the worker's confined
+         * open (which only refuses more) would answer the same 404. */
+        if (err == ENOENT || err == ENOTDIR) {
+            srv__static_answer(req, 404, "Not Found\n");
+            return;
+        }
+    } else if (S_ISREG(sb.st_mode))
         e = srv__fcache_get(&st->cache, name, &sb);
     if (e != NULL && e->bytes == NULL && e->size > 0 && e->size <= SRV__STATIC_SMALL &&
         (int64_t)time(NULL) - (int64_t)e->mtim.tv_sec >= SRV__STATIC_SETTLED_S) {
         srv__fentry_unref(e); /* settled since it was cached: read its bytes now */
         e = NULL;
     }
-    if (e != NULL)
-        srv__static_serve(req, st, e);
+    if (e == NULL) {
+        srv__static_hand_off(req, st, NULL);
+        return;
+    }
+    /* A precompressed sibling the cache does not know yet is opened on a
+     * worker, as any file is. */
+    bool open_it = false;
+    srv__fentry *sib = srv__static_accepts(req, e) ? srv__static_sibling_cached(st, e, &open_it)
+                                                   : NULL;
+    if (open_it)
+        srv__static_hand_off(req, st, e);
     else
-        srv__static_hand_off(req, st);
+        srv__static_serve(req, st, e, sib);
 }
 
 /* ---- registration ------------------------------------------------------------ */

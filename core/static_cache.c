@@ -57,6 +57,7 @@ void srv__fentry_unref(srv__fentry *e)
     if (e->fd >= 0)
         close(e->fd);
     free(e->bytes);
+    free(e->gz);
     free(e);
 }
 
@@ -151,8 +152,9 @@ void srv__fcache_put(srv__fcache *c, srv__fentry *e)
 {
     if (e->bytes_len > c->max_bytes) { /* never cached: too big for the bound */
         free(e->bytes);
-        e->bytes = NULL;
-        e->bytes_len = 0;
+        free(e->gz);
+        e->bytes = e->gz = NULL;
+        e->bytes_len = e->gz_len = 0;
     }
     srv__fentry_ref(e); /* the table's */
     pthread_mutex_lock(&c->mu);

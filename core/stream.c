@@ -158,6 +158,32 @@ int srv__stream_start_file(srv_request *req, int status, const char *content_typ
     return 0;
 }
 
+int srv__stream_start_owned(srv_request *req, int status, const char *content_type,
+                            void (*release)(void *ctx), void *ctx, srv_stream **out)
+{
+    if (req == NULL || out == NULL || release == NULL)
+        return SRV_EINVAL;
+    if (!(req->srv->engine->caps & SRV_ENGINE_CAP_STREAM))
+        return SRV_EENGINE;
+    /* A file stream with no file bytes: only its release is used. */
+    srv__stream_file none = {.fd = -1, .release = release, .ctx = ctx};
+    int rc = srv__inflight_answer_stream(req, status, content_type, SRV_LENGTH_UNKNOWN, &none);
+    if (rc != 0)
+        return rc;
+    srv__streams_link(req->stream);
+    *out = req->stream;
+    return 0;
+}
+
+void srv__stream_cut(srv_stream *s)
+{
+    pthread_mutex_lock(&s->req->mu);
+    if (!s->engine_done)
+        s->closed = true;
+    srv__stream_kick(s); /* one that is not waiting sees it at its next pull */
+    pthread_mutex_unlock(&s->req->mu);
+}
+
 /* Make room for `need` bytes at the tail (mu held): move the unsent bytes
  * to the front when none are lent to the engine. */
 static bool srv__stream_room(srv_stream *s, size_t need)

@@ -13,7 +13,6 @@
 #include <microhttpd.h>
 
 #include <limits.h>
-#include <linux/sockios.h>
 #include <linux/tcp.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -106,30 +105,11 @@ struct emhd_conn {
     bool asked;              /* MHD thread only: MHD reported a request line on it */
     struct emhd_req *req; /* MHD thread only: the request MHD has not completed */
     bool expect_close;       /* MHD thread only: the last request ends it */
-    /* MHD thread only: emhd_sent since it went idle, taken when needed
-     * (emhd_sample_idle); until then (sampled false) MHD wrote nothing. */
-    bool sampled;
-    unsigned long long sent;
-    emhd_worker *worker;           /* the MHD thread that owns it (NULL: unknown) */
-    emhd_conn *u_prev, *u_next;    /* in worker->unsampled */
-    bool u_listed;
-    /* The bytes of the requests MHD has parsed on it: quiesce tells a next
-     * request begun (part of its request line in MHD's buffer, which MHD
-     * reports only once the line is whole) from an idle connection by
-     * comparing TCP's count of bytes received with it. In cleartext a
-     * complete bodiless request adds its head (emhd_req.wire): no syscall
-     * per request. Over TLS (TCP counts records) and after a body it is
-     * TCP's own count when the request was complete (emhd_handed), taken
-     * before the answer goes out, so a client's next request cannot be in
-     * it (unless pipelined, then MHD parses it at once). */
-    _Atomic unsigned long long rcvd;
-    /* The next bodiless request samples TCP's count too, and counting
-     * resumes once a sample agrees with it: after a sample (which may hold
-     * a CRLF sent after a body, or pipelined bytes of that next request)
-     * and on a new connection (empty lines before its first request line
-     * are not in MHD's head size). MHD thread only. */
-    bool recount;
-    atomic_bool handshaken; /* TLS: the client's Finished arrived (rcvd set then) */
+    emhd_worker *worker; /* the MHD thread that owns it (NULL: unknown) */
+    /* MHD thread only: its worker's message count when it went idle
+     * (emhd_went_idle); emhd_closing asks whether MHD wrote since. */
+    unsigned long long idle_msgs;
+    atomic_bool handshaken; /* TLS: the client's Finished arrived */
     /* TLS: suspended while its handshake waits for the client (emhd_tls_pull),
      * in es->hs_epfd until its socket turns readable. hs_mu. */
     bool hs_waiting;
@@ -146,27 +126,39 @@ struct emhd_conn {
     int bad;
     uint64_t good;
     /* MHD ran out of pool for the query's parameters and left the request
-     * unanswered (emhd_log); lib_sent: emhd_sent then, set before. */
+     * unanswered (emhd_log); stuck_msgs: its worker's count of announced
+     * answers once MHD reported that failure (set before). */
     atomic_bool lib_stuck;
-    unsigned long long lib_sent;
+    _Atomic unsigned long long stuck_msgs;
 };
 
 /*
  * One per MHD polling thread. emhd_closing must know whether MHD wrote
  * anything on an idle connection (its own answer to a bad request line)
- * before closing it. Asking the socket (emhd_sent: two syscalls) after
- * every response cost an eighth of a light request's CPU, so it is asked
- * only when it can matter: MHD writes on an idle connection only through
- * its error answer, which it logs first on the connection's own thread
- * (transmit_error_response_len). Any MHD message therefore samples the
- * idle, not yet sampled connections of the thread that logs it
- * (emhd_sample_idle); a connection closed unsampled had nothing written
- * since it went idle. Without MHD's messages, every completion samples.
+ * before closing it, and nothing public reports MHD's writes. But MHD
+ * writes on a connection without a response of ours only through its
+ * error answer, which it announces first, on the connection's own thread,
+ * with one message ("Error processing request (HTTP response code is
+ * ...", transmit_error_response_len, 0.9.75 and 1.0.x alike; its other
+ * messages come with closes that write nothing). So each thread counts
+ * those announcements: a connection whose thread announced none since it
+ * went idle had nothing written. One for another connection of the same
+ * thread makes the answer doubtful, and then none is written (a close,
+ * never two answers). Without MHD's messages nothing can be told.
  */
+#define EMHD_ANSWER_MSG "Error processing request"
+
 struct emhd_worker {
     pthread_t tid;
-    emhd_conn *unsampled; /* owner thread only: idle, sent not taken */
+    atomic_ullong msgs; /* MHD's answers announced on this thread */
 };
+
+/* MHD announced no answer on ec's thread since its count was `mark`: it wrote
+ * nothing of its own on ec since then (emhd_worker). Any thread. */
+static bool emhd_quiet_since(const emhd_conn *ec, unsigned long long mark)
+{
+    return ec->worker != NULL && atomic_load(&ec->worker->msgs) == mark;
+}
 
 /* A connection the gate gave MHD (MHD_add_connection), until MHD reports
  * it at NOTIFY_STARTED on its own thread: what the gate knew of it. */
@@ -316,10 +308,6 @@ typedef struct emhd_req {
     bool closes;      /* the answer queued closes the connection whatever req says */
     atomic_int sstate; /* a streamed response's suspend hand-over (EMHD_S_*) */
     uint64_t file_len; /* a file body given to MHD whole (its sendfile), or 0 */
-    /* Its head's bytes (from the method, as MHD counts them) when it has no
-     * body; 0 otherwise or not parsed: then emhd_handed samples TCP's
-     * count (emhd_conn.rcvd). */
-    unsigned long long wire;
     /* A streamed body (SRV_ROUTE_STREAM_BODY; docs/ENGINES.md). MHD thread
      * only, but bst, which respond and body_kick change too. */
     bool sbody;       /* the core pulls the body */
@@ -426,7 +414,11 @@ static void emhd_linger_drain(emhd_server *es, long long now)
  * cost no getsockopt at all). */
 #define EMHD_ACKED_UNSAMPLED (ULLONG_MAX - 1)
 
-/* Bytes of ours the client's TCP has acknowledged; ULLONG_MAX when unknown. */
+/* Bytes of ours the client's TCP has acknowledged; ULLONG_MAX when unknown.
+ * This measures the client, not libmicrohttpd (whatever wrote the bytes):
+ * the one thing a send deadline needs, and the engine's only TCP_INFO read.
+ * MHD reports no write progress, and a file it sends (sendfile) calls
+ * nothing of ours until it is all in the socket. */
 static unsigned long long emhd_acked(int fd)
 {
     struct tcp_info ti;
@@ -455,42 +447,27 @@ static bool emhd_send_progressed(emhd_conn *ec, long long now)
 
 /*
  * While quiescing (es->lock and ec->mu held): an idle kept-alive
- * connection closes (the policy's quiet close at a quiesce),
- * unless a next request has begun on it: bytes received since its last
- * answer was written (TCP_INFO, against ec->rcvd), which MHD keeps in its
- * buffer and reports only once the request line is whole. That one counts
- * as arriving, so the grace waits for it, and gets a head deadline: it is
- * served if it completes, answered 503 at the stop if not. A connection
- * idle for less than EMHD_STOP_IDLE_MS (its answer was queued before the
- * quiesce, with keep-alive) is left for a later look: its client may be
- * sending its next request right now.
+ * connection closes (the policy's quiet close at a quiesce). MHD reports
+ * a next request only once its request line is whole and nothing public
+ * shows bytes in its buffer before that, so one whose line has partly
+ * arrived closes as idle too (SRV_CAP_STOP_CLOSES_PARTIAL_LINE: the race
+ * every keep-alive close has, RFC 9112 9.3.1). A connection idle for less
+ * than EMHD_STOP_IDLE_MS (its answer was queued before the quiesce, with
+ * keep-alive) is left for a later look: its client may be sending its
+ * next request right now, and MHD reports it if the line completes.
  */
 #define EMHD_STOP_IDLE_MS 100
-
-static unsigned long long emhd_received(int fd);
 
 static void emhd_quiesce_idle(emhd_server *es, emhd_conn *ec, long long now)
 {
     srv__conn *c = &ec->policy;
     if (!emhd_waiting(c) || ec->fd < 0 || c->deadline == UINT64_MAX)
         return;
-    /* TLS, handshake not done on our side: its bytes are no request yet.
-     * Looked at again once done (the client may be about to send one);
-     * the stop does not wait for it (it does not count as arriving). */
+    /* TLS, handshake not done on our side: looked at again once done (the
+     * client may be about to send a request); the stop does not wait for
+     * it (it does not count as arriving). */
     if (es->tls && !atomic_load(&ec->handshaken))
         return;
-    /* A FIN counts one byte in tcpi_bytes_received: a client that closed
-     * its side has begun nothing. */
-    struct pollfd pf = {.fd = ec->fd, .events = POLLRDHUP};
-    unsigned long long fin = poll(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP));
-    unsigned long long got = emhd_received(ec->fd);
-    bool begun = got != ULLONG_MAX && got - fin > atomic_load(&ec->rcvd); /* MAX: unknown */
-    if (begun) {
-        /* A head arriving (the policy counts it for the stop's grace, with
-         * its deadline), or a refused one's request (503 at its deadline). */
-        srv__conn_begun(c, (uint64_t)now);
-        return;
-    }
     long long d = (long long)c->deadline;
     if (now < d - es->keepalive_ms + EMHD_STOP_IDLE_MS) /* idle since d - keepalive */
         return;
@@ -527,7 +504,6 @@ static bool emhd_fin_mid_body(emhd_conn *ec, enum srv__conn_state state, long lo
     return now - ec->fin_at >= EMHD_FIN_MS;
 }
 
-static unsigned long long emhd_sent(int fd);
 static void emhd_answer_raw(emhd_server *es, struct MHD_Connection *conn, int fd, int status,
                             const char *target, size_t target_len);
 static void emhd_answer_req(emhd_server *es, struct MHD_Connection *conn, srv_request *req,
@@ -603,9 +579,9 @@ static int emhd_watch(emhd_server *es, emhd_conn *ec, long long now, bool room)
     if (c->state == SRV_CONN_SEND && emhd_send_progressed(ec, now))
         return -1;
     if (ec->fd >= 0 && atomic_exchange(&ec->lib_stuck, false)) {
-        /* MHD wrote its own answer meanwhile (a later libmicrohttpd
-         * does): its close ends the connection. */
-        if (emhd_sent(ec->fd) != ec->lib_sent) {
+        /* MHD may have written an answer meanwhile (it announced one):
+         * its close ends the connection. */
+        if (!emhd_quiet_since(ec, atomic_load(&ec->stuck_msgs))) {
             c->deadline = (uint64_t)(now + es->header_ms);
             return -1;
         }
@@ -688,22 +664,6 @@ static void emhd_watchdog_join(emhd_server *es)
     pthread_mutex_unlock(&es->lock);
 }
 
-/* A count that grows with every byte the application side writes to a TCP
- * socket (and with retransmissions): bytes sent plus bytes not sent yet,
- * from one TCP_INFO snapshot, which the kernel takes with the socket
- * locked. (Acked bytes from TCP_INFO plus SIOCOUTQ's queue took two calls:
- * an ACK between them hid a write just made, and emhd_closing then took
- * MHD's own 505 for a silent drop.) ULLONG_MAX when unknown. */
-static unsigned long long emhd_sent(int fd)
-{
-    struct tcp_info ti;
-    socklen_t len = sizeof ti;
-    if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
-        len < offsetof(struct tcp_info, tcpi_bytes_sent) + sizeof ti.tcpi_bytes_sent)
-        return ULLONG_MAX;
-    return (unsigned long long)ti.tcpi_bytes_sent + ti.tcpi_notsent_bytes;
-}
-
 /* The calling thread's emhd_worker, NULL if it is none of MHD's (or MHD
  * has more threads than slots). With `add`, claim a slot for it. */
 static emhd_worker *emhd_worker_self(emhd_server *es, bool add)
@@ -724,62 +684,19 @@ static emhd_worker *emhd_worker_self(emhd_server *es, bool add)
     if (w == NULL && n < es->max_workers) {
         w = &es->workers[n];
         w->tid = self;
-        w->unsampled = NULL;
+        atomic_init(&w->msgs, 0);
         atomic_store_explicit(&es->nworkers, n + 1, memory_order_release);
     }
     pthread_mutex_unlock(&es->lock);
     return w;
 }
 
-static void emhd_unsampled_remove(emhd_conn *ec)
-{
-    if (!ec->u_listed)
-        return;
-    if (ec->u_prev != NULL)
-        ec->u_prev->u_next = ec->u_next;
-    else
-        ec->worker->unsampled = ec->u_next;
-    if (ec->u_next != NULL)
-        ec->u_next->u_prev = ec->u_prev;
-    ec->u_prev = ec->u_next = NULL;
-    ec->u_listed = false;
-}
-
 /* The connection goes idle (accepted, or its request completed with the
  * whole answer written): emhd_closing's "nothing written since" starts
- * here. Sampled later, or now when no MHD message would announce a write. */
+ * here. MHD thread. */
 static void emhd_went_idle(emhd_conn *ec)
 {
-    ec->sampled = false;
-    if (ec->worker == NULL) {
-        ec->sent = emhd_sent(ec->fd);
-        ec->sampled = true;
-        return;
-    }
-    if (ec->u_listed)
-        return;
-    ec->u_prev = NULL;
-    ec->u_next = ec->worker->unsampled;
-    if (ec->u_next != NULL)
-        ec->u_next->u_prev = ec;
-    ec->worker->unsampled = ec;
-    ec->u_listed = true;
-}
-
-/* MHD logs a message on this thread, perhaps before writing its own
- * answer on one of the thread's idle connections: take their write
- * counts now, before that answer (emhd_worker). */
-static void emhd_sample_idle(emhd_server *es)
-{
-    emhd_worker *w = emhd_worker_self(es, false);
-    if (w == NULL)
-        return;
-    while (w->unsampled != NULL) {
-        emhd_conn *ec = w->unsampled;
-        emhd_unsampled_remove(ec);
-        ec->sent = emhd_sent(ec->fd);
-        ec->sampled = true;
-    }
+    ec->idle_msgs = ec->worker != NULL ? atomic_load(&ec->worker->msgs) : 0;
 }
 
 /* ------------------------------------------------------------------ */
@@ -840,15 +757,24 @@ static void emhd_log(void *cls, const char *fmt, va_list ap)
     /* The query's parameters filled MHD's pool: each takes a header record
      * from it. 0.9.75 queues its 431 and then loses it (it goes on reading
      * a head it has discarded), and the connection would wait for its
-     * header deadline. The watchdog answers it soon unless MHD wrote
-     * meanwhile. 1.0.0 and later send their 431 (read in v1.0.1's
+     * header deadline. The watchdog answers it soon unless MHD announced
+     * an answer on that thread since (emhd_worker). The announcement of
+     * the 431 it queues (and loses) comes in the same call, while the
+     * query is still being split: that one is the failure's own.
+     * 1.0.0 and later send their 431 (read in v1.0.1's
      * connection_add_header): nothing to watch there. */
-    if (emhd_splitting != NULL && es->lib < EMHD_LIB_1_0 && text != NULL &&
+    emhd_worker *w = emhd_worker_self(es, false);
+    unsigned long long msgs = w != NULL ? atomic_load(&w->msgs) : 0;
+    if (w != NULL && strstr(fmt, EMHD_ANSWER_MSG) != NULL)
+        msgs = atomic_fetch_add(&w->msgs, 1) + 1;
+    emhd_conn *sc = emhd_splitting != NULL ? emhd_splitting->ec : NULL;
+    if (sc != NULL && atomic_load(&sc->lib_stuck))
+        atomic_store(&sc->stuck_msgs, msgs);
+    if (sc != NULL && es->lib < EMHD_LIB_1_0 && text != NULL &&
         strstr(text, "Not enough memory in pool to allocate header record") != NULL) {
-        emhd_conn *ec = emhd_splitting->ec;
-        emhd_splitting = NULL;
-        if (ec != NULL && ec->fd >= 0 && !atomic_load(&ec->lib_stuck)) {
-            ec->lib_sent = emhd_sent(ec->fd);
+        emhd_conn *ec = sc;
+        if (ec->fd >= 0 && !atomic_load(&ec->lib_stuck)) {
+            atomic_store(&ec->stuck_msgs, msgs);
             atomic_store(&ec->lib_stuck, true);
             /* Sooner than the head's deadline: not the policy's rule, a
              * libmicrohttpd's loss (emhd_watch). */
@@ -857,7 +783,6 @@ static void emhd_log(void *cls, const char *fmt, va_list ap)
             pthread_mutex_unlock(&ec->mu);
         }
     }
-    emhd_sample_idle(es);
     bool print = es->log_all;
     if (!print && atomic_load(&es->running) && emhd_log_is_trouble(fmt)) {
         long long now = emhd_now_ms(), last = atomic_load(&last_ms);
@@ -878,17 +803,6 @@ static void emhd_log(void *cls, const char *fmt, va_list ap)
             es->start_msg[--n] = '\0';
         pthread_mutex_unlock(&es->lock);
     }
-}
-
-/* The bytes received on the connection (TCP_INFO), or ULLONG_MAX. */
-static unsigned long long emhd_received(int fd)
-{
-    struct tcp_info ti;
-    socklen_t len = sizeof ti;
-    if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
-        len < offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received)
-        return ULLONG_MAX;
-    return (unsigned long long)ti.tcpi_bytes_received;
 }
 
 /* A new core request for a connection of MHD's, with the client's address. */
@@ -1002,8 +916,10 @@ static void emhd_abandon(emhd_server *es, emhd_req *er)
  * MHD is about to close the connection (NOTIFY_CLOSED; MHD_USE_TURBO, so
  * it has not shut the socket down yet).
  * - Between requests, a close MHD made on its own, with the client still
- *   there and nothing written, means MHD dropped a request line without a
- *   space: the core's 400 is written here, as on every engine.
+ *   there and nothing written (its thread announced no answer since: MHD
+ *   announces each answer of its own first, emhd_worker), means MHD dropped a
+ *   request line without a space: the core's 400 is written here, as on
+ *   every engine.
  * - Then linger: keep a duplicate of the socket with its write side shut
  *   and drain it (emhd_linger_drain), so unread request bytes do not turn
  *   the close into a reset that destroys the answer (a 413 to a client
@@ -1025,7 +941,8 @@ static void emhd_closing(emhd_server *es, struct MHD_Connection *conn, emhd_conn
     }
     /* A query MHD could not hold (emhd_log): 0.9.75 may also close it
      * itself, without a byte (its second error on a discarded head). */
-    if (atomic_exchange(&ec->lib_stuck, false) && !es->tls && emhd_sent(ec->fd) == ec->lib_sent)
+    if (atomic_exchange(&ec->lib_stuck, false) && !es->tls &&
+        emhd_quiet_since(ec, atomic_load(&ec->stuck_msgs)))
         emhd_answer_raw(es, conn, ec->fd, 431, NULL, 0);
     bool stopping = atomic_load(&es->stopping) || srv__server_stopping(es->srv);
     struct pollfd p = {.fd = ec->fd, .events = POLLRDHUP};
@@ -1046,7 +963,7 @@ static void emhd_closing(emhd_server *es, struct MHD_Connection *conn, emhd_conn
      * there is no answer to count either: a failed handshake closes the
      * same way. */
     if (!es->tls && !ec->expect_close && !stopping && !peer_gone && waiting &&
-        (!ec->sampled || emhd_sent(ec->fd) == ec->sent))
+        emhd_quiet_since(ec, ec->idle_msgs))
         emhd_answer_raw(es, conn, ec->fd, 400, NULL, 0);
     if (peer_gone || stopping)
         return; /* nothing to wait for, or MHD_stop_daemon closes it all */
@@ -1125,13 +1042,8 @@ static int emhd_tls_finished(gnutls_session_t session, unsigned htype, unsigned 
             ? MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT)
             : NULL;
     emhd_conn *ec = ci != NULL ? ci->socket_context : NULL;
-    if (ec != NULL) {
-        pthread_mutex_lock(&ec->mu);
-        if (emhd_waiting(&ec->policy))
-            atomic_store(&ec->rcvd, emhd_received(ec->fd));
-        pthread_mutex_unlock(&ec->mu);
+    if (ec != NULL)
         atomic_store(&ec->handshaken, true);
-    }
     return 0;
 }
 
@@ -1519,7 +1431,6 @@ static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void 
             ec->fd = fd;
             ec->conn = conn;
             ec->es = es;
-            ec->recount = true; /* its first request checks the count */
             ec->bad = h.bad;
             ec->good = h.good;
             pthread_mutex_lock(&es->lock);
@@ -1542,7 +1453,6 @@ static void emhd_notify_connection(void *cls, struct MHD_Connection *conn, void 
         if (ec->req != NULL)
             emhd_abandon(es, ec->req);
         emhd_closing(es, conn, ec);
-        emhd_unsampled_remove(ec);
         /* Under the lock, before MHD closes the fd: quiesce never shuts
          * down a reused descriptor. */
         pthread_mutex_lock(&es->lock);
@@ -1602,7 +1512,6 @@ static void *emhd_uri_log(void *cls, const char *uri, struct MHD_Connection *con
         if (emhd_waiting(c) || c->state == SRV_CONN_HEAD || c->state == SRV_CONN_REFUSE)
             srv__conn_begun(c, srv__now_ms());
         pthread_mutex_unlock(&ec->mu);
-        emhd_unsampled_remove(ec); /* no longer idle */
     }
     if (uri != NULL)
         emhd_splitting = er;
@@ -1675,10 +1584,6 @@ static void emhd_notify_completed(void *cls, struct MHD_Connection *conn, void *
                                  er->phase == EMHD_REQ_ANSWERED &&
                                  ready && er->req != NULL && srv__response_keep_alive(er->req));
         emhd_went_idle(er->ec); /* MHD wrote the whole answer */
-        /* Kept alive: MHD consumed exactly this request's bytes (else a
-         * close). Counted before the phase lets quiesce look. */
-        if (!es->tls && er->wire != 0 && !er->ec->expect_close)
-            atomic_fetch_add(&er->ec->rcvd, er->wire);
         /* keepalive_timeout_ms from here; one answered past MHD lingers on */
         pthread_mutex_lock(&er->ec->mu);
         if (er->ec->policy.state != SRV_CONN_LINGER)
@@ -1824,32 +1729,13 @@ static enum MHD_Result emhd_send(emhd_req *er, struct MHD_Connection *conn)
     return emhd_queue(er, conn, req, false, false);
 }
 
-/* The request is complete and about to be handed to the core: what its
- * connection received so far (emhd_quiesce_idle's baseline). */
-static void emhd_handed(emhd_req *er)
-{
-    er->phase = EMHD_REQ_ANSWERED;
-    emhd_conn *ec = er->ec;
-    if (ec == NULL)
-        return;
-    if (er->es->tls || er->wire == 0) {
-        atomic_store(&ec->rcvd, emhd_received(ec->fd));
-        ec->recount = true;
-    } else if (ec->recount) {
-        unsigned long long got = emhd_received(ec->fd);
-        ec->recount = got == ULLONG_MAX || got != atomic_load(&ec->rcvd) + er->wire;
-        atomic_store(&ec->rcvd, got);
-        er->wire = 0; /* the sample has it: not added at the completion */
-    }
-}
-
 /* Answer with an error status found while reading (the core closes). */
 static enum MHD_Result emhd_fail(emhd_req *er, struct MHD_Connection *conn, int status)
 {
     /* its answer is queued next (emhd_send: the SEND deadline) */
     if (!emhd_state_from(er->ec, SRV_CONN_BODY, SRV_CONN_QUEUED))
         return MHD_NO;
-    emhd_handed(er);
+    er->phase = EMHD_REQ_ANSWERED;
     er->failed = true;
     srv__request_fail(er->req, status); /* calls respond: not suspended */
     emhd_state(er->ec, SRV_CONN_APP); /* answered: no longer arriving */
@@ -1875,8 +1761,6 @@ static enum MHD_Result emhd_cut(emhd_req *er, struct MHD_Connection *conn)
 typedef struct emhd_headers {
     srv_request *req;
     int status;
-    const char *length; /* the Content-Length value (the core checks it) */
-    bool chunked;       /* a Transfer-Encoding came */
 } emhd_headers;
 
 static enum MHD_Result emhd_add_header(void *cls, enum MHD_ValueKind kind, const char *key,
@@ -1884,11 +1768,6 @@ static enum MHD_Result emhd_add_header(void *cls, enum MHD_ValueKind kind, const
 {
     emhd_headers *h = cls;
     (void)kind;
-    if (key_size == sizeof "Content-Length" - 1 && strncasecmp(key, "Content-Length", key_size) == 0)
-        h->length = value;
-    else if (key_size == sizeof "Transfer-Encoding" - 1 &&
-             strncasecmp(key, "Transfer-Encoding", key_size) == 0)
-        h->chunked = true;
     h->status = srv__request_add_header(h->req, key, key_size, value != NULL ? value : "",
                                         value != NULL ? value_size : 0);
     return h->status == 0 ? MHD_YES : MHD_NO;
@@ -1944,9 +1823,14 @@ static unsigned emhd_lib_version(void)
  * 400). */
 static unsigned emhd_lib_caps(void)
 {
-    return emhd_lib_version() >= EMHD_LIB_1_0
-               ? SRV_CAP_LIB_CHUNK_EXT_400 | SRV_CAP_LIB_TE_400 | SRV_CAP_LIB_OBS_FOLD
-               : 0;
+    unsigned caps = emhd_lib_version() >= EMHD_LIB_1_0
+                        ? SRV_CAP_LIB_CHUNK_EXT_400 | SRV_CAP_LIB_TE_400 | SRV_CAP_LIB_OBS_FOLD
+                        : 0;
+    /* A request line MHD drops without a byte gets the core's 400 only
+     * where MHD's messages tell that it wrote nothing (emhd_worker). */
+    if (MHD_is_feature_supported(MHD_FEATURE_MESSAGES) == MHD_YES)
+        caps |= SRV_CAP_GARBAGE_400;
+    return caps;
 }
 
 /*
@@ -1994,10 +1878,6 @@ static enum MHD_Result emhd_begin(emhd_server *es, emhd_req *er, struct MHD_Conn
 
     /* 1.0's parser refuses a NUL itself, unfolds obs-fold, and no longer
      * splits the head in place. */
-    /* The head's bytes from its request line (quiesce's count: emhd_handed). */
-    const union MHD_ConnectionInfo *hs =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
-    er->wire = hs != NULL ? hs->header_size : 0;
     int st = es->lib >= EMHD_LIB_1_0 || emhd_head_intact(er, conn, method, version) ? 0 : 400;
     if (st == 0)
         st = srv__request_set_method(er->req, method, strlen(method));
@@ -2018,17 +1898,11 @@ static enum MHD_Result emhd_begin(emhd_server *es, emhd_req *er, struct MHD_Conn
             minor = version[7] - '0';
         }
         srv__request_set_version(er->req, major, minor);
-        emhd_headers h = {er->req, 0, NULL, false};
+        emhd_headers h = {er->req, 0};
         MHD_get_connection_values_n(conn, MHD_HEADER_KIND, emhd_add_header, &h);
         st = h.status;
         if (st == 0)
             st = srv__request_headers_done(er->req);
-        /* With a body, TCP's count at the hand-off instead (emhd_handed):
-         * it also takes the CRLF some clients send after a body, which MHD
-         * skips as an empty line before the next request line. The core
-         * accepted the length: digits only. */
-        if (st == 0 && (h.chunked || (h.length != NULL && strtoull(h.length, NULL, 10) > 0)))
-            er->wire = 0;
     }
     if (st != 0)
         return emhd_fail(er, conn, st);
@@ -2091,7 +1965,7 @@ static enum MHD_Result emhd_dispatch(emhd_server *es, emhd_req *er, struct MHD_C
      * application's (request_timeout_ms from now). */
     if (!emhd_state_from(er->ec, SRV_CONN_BODY, SRV_CONN_QUEUED))
         return MHD_NO;
-    emhd_handed(er);
+    er->phase = EMHD_REQ_ANSWERED;
     srv__request_dispatch(er->req);
     emhd_state(er->ec, SRV_CONN_APP);
     /* Answered already (404/405, a non-blocking handler, a fast worker):
@@ -2220,7 +2094,7 @@ static enum MHD_Result emhd_sbody(emhd_server *es, emhd_req *er, struct MHD_Conn
              * body; one given before the application read it all closes. */
             if (!er->bend && er->hasbody)
                 srv__request_set_close(er->req);
-            emhd_handed(er);
+            er->phase = EMHD_REQ_ANSWERED;
             emhd_state(er->ec, SRV_CONN_APP);
             return emhd_send(er, conn);
         }
@@ -2965,8 +2839,8 @@ const srv_engine srv_engine_mhd = {
     /* TLS: libmicrohttpd's GnuTLS (MHD_USE_TLS), HTTP/1.1 only (ALPN
      * "http/1.1"); the core builds its contexts with GnuTLS. TLS_CLOSES_RAW:
      * emhd_answer_raw's cleartext answers become closes over TLS. */
-    .caps = SRV_ENGINE_CAP_VERSION_505 | SRV_ENGINE_CAP_GARBAGE_400 | SRV_ENGINE_CAP_LIB_CHUNKED |
-            SRV_ENGINE_CAP_H2_PREFACE_GOAWAY |
+    .caps = SRV_ENGINE_CAP_VERSION_505 | SRV_ENGINE_CAP_LIB_CHUNKED |
+            SRV_ENGINE_CAP_H2_PREFACE_GOAWAY | SRV_ENGINE_CAP_STOP_CLOSES_PARTIAL_LINE |
             SRV_ENGINE_CAP_LIB_ERRORS | SRV_ENGINE_CAP_STREAM | SRV_ENGINE_CAP_LIB_FRAMING |
                 SRV_ENGINE_CAP_TLS | SRV_ENGINE_CAP_TLS_GNUTLS | SRV_ENGINE_CAP_TLS_CLOSES_RAW |
                 SRV_ENGINE_CAP_STREAM_BODY,

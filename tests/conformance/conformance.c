@@ -1160,18 +1160,25 @@ void *partial_stop_run(void *arg)
     return NULL;
 }
 
+int partial_stop_finish(fx *f, rc_conn *c, pthread_t t, int timeout_ms, int *status)
+{
+    rc_response r;
+    int rc = rc_read_response(c, &r, 0, timeout_ms);
+    *status = rc == RC_OK ? r.status : 0;
+    rc_response_free(&r);
+    pthread_join(t, NULL);
+    f->stopped = 1;
+    return rc;
+}
+
 /* The end of a stop whose grace a request never completed within: the
  * request gets 503 once the grace is over, and the stop waited for it
  * (took at least most of the grace) without hanging past it. Joins t. */
 void partial_stop_expect_overrun(fx *f, rc_conn *c, partial_stop *ps, pthread_t t,
                                  const char *what)
 {
-    rc_response r;
-    int rc = rc_read_response(c, &r, 0, 4000);
-    int st = rc == RC_OK ? r.status : 0;
-    rc_response_free(&r);
-    pthread_join(t, NULL);
-    f->stopped = 1;
+    int st = 0;
+    int rc = partial_stop_finish(f, c, t, 4000, &st);
     CHECK(rc == RC_OK && st == 503, "[%s] expected 503 at the end of the grace, got %s "
           "status %d", what, rc_strerror(rc), st);
     CHECK(ps->rc == 0 && ps->took < 3000, "[%s] srv_server_stop: %d after %lld ms", what,
@@ -1419,7 +1426,9 @@ long long trickle(rc_conn *c, const void *first, size_t flen,
         STATIC_CASE(test_static_conditional), STATIC_CASE(test_static_range),   \
         STATIC_CASE(test_static_head), STATIC_CASE(test_static_directories),    \
         STATIC_CASE(test_static_refused), STATIC_CASE(test_static_parallel),    \
-        STATIC_CASE(test_static_cache_hostile), STATIC_CASE(test_static_range_sendfile)
+        STATIC_CASE(test_static_cache_hostile), STATIC_CASE(test_static_range_sendfile), \
+        STATIC_CASE(test_static_gzip), STATIC_CASE(test_static_gzip_conditional),   \
+        STATIC_CASE(test_static_gzip_sibling)
 
 /* `conformance ENGINE tls`: the libcurl cases over HTTPS, then the TLS
  * group. The raw-socket groups speak cleartext HTTP/1 and are not run. */
@@ -1565,7 +1574,9 @@ static int conformance_tls_main(void)
         failed += cmocka_run_group_tests_name(name, static_files, group_h2, NULL);
     }
     const struct CMUnitTest static_raw[] = {STATIC_CASE(test_static_traversal_raw),
-                                            STATIC_CASE(test_static_shrink_raw)};
+                                            STATIC_CASE(test_static_shrink_raw),
+                                            STATIC_CASE(test_static_answers_while_workers_busy),
+                                            STATIC_CASE(test_static_gzip_raw)};
     snprintf(name, sizeof name, "conformance %s (TLS): static files, raw traversal inside TLS",
              g_engine_name);
     failed += cmocka_run_group_tests_name(name, static_raw, tls_raw_group_setup,
@@ -1909,7 +1920,8 @@ int main(int argc, char **argv)
     {
         const struct CMUnitTest static_files[] = {
             STATIC_CASES, STATIC_CASE(test_static_traversal_raw),
-            STATIC_CASE(test_static_shrink_raw),
+            STATIC_CASE(test_static_shrink_raw), STATIC_CASE(test_static_gzip_raw),
+            STATIC_CASE(test_static_answers_while_workers_busy),
             cmocka_unit_test(test_static_add_errors),
         };
         snprintf(name, sizeof name, "conformance %s%s: static files", g_engine_name, run);

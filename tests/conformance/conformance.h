@@ -229,6 +229,9 @@ typedef struct partial_stop {
     long long took;
 } partial_stop;
 void *partial_stop_run(void *arg); /* a pthread start: srv_server_stop(f->srv, grace_ms) */
+/* Read c's answer within timeout_ms (*status 0: none), then join the stop
+ * thread t; the rc_read_response result. */
+int partial_stop_finish(fx *f, rc_conn *c, pthread_t t, int timeout_ms, int *status);
 void partial_stop_expect_overrun(fx *f, rc_conn *c, partial_stop *ps, pthread_t t,
                                  const char *what);
 void conn_expect_408_or_nothing(rc_conn *c, const char *what);
@@ -535,6 +538,7 @@ void test_static_get(void **state);
 void test_static_cache_hostile(void **state);
 void test_static_range_sendfile(void **state);
 void test_static_shrink_raw(void **state);
+void test_static_answers_while_workers_busy(void **state);
 void test_static_big(void **state);
 void test_static_conditional(void **state);
 void test_static_range(void **state);
@@ -544,6 +548,10 @@ void test_static_refused(void **state);
 void test_static_traversal_raw(void **state);
 void test_static_add_errors(void **state);
 void test_static_parallel(void **state);
+void test_static_gzip(void **state);
+void test_static_gzip_conditional(void **state);
+void test_static_gzip_sibling(void **state);
+void test_static_gzip_raw(void **state);
 
 /* ------------------------------------------------------------------ */
 /* Memory held and the streams' byte pattern (conformance_memory.c)    */

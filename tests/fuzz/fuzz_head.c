@@ -16,6 +16,7 @@
 #include "fuzz_core.h"
 
 #include <stdint.h>
+#include <strings.h>
 
 static bool is_ows(char c)
 {
@@ -158,6 +159,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static const char *const offered[] = {"application/json", "text/html", NULL};
     const char *best = srv_request_negotiate(req, offered);
     FUZZ_CHECK(best == NULL || best == offered[0] || best == offered[1]);
+    /* Accept-Encoding (core/compress.c, static files' gzip): q-values in
+     * range, -1 only for "not listed", and the answer follows from them. */
+    int gz = -1, star = -1;
+    for (size_t i = 0; i < srv_request_header_count(req); i++) {
+        const char *hn, *hv;
+        srv_request_header_at(req, i, &hn, &hv);
+        if (strcasecmp(hn, "accept-encoding") == 0)
+            srv__accept_encoding_gzip(hv, &gz, &star);
+    }
+    FUZZ_CHECK(gz >= -1 && gz <= 1000 && star >= -1 && star <= 1000);
+    FUZZ_CHECK(srv__accepts_gzip(req) == ((gz >= 0 ? gz : star) > 0));
     fuzz_core_responded = 0;
     srv__request_dispatch(req);
     FUZZ_CHECK(fuzz_core_responded == 1);

@@ -203,6 +203,58 @@ static void test_disabled_and_options(void **state)
     fake_finish(f);
 }
 
+/* srv__accept_encoding_gzip, the Accept-Encoding reader static files use
+ * too: q-values of gzip (x-gzip) and "*", -1 when not listed. */
+static void ae(const char *v, int want_gzip, int want_star)
+{
+    int g = -1, st = -1;
+    srv__accept_encoding_gzip(v, &g, &st);
+    if (g != want_gzip || st != want_star)
+        fail_msg("\"%s\": gzip %d star %d, want %d %d", v, g, st, want_gzip, want_star);
+}
+
+static void test_accept_encoding(void **state)
+{
+    (void)state;
+    ae("gzip", 1000, -1);
+    ae("GZip", 1000, -1);
+    ae("x-gzip", 1000, -1);
+    ae("gzip;q=0.5", 500, -1);
+    ae("gzip ; q=0.25 ", 250, -1);
+    ae("gzip;Q=1.000", 1000, -1);
+    ae("gzip;q=1", 1000, -1);
+    ae("gzip;q=0", 0, -1);
+    ae("gzip;q=0.", 0, -1);
+    ae("gzip;q=0.001", 1, -1);
+    ae("gzip;level=1;q=0.3", 300, -1); /* q after another parameter */
+    ae("gzip;q=0.3;level=1", 300, -1);
+    /* Malformed q: refused, never guessed. */
+    ae("gzip;q=", 0, -1);
+    ae("gzip;q=1.5", 0, -1);
+    ae("gzip;q=1.001", 0, -1);
+    ae("gzip;q=0.0001", 0, -1);
+    ae("gzip;q=2", 0, -1);
+    ae("gzip;q=-1", 0, -1);
+    ae("gzip;q=abc", 0, -1);
+    ae("gzip q=1", 0, -1);
+    ae("*", -1, 1000);
+    ae("*;q=0", -1, 0);
+    ae("br, *;q=0.1", -1, 100);
+    ae("gzip;q=0, *", 0, 1000);
+    ae("gzip, gzip;q=0", 0, -1); /* twice: the lower */
+    ae("gzip;q=0, gzip", 0, -1);
+    ae("", -1, -1);
+    ae(",,, ,", -1, -1);
+    ae("gzipx, xgzip, gzip-x, \"gzip\", *x", -1, -1);
+    ae(";q=1, =, ;;;", -1, -1);
+    ae("identity;q=0, deflate", -1, -1);
+    /* Two lines add up (the caller's loop). */
+    int g = -1, st = -1;
+    srv__accept_encoding_gzip("gzip", &g, &st);
+    srv__accept_encoding_gzip("gzip;q=0", &g, &st);
+    assert_int_equal(g, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -210,6 +262,7 @@ int main(void)
         T(test_gzip_when_accepted),
         T(test_never_twice_nor_206),
         T(test_disabled_and_options),
+        cmocka_unit_test(test_accept_encoding),
 #undef T
     };
     return cmocka_run_group_tests_name("compression", tests, NULL, NULL);
