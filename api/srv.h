@@ -207,7 +207,11 @@ enum {
      * close any keep-alive connection may see (RFC 9112 9.3.1) and retries.
      * Without it the stop counts such a request as arriving: served if it
      * completes within the grace, else answered 503. */
-    SRV_CAP_STOP_CLOSES_PARTIAL_LINE = 1u << 15
+    SRV_CAP_STOP_CLOSES_PARTIAL_LINE = 1u << 15,
+    /* With SRV_CAP_WEBSOCKET: also over TLS. Without it a server with a
+     * certificate refuses srv_route_ws with SRV_EENGINE (mhd: its TLS
+     * upgrade is not carried yet). */
+    SRV_CAP_WEBSOCKET_TLS = 1u << 16
 };
 
 /* srv_engine_caps: the engine's SRV_CAP_* bits (0 for NULL). Any thread. */

@@ -45,6 +45,7 @@ enum {
     /* The engine's connections are the core's srv__h1conn (api/srv_h1conn.h),
      * which carries WebSocket after the 101 (core/ws.c). */
     SRV_ENGINE_CAP_WEBSOCKET = SRV_CAP_WEBSOCKET,
+    SRV_ENGINE_CAP_WEBSOCKET_TLS = SRV_CAP_WEBSOCKET_TLS,
     SRV_ENGINE_CAP_STOP_CLOSES_PARTIAL_LINE = SRV_CAP_STOP_CLOSES_PARTIAL_LINE,
     /* Engine-only: the engine's library frames a streamed body itself
      * (chunked encoding, the close of HTTP/1.0, HTTP/2 DATA frames), so the
@@ -64,7 +65,7 @@ enum {
  * clear of the public SRV_CAP_* bits, which count up from bit 0. */
 _Static_assert((SRV_ENGINE_CAP_LIB_FRAMING & SRV_ENGINE_CAP_TLS_GNUTLS) == 0,
                "engine-only capability bits overlap");
-_Static_assert((SRV_ENGINE_CAPS_INTERNAL & ((SRV_CAP_STOP_CLOSES_PARTIAL_LINE << 1) - 1)) == 0,
+_Static_assert((SRV_ENGINE_CAPS_INTERNAL & ((SRV_CAP_WEBSOCKET_TLS << 1) - 1)) == 0,
                "an engine-only capability bit overlaps a public SRV_CAP_* bit");
 
 struct srv_engine {

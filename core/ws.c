@@ -851,7 +851,7 @@ static int ws_check(const srv__ws_route *rt, srv_request *req, const char **why)
     const char *conn = srv_request_header(req, "connection");
     const char *version = srv_request_header(req, "sec-websocket-version");
     const char *cl = srv_request_header(req, "content-length");
-    if (req->h1 == NULL || req->h2 != NULL || strcmp(srv_request_method(req), "GET") != 0 ||
+    if (req->h2 != NULL || strcmp(srv_request_method(req), "GET") != 0 ||
         req->major != 1 || req->minor < 1) {
         *why = "WebSocket needs an HTTP/1.1 GET";
         return 400;
@@ -1049,10 +1049,17 @@ int srv_route_ws(srv_server *srv, const char *path, const srv_ws_opts *opts)
         free(rt);
         return SRV_EINVAL;
     }
-    if (!(srv->engine->caps & SRV_ENGINE_CAP_WEBSOCKET)) {
+    unsigned caps = srv_engine_caps(srv->engine); /* with the library's bits */
+    if (!(caps & SRV_CAP_WEBSOCKET)) {
         free(rt);
         srv__server_set_error(srv, "engine %s cannot serve WebSocket (srv_route_ws %s): "
                                    "see SRV_CAP_WEBSOCKET", srv->engine->name, path);
+        return SRV_EENGINE;
+    }
+    if (srv__tls_enabled(srv) && !(caps & SRV_CAP_WEBSOCKET_TLS)) {
+        free(rt);
+        srv__server_set_error(srv, "engine %s cannot serve WebSocket over TLS (srv_route_ws "
+                                   "%s): see SRV_CAP_WEBSOCKET_TLS", srv->engine->name, path);
         return SRV_EENGINE;
     }
     if (o->max_message_bytes == 0)

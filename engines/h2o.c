@@ -459,7 +459,8 @@ const srv_engine srv_engine_h2o = {
      * for an HTTP/2 preface past max_connections). */
     .caps = SRV_ENGINE_CAP_HTTP2 | SRV_ENGINE_CAP_VERSION_505 | SRV_ENGINE_CAP_GARBAGE_400 |
             SRV_ENGINE_CAP_H2_PREFACE_GOAWAY | SRV_ENGINE_CAP_TLS | SRV_ENGINE_CAP_TLS_HTTP2 |
-            SRV_ENGINE_CAP_STREAM | SRV_ENGINE_CAP_STREAM_BODY | SRV_ENGINE_CAP_WEBSOCKET,
+            SRV_ENGINE_CAP_STREAM | SRV_ENGINE_CAP_STREAM_BODY | SRV_ENGINE_CAP_WEBSOCKET |
+            SRV_ENGINE_CAP_WEBSOCKET_TLS,
     .start = eh2o_start,
     .respond = eh2o_respond,
     .stream_kick = eh2o_stream_kick,

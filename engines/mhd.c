@@ -5,6 +5,7 @@
  * (MHD_USE_TLS), with the core's GnuTLS contexts. */
 #include "srv_conn.h"
 #include "srv_engine.h"
+#include "srv_sockloop.h"
 
 #include "mhd_gate.h"
 
@@ -119,6 +120,10 @@ struct emhd_conn {
      * MHD thread sets it when SEND begins, then the watchdog). */
     _Atomic unsigned long long acked;
     atomic_bool stalled;     /* ended while writing: reset, no linger */
+    /* Its 101 is written and MHD gave the socket back: a WebSocket the
+     * core's socket loop carries (api/srv_sockloop.h), which owns the
+     * policy from then on; the watchdog and the stop leave it alone. */
+    atomic_bool upgraded;
     atomic_bool body_cut;    /* the watchdog cut a streamed body for its pace */
     long long fin_at;        /* lock: first tick that saw its client end mid-body; 0: none */
     /* MHD thread: the gate found the first request's streamed body framed
@@ -216,6 +221,8 @@ typedef struct emhd_server {
     unsigned next_loop;      /* the gate's round robin */
     int lfd;                 /* until the gate takes it */
     emhd_gate *gate;         /* our accept (engines/mhd_gate.h) */
+    /* WebSockets after MHD's upgrade, made at the first one (lock). */
+    srv__sockloop *sockloop;
     unsigned limit;          /* MHD's connection limit */
     unsigned threads;        /* the loops */
     emhd_handoff *handoffs;  /* lock */
@@ -248,6 +255,7 @@ typedef struct emhd_server {
     emhd_linger linger[SRV_LINGER_MAX_CONNS];
     unsigned lingering;
     atomic_bool stopping;    /* emhd_stop began: MHD closes everything */
+    atomic_bool stopping_ws; /* emhd_stop stopped the socket loop: no new one */
     atomic_bool quiescing;   /* emhd_quiesce began: idle connections close */
     /* The loop threads seen so far: slots filled under lock, then
      * published by nworkers (read without the lock by emhd_log). */
@@ -557,6 +565,8 @@ static void emhd_stuck_answer(emhd_server *es, int fd)
 static int emhd_watch(emhd_server *es, emhd_conn *ec, long long now, bool room)
 {
     srv__conn *c = &ec->policy;
+    if (atomic_load(&ec->upgraded))
+        return -1; /* the socket loop's */
     if (emhd_waiting(c) && atomic_load(&es->quiescing)) {
         emhd_quiesce_idle(es, ec, now); /* the policy's quiet close, when safe */
         return -1;
@@ -929,7 +939,7 @@ static void emhd_linger_add(emhd_server *es, int fd);
 
 static void emhd_closing(emhd_server *es, struct MHD_Connection *conn, emhd_conn *ec)
 {
-    if (ec->fd < 0)
+    if (ec->fd < 0 || atomic_load(&ec->upgraded)) /* a WebSocket's end: nothing to say */
         return;
     if (atomic_load(&ec->stalled)) {
         /* Ended while its answer was being written (the client does not
@@ -1721,9 +1731,126 @@ static enum MHD_Result emhd_queue(emhd_req *er, struct MHD_Connection *conn, srv
  * request, which lives until MHD_OPTION_NOTIFY_COMPLETED. */
 static enum MHD_Result emhd_stream_send(emhd_req *er, struct MHD_Connection *conn);
 
+/* ---- WebSocket: the 101 by MHD's upgrade, then the core's socket loop ---- */
+
+/* The socket loop, made at the first upgrade (es->lock). */
+static srv__sockloop *emhd_sockloop(emhd_server *es)
+{
+    pthread_mutex_lock(&es->lock);
+    if (es->sockloop == NULL && !atomic_load(&es->stopping_ws) &&
+        srv__sockloop_start(&es->sockloop, es->srv) != 0)
+        es->sockloop = NULL;
+    srv__sockloop *l = es->sockloop;
+    pthread_mutex_unlock(&es->lock);
+    return l;
+}
+
+/* An upgraded socket, as the socket loop's `done` needs it. */
+typedef struct emhd_upgrade {
+    emhd_server *es;
+    struct MHD_Daemon *daemon; /* the connection's (its loop is woken) */
+    struct MHD_UpgradeResponseHandle *urh;
+} emhd_upgrade;
+
+/* MHD closes an upgraded socket: MHD_upgrade_action resumes the
+ * connection, which its loop then cleans up (and reports closed); the
+ * loop waits in epoll, so it is woken as for any resume (emhd_resume). */
+static void emhd_upgrade_close(emhd_server *es, struct MHD_Daemon *d,
+                               struct MHD_UpgradeResponseHandle *urh)
+{
+    (void)MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
+    for (unsigned i = 0; i < es->nloops; i++)
+        if (es->loops[i].daemon == d)
+            emhd_loop_wake(&es->loops[i]);
+}
+
+/* The socket loop is done with an upgraded socket. Its thread. */
+static void emhd_upgrade_done(void *ctx)
+{
+    emhd_upgrade *u = ctx;
+    emhd_upgrade_close(u->es, u->daemon, u->urh);
+    free(u);
+}
+
+/* MHD wrote the 101 and hands the socket over (over TLS one end of MHD's
+ * socket pair, which MHD encrypts). The MHD thread. */
+static void emhd_upgraded(void *cls, struct MHD_Connection *conn, void *req_cls,
+                          const char *extra_in, size_t extra_in_size, MHD_socket sock,
+                          struct MHD_UpgradeResponseHandle *urh)
+{
+    (void)req_cls;
+    emhd_req *er = cls;
+    emhd_conn *ec = er->ec;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_DAEMON);
+    struct MHD_Daemon *d = ci != NULL ? ci->daemon : NULL;
+    srv__sockloop *l = ec != NULL && er->req != NULL ? emhd_sockloop(er->es) : NULL;
+    emhd_upgrade *u = l != NULL ? malloc(sizeof *u) : NULL;
+    if (u == NULL) {
+        if (er->req != NULL)
+            srv__sockloop_upgrade_drop(er->req);
+        emhd_upgrade_close(er->es, d, urh);
+        return;
+    }
+    *u = (emhd_upgrade){er->es, d, urh};
+    pthread_mutex_lock(&ec->mu); /* the watchdog looks at it under mu */
+    atomic_store(&ec->upgraded, true);
+    pthread_mutex_unlock(&ec->mu);
+    if (srv__sockloop_add(l, sock, er->req, &ec->policy, extra_in, extra_in_size,
+                          emhd_upgrade_done, u) != 0) {
+        free(u);
+        emhd_upgrade_close(er->es, d, urh);
+    }
+}
+
+/* Queue req's 101 (head: the core's, srv__sockloop_upgrade_head) as MHD's
+ * upgrade response: its header lines one by one (MHD writes the status
+ * line, and wants the Connection header's upgrade token). */
+static enum MHD_Result emhd_upgrade_send(emhd_req *er, struct MHD_Connection *conn,
+                                         const char *head, size_t len)
+{
+    struct MHD_Response *r = MHD_create_response_for_upgrade(emhd_upgraded, er);
+    const char *p = memchr(head, '\n', len), *end = head + len;
+    char line[1024];
+    while (r != NULL && p != NULL && ++p < end) {
+        const char *eol = memchr(p, '\n', (size_t)(end - p));
+        size_t n = eol != NULL ? (size_t)(eol - p) : 0;
+        if (n > 0 && p[n - 1] == '\r')
+            n--;
+        if (n == 0)
+            break; /* the blank line */
+        const char *colon = memchr(p, ':', n);
+        if (colon == NULL || n >= sizeof line)
+            break;
+        memcpy(line, p, n);
+        line[n] = '\0';
+        char *v = line + (colon - p) + 1;
+        line[colon - p] = '\0';
+        while (*v == ' ')
+            v++;
+        if (MHD_add_response_header(r, line, v) != MHD_YES) {
+            MHD_destroy_response(r);
+            r = NULL;
+        }
+        p = eol;
+    }
+    enum MHD_Result ret = r != NULL ? MHD_queue_response(conn, 101, r) : MHD_NO;
+    if (r != NULL)
+        MHD_destroy_response(r);
+    if (ret != MHD_YES) {
+        srv__sockloop_upgrade_drop(er->req); /* MHD closes the connection */
+        return MHD_NO;
+    }
+    emhd_sending(er->ec);
+    return MHD_YES;
+}
+
 static enum MHD_Result emhd_send(emhd_req *er, struct MHD_Connection *conn)
 {
     srv_request *req = er->req;
+    size_t hlen = 0;
+    const char *head = srv__sockloop_upgrade_head(req, &hlen);
+    if (head != NULL)
+        return emhd_upgrade_send(er, conn, head, hlen);
     if (srv__response_streamed(req))
         return emhd_stream_send(er, conn);
     return emhd_queue(er, conn, req, false, false);
@@ -1823,6 +1950,9 @@ static unsigned emhd_lib_version(void)
  * 400). */
 static unsigned emhd_lib_caps(void)
 {
+    unsigned ws = srv__sockloop_available() && MHD_is_feature_supported(MHD_FEATURE_UPGRADE) == MHD_YES
+                      ? SRV_CAP_WEBSOCKET
+                      : 0;
     unsigned caps = emhd_lib_version() >= EMHD_LIB_1_0
                         ? SRV_CAP_LIB_CHUNK_EXT_400 | SRV_CAP_LIB_TE_400 | SRV_CAP_LIB_OBS_FOLD
                         : 0;
@@ -1830,7 +1960,7 @@ static unsigned emhd_lib_caps(void)
      * where MHD's messages tell that it wrote nothing (emhd_worker). */
     if (MHD_is_feature_supported(MHD_FEATURE_MESSAGES) == MHD_YES)
         caps |= SRV_CAP_GARBAGE_400;
-    return caps;
+    return caps | ws;
 }
 
 /*
@@ -2606,6 +2736,8 @@ static int emhd_start(srv_server *srv, void **state)
     /* No MHD thread: emhd_loop_main runs each daemon (emhd_loop). */
     unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
                      MHD_USE_TURBO | MHD_USE_NO_LISTEN_SOCKET;
+    if (emhd_lib_caps() & SRV_CAP_WEBSOCKET) /* its 101 by MHD's upgrade */
+        flags |= MHD_ALLOW_UPGRADE;
     struct MHD_OptionItem tls_opts[8] = {{MHD_OPTION_END, 0, NULL}};
     size_t n = 0;
     es->lib = emhd_lib_version();
@@ -2700,6 +2832,9 @@ static void emhd_quiesce(void *state)
      * MHD_quiesce_daemon, which on an epoll daemon with its own threads
      * races with MHD's loop and can MHD_PANIC in 0.9.75). */
     emhd_gate_quiesce(es->gate);
+    pthread_mutex_lock(&es->lock);
+    srv__sockloop_quiesce(es->sockloop); /* every WebSocket: 1001 */
+    pthread_mutex_unlock(&es->lock);
     /* Idle kept-alive connections: MHD would keep them until the stop, so
      * shut them down (emhd_quiesce_idle; the watchdog does the same to
      * those that go idle later). Busy ones get "Connection: close" with
@@ -2746,7 +2881,7 @@ static void emhd_refuse_arriving(emhd_server *es)
     for (emhd_conn *ec = es->conns; ec != NULL; ec = ec->next) {
         pthread_mutex_lock(&ec->mu);
         srv__conn *c = &ec->policy;
-        if (ec->fd >= 0 && c->state != SRV_CONN_BODY_STREAM &&
+        if (ec->fd >= 0 && !atomic_load(&ec->upgraded) && c->state != SRV_CONN_BODY_STREAM &&
             srv__conn_due(c, now, 1, 0) == SRV_CONN_ANSWER)
             emhd_answer_cut(es, ec, srv__conn_status(c));
         pthread_mutex_unlock(&ec->mu);
@@ -2758,6 +2893,13 @@ static void emhd_stop(void *state)
 {
     emhd_server *es = state;
     emhd_quiesce(es);
+    /* The WebSockets' close handshakes, while MHD's loops still run (each
+     * socket's end is MHD's close); none is made after this. */
+    pthread_mutex_lock(&es->lock);
+    srv__sockloop *l = es->sockloop;
+    atomic_store(&es->stopping_ws, true);
+    pthread_mutex_unlock(&es->lock);
+    srv__sockloop_stop(l);
     /* No connection reaches MHD from now on; those still waiting in the
      * gate have sent nothing. */
     emhd_gate_stop(es->gate);
@@ -2810,6 +2952,7 @@ static void emhd_destroy(void *state)
     if (es == NULL)
         return;
     emhd_gate_free(es->gate); /* a server never stopped */
+    srv__sockloop_free(es->sockloop);
     /* MHD reported every connection closed during MHD_stop_daemon. */
     while (es->conns != NULL) {
         emhd_conn *next = es->conns->next;

@@ -1001,7 +1001,8 @@ const srv_engine srv_engine_uv = {
      * HTTP/2 preface); TLS is OpenSSL on memory BIOs with ALPN "http/1.1" only. */
     .caps = SRV_ENGINE_CAP_HTTP2 | SRV_ENGINE_CAP_VERSION_505 | SRV_ENGINE_CAP_GARBAGE_400 |
             SRV_ENGINE_CAP_H2_PREFACE_GOAWAY | SRV_ENGINE_CAP_TLS | SRV_ENGINE_CAP_TLS_HTTP2 |
-            SRV_ENGINE_CAP_STREAM | SRV_ENGINE_CAP_STREAM_BODY | SRV_ENGINE_CAP_WEBSOCKET,
+            SRV_ENGINE_CAP_STREAM | SRV_ENGINE_CAP_STREAM_BODY | SRV_ENGINE_CAP_WEBSOCKET |
+            SRV_ENGINE_CAP_WEBSOCKET_TLS,
     .start = euv_start,
     .respond = euv_respond,
     .stream_kick = euv_stream_kick,

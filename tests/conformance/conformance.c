@@ -1595,11 +1595,16 @@ static int conformance_tls_main(void)
     snprintf(name, sizeof name, "conformance %s (TLS): a huge announced handshake",
              g_engine_name);
     failed += cmocka_run_group_tests_name(name, probe_hs, NULL, NULL);
-    if (engine_caps() & SRV_CAP_WEBSOCKET) {
+    if (engine_caps() & SRV_CAP_WEBSOCKET_TLS) {
         const struct CMUnitTest ws[] = {WS_CASES};
         snprintf(name, sizeof name, "conformance %s (TLS): WebSocket inside TLS", g_engine_name);
         failed += cmocka_run_group_tests_name(name, ws, tls_raw_group_setup,
                                               tls_raw_group_teardown);
+    } else {
+        const struct CMUnitTest ws[] = {cmocka_unit_test(test_ws_refused)};
+        snprintf(name, sizeof name, "conformance %s (TLS): no SRV_CAP_WEBSOCKET_TLS, WebSocket "
+                 "refused", g_engine_name);
+        failed += cmocka_run_group_tests_name(name, ws, NULL, NULL);
     }
     tls_remove_certs();
     return failed == 0 ? 0 : 1;

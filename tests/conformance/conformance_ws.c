@@ -845,11 +845,19 @@ void test_ws_stop_going_away(void **state)
     free(cs);
 }
 
-/* Without SRV_CAP_WEBSOCKET the route is refused at registration. */
+/* Without SRV_CAP_WEBSOCKET (in the TLS run: SRV_CAP_WEBSOCKET_TLS) the
+ * route is refused at registration. */
 void test_ws_refused(void **state)
 {
     (void)state;
-    srv_server *srv = srv_server_new(g_engine, NULL);
+    srv_config cfg;
+    srv_config_init(&cfg);
+    if (g_tls) {
+        cfg.tls_cert_file = g_tls_cert;
+        cfg.tls_key_file = g_tls_key;
+    }
+    srv_server *srv = srv_server_new(g_engine, &cfg);
+    CHECK(srv != NULL, "srv_server_new");
     srv_ws_opts o;
     srv_ws_opts_init(&o);
     CHECK_INT("srv_route_ws", srv_route_ws(srv, "/ws", &o), SRV_EENGINE);

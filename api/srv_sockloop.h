@@ -1,0 +1,71 @@
+/*
+ * A loop for sockets an engine's library hands back after an upgrade
+ * (mhd: libmicrohttpd's MHD_create_response_for_upgrade gives the
+ * application the socket once the 101 is written). The engine has no loop
+ * of its own for such a socket, so the core runs one thread for them
+ * (core/sockloop.c): it reads and writes the descriptor, non-blocking, and
+ * carries the request's WebSocket (core/ws.c) over it through the same
+ * srv__h1io a loop engine gives srv__h1conn.
+ *
+ * Threads: srv__sockloop_add from the thread that got the socket; the rest
+ * from the engine's controlling thread (start, quiesce, stop, free). The
+ * `done` callback runs on the loop's thread.
+ */
+#ifndef SRV_SOCKLOOP_H
+#define SRV_SOCKLOOP_H
+
+#include "srv_conn.h"
+#include "srv_engine.h"
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct srv__sockloop srv__sockloop;
+
+/* 1 when this libsrv carries WebSocket (built with wslay), else 0: an
+ * engine reports SRV_CAP_WEBSOCKET only then. Any thread. */
+int srv__sockloop_available(void);
+
+/* req's answer is a WebSocket's 101: its head (status line, headers,
+ * blank line), valid until req is released or handed to srv__sockloop_add;
+ * NULL for any other answer (and in a build without WebSocket). */
+const char *srv__sockloop_upgrade_head(const srv_request *req, size_t *len);
+
+/* req's 101 will not be written (the engine refused the upgrade, or the
+ * connection ended first): drop its WebSocket (no callback ran). */
+void srv__sockloop_upgrade_drop(srv_request *req);
+
+/* Start the loop's thread. 0, SRV_ENOMEM or SRV_ETHREAD. */
+int srv__sockloop_start(srv__sockloop **out, srv_server *srv);
+
+/* The 101 of req (srv__sockloop_upgrade_head) is written and fd is the
+ * connection's socket from now on: the loop carries req's WebSocket over
+ * it, with `early` (n bytes the client sent after its handshake, copied).
+ * `policy` is the connection's record; the loop owns its state from now
+ * on, until `done`. fd stays the engine's: when the socket is finished the
+ * loop calls done(ctx) on its thread, and the engine closes fd then (after
+ * done, nothing of the loop touches fd or policy). 0, or SRV_ENOMEM /
+ * SRV_ESTATE (the loop stopped): then req's WebSocket is dropped and the
+ * engine closes fd itself. */
+int srv__sockloop_add(srv__sockloop *l, int fd, srv_request *req, srv__conn *policy,
+                      const char *early, size_t n, void (*done)(void *ctx), void *ctx);
+
+/* The server quiesces: every socket is told 1001 and closes. */
+void srv__sockloop_quiesce(srv__sockloop *l);
+
+/* The server stops: every socket is told 1001; those still open after a
+ * short wait are closed. Returns when every `done` has run and the
+ * thread has ended. NULL: nothing. */
+void srv__sockloop_stop(srv__sockloop *l);
+
+/* After srv__sockloop_stop. NULL: nothing. */
+void srv__sockloop_free(srv__sockloop *l);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SRV_SOCKLOOP_H */
