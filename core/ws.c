@@ -307,8 +307,10 @@ static void ws_job_run(srv_job *job)
 }
 
 /* Have the queued callbacks run: inline on the loop for a non-blocking
- * route, else as one job on the pool. mu not held. */
-static void ws_deliver(srv_ws *ws)
+ * route, else as one job on the pool. `last`: the connection is ending, no
+ * tick will retry, so a full pool runs them here (on_close must come).
+ * mu not held. */
+static void ws_deliver_as(srv_ws *ws, int last)
 {
     pthread_mutex_lock(&ws->mu);
     if (ws->running || !ws->ev_head) {
@@ -328,14 +330,19 @@ static void ws_deliver(srv_ws *ws)
     if (rc == 0)
         return;
     srv_ws_unref(ws);
-    if (rc == SRV_ETOOBIG) { /* the queue is full: the next tick tries again (input waits) */
+    if (rc == SRV_ETOOBIG && !last) { /* the queue is full: the next tick tries again (input waits) */
         pthread_mutex_lock(&ws->mu);
         ws->running = 0;
         ws->deliver_retry = 1;
         pthread_mutex_unlock(&ws->mu);
         return;
     }
-    ws_drain(ws); /* the pool is shut down: on_close must still come, here */
+    ws_drain(ws); /* the pool is shut down (or full at the end): on_close must still come, here */
+}
+
+static void ws_deliver(srv_ws *ws)
+{
+    ws_deliver_as(ws, 0);
 }
 
 /* ------------------------------------------------------------------ */
@@ -457,7 +464,7 @@ static void ws_end(srv_ws *ws, int abort)
     }
     ws_tell_close(ws);
     pthread_mutex_unlock(&ws->mu);
-    ws_deliver(ws);
+    ws_deliver_as(ws, 1);
     ws->ops->close(ws->io, abort); /* last: the engine may free the connection */
 }
 
@@ -670,7 +677,7 @@ void srv__ws_free(srv_ws *ws)
         pthread_mutex_lock(&ws->mu);
         ws_tell_close(ws);
         pthread_mutex_unlock(&ws->mu);
-        ws_deliver(ws);
+        ws_deliver_as(ws, 1);
     }
     pthread_mutex_lock(&ws->mu);
     ws->ops = NULL; /* no wake reaches a freed connection */

@@ -67,8 +67,16 @@ const browser = await puppeteer.launch({
     ...(process.getuid && process.getuid() === 0 ? ['--no-sandbox'] : [])],
 });
 
-const logHas = (page, text) => page.waitForFunction(
-  (t) => document.getElementById('log').textContent.includes(t), { timeout: 5000 }, text);
+// The page's log shows `text` within 5 s; else the error says what it shows.
+async function logHas(page, text) {
+  try {
+    await page.waitForFunction((t) => document.getElementById('log').textContent.includes(t),
+      { timeout: 5000, polling: 'mutation' }, text); // rAF polling stalls in a tab behind another
+  } catch (e) {
+    const shown = await page.evaluate(() => document.getElementById('log').innerText).catch(() => '?');
+    throw new Error(`waited 5 s for "${text}" in ${page.url()}; the log shows: ${JSON.stringify(shown)}`);
+  }
+}
 
 async function run(scheme) {
   const env = scheme === 'https' ? { SRV_TLS_CERT_FILE: cert, SRV_TLS_KEY_FILE: key } : {};

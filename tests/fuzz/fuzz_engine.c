@@ -10,7 +10,9 @@
  *   - the server still answers GET /health with 200 afterwards;
  *   - and, as for every target, ASan/UBSan stay silent.
  * Chunked framing, pipelining, upgrades and bad heads are reached through
- * the engine's own parser, as a client would reach them.
+ * the engine's own parser, as a client would reach them; on an engine with
+ * SRV_CAP_WEBSOCKET, WebSocket frames after a handshake on /ws (callbacks
+ * on workers) and /wsn (on the loop).
  */
 #include "srv_engine.h"
 
@@ -78,6 +80,18 @@ static void h_query(srv_request *req, void *ctx)
     if (v == NULL)
         v = "";
     srv_respond(req, 200, "text/plain", v, strlen(v));
+}
+
+/* WebSocket: every message back; "close" closes from the server's side. */
+static void ws_echo(srv_ws *ws, int is_text, const void *d, size_t n, void *ctx)
+{
+    (void)ctx;
+    if (is_text && n == 5 && memcmp(d, "close", 5) == 0)
+        srv_ws_close(ws, 1000, "bye");
+    else if (is_text)
+        srv_ws_send_text(ws, d, n);
+    else
+        srv_ws_send_binary(ws, d, n);
 }
 
 static uint64_t now_ms(void)
@@ -216,6 +230,17 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     CHECK(srv_route(srv, "POST", "/echo", h_echo, NULL) == 0, "route");
     CHECK(srv_route(srv, "PUT", "/echo", h_echo, NULL) == 0, "route");
     CHECK(srv_route(srv, "GET", "/q", h_query, NULL) == 0, "route");
+    if (engine_caps & SRV_CAP_WEBSOCKET) { /* frames after a 101 (corpus/engine/ws-*) */
+        srv_ws_opts wo;
+        srv_ws_opts_init(&wo);
+        wo.max_message_bytes = 4096;
+        wo.send_buffer_bytes = 16384;
+        wo.origins = "*";
+        wo.on_message = ws_echo;
+        CHECK(srv_route_ws(srv, "/ws", &wo) == 0, "route /ws: %s", srv_server_last_error(srv));
+        wo.flags = SRV_WS_NONBLOCKING;
+        CHECK(srv_route_ws(srv, "/wsn", &wo) == 0, "route /wsn: %s", srv_server_last_error(srv));
+    }
     int rc = srv_server_start(srv);
     CHECK(rc == 0, "start: %s", srv_server_last_error(srv));
     port = srv_server_port(srv);
