@@ -35,14 +35,18 @@ SSE_CLIENTS ?= 10000
 STATIC_SECONDS ?= 4
 STATIC_MANY_SECONDS ?= 60
 
-.PHONY: all deps build run test install bench fuzz stress clean
+.PHONY: all deps deps-build build run test install bench fuzz stress clean
 
 all: build
 
 deps:
 	@./scripts/install-deps.sh
 
-build: deps
+# What building and running need: not the browser test's chromium and npm.
+deps-build:
+	@./scripts/install-deps.sh --no-browser
+
+build: deps-build
 	@[ -f $(BUILD)/build.ninja ] || meson setup $(BUILD)
 	ninja -C $(BUILD)
 

@@ -319,10 +319,12 @@ typedef struct emhd_req {
     /* A streamed body (SRV_ROUTE_STREAM_BODY; docs/ENGINES.md). MHD thread
      * only, but bst, which respond and body_kick change too. */
     bool sbody;       /* the core pulls the body */
-    bool bfirst;      /* the first call (the head) is done */
+    /* Read by body_kick on another thread: atomic (MHD may call again in
+     * the pass a kick just resumed, writing them while the kicker reads). */
+    atomic_bool bfirst; /* the first call (the head) is done */
     bool bhead_wait;  /* suspended in the first call: MHD repeats it */
     bool bstarted;    /* MHD was let read the body (it sent any 100 then) */
-    bool bend;        /* srv__body_end(req, 0) was called */
+    atomic_bool bend;        /* srv__body_end(req, 0) was called */
     bool bdetached;   /* srv__body_detach was called */
     bool need100;     /* the client asked for "100 Continue" */
     bool hasbody;     /* the head announced a body (a length > 0, or chunks) */
