@@ -41,6 +41,7 @@ struct sl_conn {
     sl_conn *dnext;       /* l->due (loop) */
     int due;              /* on l->due (loop) */
     /* ---- the loop's ---- */
+    int linked;           /* taken from l->adds: ws is set, wakes count */
     int want;             /* srv__h1io.read on */
     int eof;              /* the peer ended (or the socket failed): told */
     char *in;             /* read, not taken yet: in[in_off, in_len) */
@@ -395,12 +396,11 @@ static void sl_messages(srv__sockloop *l)
     sl_conn *adds = l->adds, *wakes = l->wakes;
     l->adds = NULL;
     l->wakes = NULL;
-    for (sl_conn *c = wakes; c; c = c->wnext)
-        c->posted = 0;
     pthread_mutex_unlock(&l->mu);
     while (adds) {
         sl_conn *c = adds;
         adds = c->anext;
+        c->linked = 1;
         c->next = l->conns;
         if (l->conns)
             l->conns->prev = c;
@@ -413,12 +413,19 @@ static void sl_messages(srv__sockloop *l)
         }
         srv__ws_wake(c->ws); /* the open, and the early bytes */
     }
-    /* Each posted once (the list was detached whole). A wake may close
-     * a socket, but only sl_run_due frees: none of these goes before. */
+    /* Each posted once (the list was detached whole). A socket stays
+     * marked posted until its link is read, under mu: a wake meanwhile
+     * leaves it alone, one after lists it anew. A wake may close a
+     * socket, but only sl_run_due frees: none of these goes before. */
     while (wakes) {
         sl_conn *c = wakes;
+        pthread_mutex_lock(&l->mu);
         wakes = c->wnext;
-        if (!c->closed)
+        c->posted = 0;
+        pthread_mutex_unlock(&l->mu);
+        /* One posted while srv__sockloop_add was attaching it is not
+         * linked yet: its add wakes it (and only then is c->ws set). */
+        if (!c->closed && c->linked)
             srv__ws_wake(c->ws);
     }
     sl_run_due(l);
