@@ -209,8 +209,9 @@ enum {
      * completes within the grace, else answered 503. */
     SRV_CAP_STOP_CLOSES_PARTIAL_LINE = 1u << 15,
     /* With SRV_CAP_WEBSOCKET: also over TLS. Without it a server with a
-     * certificate refuses srv_route_ws with SRV_EENGINE (mhd: its TLS
-     * upgrade is not carried yet). */
+     * certificate refuses srv_route_ws with SRV_EENGINE (mhd: libmicrohttpd
+     * carries an upgraded TLS socket itself, through a socket pair, and
+     * its close did not reach the client). */
     SRV_CAP_WEBSOCKET_TLS = 1u << 16
 };
 

@@ -18,12 +18,33 @@
 #include "srv_engine.h"
 
 #include <stddef.h>
+#include <sys/types.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 typedef struct srv__sockloop srv__sockloop;
+
+/* A socket whose bytes pass through the engine's own layer (threadpool's
+ * TLS: an SSL on the descriptor), called on the loop's thread only, never
+ * blocking. NULL in srv__sockloop_add: the descriptor's bytes are the
+ * protocol's. */
+typedef struct srv__sockio {
+    /* Up to len bytes: >0, 0 at the end of the stream, -1 with errno
+     * (EAGAIN: wait for the events below). */
+    ssize_t (*recv)(void *ctx, void *buf, size_t len);
+    /* Some of buf: bytes taken (>0), or -1 with errno (EAGAIN: wait). A
+     * retry after EAGAIN offers the same bytes (maybe at a new address). */
+    ssize_t (*send)(void *ctx, const void *buf, size_t len);
+    /* The epoll events to watch when the loop waits for `want` (EPOLLIN:
+     * input; EPOLLOUT: room for a write's rest): a layer may wait for the
+     * other direction, or hold input already read. Any event of them makes
+     * the loop retry both. */
+    unsigned (*events)(void *ctx, unsigned want);
+    /* The write side ends (before shutdown(SHUT_WR)): TLS's close_notify. */
+    void (*shut)(void *ctx);
+} srv__sockio;
 
 /* 1 when this libsrv carries WebSocket (built with wslay), else 0: an
  * engine reports SRV_CAP_WEBSOCKET only then. Any thread. */
@@ -43,15 +64,18 @@ int srv__sockloop_start(srv__sockloop **out, srv_server *srv);
 
 /* The 101 of req (srv__sockloop_upgrade_head) is written and fd is the
  * connection's socket from now on: the loop carries req's WebSocket over
- * it, with `early` (n bytes the client sent after its handshake, copied).
+ * it (through sio/sio_ctx when not NULL, which the loop then uses until
+ * `done`), with `early` (n bytes the client sent after its handshake,
+ * copied).
  * `policy` is the connection's record; the loop owns its state from now
  * on, until `done`. fd stays the engine's: when the socket is finished the
  * loop calls done(ctx) on its thread, and the engine closes fd then (after
  * done, nothing of the loop touches fd or policy). 0, or SRV_ENOMEM /
  * SRV_ESTATE (the loop stopped): then req's WebSocket is dropped and the
  * engine closes fd itself. */
-int srv__sockloop_add(srv__sockloop *l, int fd, srv_request *req, srv__conn *policy,
-                      const char *early, size_t n, void (*done)(void *ctx), void *ctx);
+int srv__sockloop_add(srv__sockloop *l, int fd, const srv__sockio *sio, void *sio_ctx,
+                      srv_request *req, srv__conn *policy, const char *early, size_t n,
+                      void (*done)(void *ctx), void *ctx);
 
 /* The server quiesces: every socket is told 1001 and closes. */
 void srv__sockloop_quiesce(srv__sockloop *l);

@@ -31,6 +31,8 @@ typedef struct sl_conn sl_conn;
 struct sl_conn {
     srv__sockloop *l;
     int fd;
+    const srv__sockio *sio; /* NULL: the socket's own bytes */
+    void *sio_ctx;
     srv_ws *ws;
     void (*done)(void *ctx);
     void *ctx;
@@ -127,6 +129,8 @@ static void sl_arm(sl_conn *c)
         ev |= EPOLLIN | EPOLLRDHUP;
     if (c->out_off < c->out_len)
         ev |= EPOLLOUT;
+    if (c->sio && ev != 0)
+        ev = c->sio->events(c->sio_ctx, ev);
     if (ev == c->events)
         return;
     struct epoll_event e = {.events = ev, .data.ptr = c};
@@ -135,6 +139,8 @@ static void sl_arm(sl_conn *c)
 }
 
 /* ---- srv__h1io ---- */
+
+static void sl_output(sl_conn *c);
 
 static void sl_io_write(void *io, const srv__buf *bufs, size_t n)
 {
@@ -147,9 +153,10 @@ static void sl_io_write(void *io, const srv__buf *bufs, size_t n)
     size_t k = n < 8 ? n : 8;
     for (size_t i = 0; i < k; i++)
         iov[i] = (struct iovec){(void *)bufs[i].base, bufs[i].len};
-    /* MSG_DONTWAIT: the descriptor is the library's, blocking or not. */
+    /* MSG_DONTWAIT: the descriptor is the library's, blocking or not.
+     * Through a layer, everything goes by the copy below. */
     struct msghdr mh = {.msg_iov = iov, .msg_iovlen = k};
-    ssize_t w = c->closed ? -1 : sendmsg(c->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+    ssize_t w = c->closed ? -1 : c->sio ? 0 : sendmsg(c->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
         w = 0;
     if (w < 0) {
@@ -189,23 +196,30 @@ static void sl_io_write(void *io, const srv__buf *bufs, size_t n)
     c->out = out;
     c->out_off = 0;
     c->out_len = rest;
-    sl_arm(c);
+    if (c->sio)
+        sl_output(c);
+    else
+        sl_arm(c);
 }
 
 static void sl_io_read(void *io, int on)
 {
     sl_conn *c = io;
     c->want = on;
-    if (on && (c->in_off < c->in_len || c->eof))
-        sl_due(c); /* held input (or the end) goes first */
+    /* Held input (or the end) goes first; a layer may hold some too. */
+    if (on && (c->in_off < c->in_len || c->eof || c->sio))
+        sl_due(c);
     sl_arm(c);
 }
 
 static void sl_io_shut(void *io)
 {
     sl_conn *c = io;
-    if (!c->closed)
-        shutdown(c->fd, SHUT_WR);
+    if (c->closed)
+        return;
+    if (c->sio)
+        c->sio->shut(c->sio_ctx);
+    shutdown(c->fd, SHUT_WR);
 }
 
 static void sl_io_close(void *io, int abort)
@@ -305,7 +319,8 @@ static void sl_input(sl_conn *c)
             srv__ws_eof(c->ws);
             return;
         }
-        ssize_t r = recv(c->fd, c->in, SL_READ, MSG_DONTWAIT);
+        ssize_t r = c->sio ? c->sio->recv(c->sio_ctx, c->in, SL_READ)
+                           : recv(c->fd, c->in, SL_READ, MSG_DONTWAIT);
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
@@ -328,12 +343,16 @@ static void sl_input(sl_conn *c)
 static void sl_output(sl_conn *c)
 {
     while (c->out_off < c->out_len) {
-        ssize_t w = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
-                         MSG_DONTWAIT | MSG_NOSIGNAL);
+        ssize_t w = c->sio ? c->sio->send(c->sio_ctx, c->out + c->out_off,
+                                          c->out_len - c->out_off)
+                           : send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
+                                  MSG_DONTWAIT | MSG_NOSIGNAL);
         if (w < 0 && errno == EINTR)
             continue;
-        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            sl_arm(c);
             return;
+        }
         if (w < 0) {
             c->write_failed = 1;
             break;
@@ -471,7 +490,8 @@ static void *sl_main(void *arg)
             sl_conn *c = evs[i].data.ptr;
             if (c->closed)
                 continue;
-            if (evs[i].events & EPOLLOUT)
+            /* Through a layer any event may be the one a write waits for. */
+            if (c->out_off < c->out_len && ((evs[i].events & EPOLLOUT) || c->sio))
                 sl_output(c);
             if (evs[i].events & (EPOLLHUP | EPOLLERR))
                 c->hup = 1;
@@ -523,8 +543,9 @@ int srv__sockloop_start(srv__sockloop **out, srv_server *srv)
     return 0;
 }
 
-int srv__sockloop_add(srv__sockloop *l, int fd, srv_request *req, srv__conn *policy,
-                      const char *early, size_t n, void (*done)(void *ctx), void *ctx)
+int srv__sockloop_add(srv__sockloop *l, int fd, const srv__sockio *sio, void *sio_ctx,
+                      srv_request *req, srv__conn *policy, const char *early, size_t n,
+                      void (*done)(void *ctx), void *ctx)
 {
     sl_conn *c = srv__zalloc(sizeof *c);
     if (c == NULL) {
@@ -533,6 +554,8 @@ int srv__sockloop_add(srv__sockloop *l, int fd, srv_request *req, srv__conn *pol
     }
     c->l = l;
     c->fd = fd;
+    c->sio = sio;
+    c->sio_ctx = sio_ctx;
     c->done = done;
     c->ctx = ctx;
     pthread_mutex_lock(&l->mu);
@@ -620,10 +643,12 @@ int srv__sockloop_start(srv__sockloop **out, srv_server *srv)
     return 0;
 }
 
-int srv__sockloop_add(srv__sockloop *l, int fd, srv_request *req, srv__conn *policy,
-                      const char *early, size_t n, void (*done)(void *ctx), void *ctx)
+int srv__sockloop_add(srv__sockloop *l, int fd, const srv__sockio *sio, void *sio_ctx,
+                      srv_request *req, srv__conn *policy, const char *early, size_t n,
+                      void (*done)(void *ctx), void *ctx)
 {
-    (void)l, (void)fd, (void)req, (void)policy, (void)early, (void)n, (void)done, (void)ctx;
+    (void)l, (void)fd, (void)sio, (void)sio_ctx, (void)req, (void)policy, (void)early, (void)n;
+    (void)done, (void)ctx;
     return SRV_ESTATE;
 }
 

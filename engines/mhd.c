@@ -1797,7 +1797,7 @@ static void emhd_upgraded(void *cls, struct MHD_Connection *conn, void *req_cls,
     pthread_mutex_lock(&ec->mu); /* the watchdog looks at it under mu */
     atomic_store(&ec->upgraded, true);
     pthread_mutex_unlock(&ec->mu);
-    if (srv__sockloop_add(l, sock, er->req, &ec->policy, extra_in, extra_in_size,
+    if (srv__sockloop_add(l, sock, NULL, NULL, er->req, &ec->policy, extra_in, extra_in_size,
                           emhd_upgrade_done, u) != 0) {
         free(u);
         emhd_upgrade_close(er->es, d, urh);

@@ -402,6 +402,77 @@ static int etp_keep_rest(etp_conn *c, const char *d, size_t n)
     return 0;
 }
 
+/* The bytes of req's answer: its HTTP/1 head and body, or the 101 of a
+ * WebSocket (*up set: once it is out, the socket is the socket loop's). */
+static const char *etp_answer(srv_request *req, size_t *hlen, const void **body, size_t *blen,
+                              int *up)
+{
+    const char *head = srv__sockloop_upgrade_head(req, hlen);
+    *up = head != NULL;
+    *body = NULL;
+    *blen = 0;
+    if (head)
+        return head;
+    *body = srv__response_body(req, blen);
+    return srv__response_http1_head(req, hlen);
+}
+
+/* The bytes read past the request being answered (NULL: none). */
+static const char *etp_pend(const etp_conn *c)
+{
+    return c->pend ? c->pend + c->pend_off : NULL;
+}
+
+/* The socket loop is done with c's WebSocket (its thread): close c. */
+static void etp_ws_done(void *ctx)
+{
+    etp_conn *c = ctx;
+    c->io_dead = 1; /* its close handshake is over: no shut, no drain */
+    etp_conn_finish(c, 0);
+}
+
+/*
+ * req's 101 is out (on the poller or a worker, whichever has c): the socket
+ * carries req's WebSocket from now on, on the core's socket loop, made at
+ * the first one (threadpool has no loop of its own to carry it), with the
+ * n bytes the client sent after its handshake. -1: the loop has c and
+ * closes it through etp_ws_done (do not touch c again); 0: it could not
+ * take it (stopping, out of memory): the caller closes c.
+ */
+static int etp_upgrade(etp_conn *c, srv_request *req, const char *early, size_t n)
+{
+    etp_state *st = c->st;
+    pthread_mutex_lock(&st->mu);
+    if (st->sockloop == NULL && !st->ws_stopped &&
+        srv__sockloop_start(&st->sockloop, st->srv) != 0)
+        st->sockloop = NULL;
+    srv__sockloop *l = st->sockloop;
+    if (l) /* stop keeps off it from here (it reads phases under st->mu) */
+        etp_set_phase(c, ETP_PH_UPGRADED);
+    pthread_mutex_unlock(&st->mu);
+    c->served++;
+    if (!l) {
+        srv__sockloop_upgrade_drop(req);
+        srv__request_release(req);
+        c->io_dead = 1;
+        return 0;
+    }
+    pthread_mutex_lock(&c->p->plock);
+    etp_plist_del(c);
+    pthread_mutex_unlock(&c->p->plock);
+    epoll_ctl(c->p->epfd, EPOLL_CTL_DEL, c->fd, NULL); /* the loop's epoll has it */
+    /* The early bytes are copied by the add; c may be gone once it returns. */
+    c->pend_off = c->pend_len;
+    int rc = srv__sockloop_add(l, c->fd, c->ssl ? &etp_tls_sockio : NULL, c, req, &c->conn,
+                               early, n, etp_ws_done, c);
+    srv__request_release(req);
+    if (rc != 0) {
+        c->io_dead = 1;
+        return 0;
+    }
+    return -1;
+}
+
 /*
  * Poller: write c's inline answer (c->inl) without blocking. 1: written and
  * kept alive, the poller goes on with the bytes after it; 0: the connection
@@ -422,9 +493,15 @@ static int etp_inline_write(etp_state *st, etp_conn *c, const char *rest, size_t
         return 0;
     }
     size_t hlen = 0, blen = 0, sent = 0;
-    const char *head = srv__response_http1_head(req, &hlen);
-    const void *body = srv__response_body(req, &blen);
+    const void *body = NULL;
+    int up = 0;
+    const char *head = etp_answer(req, &hlen, &body, &blen, &up);
     int r = head ? etp_io_send_some(c, head, hlen, body, blen, &sent) : -1;
+    if (r > 0 && up) {
+        if (etp_upgrade(c, req, rest, n) == 0)
+            etp_poller_close(st, c, 0);
+        return 0;
+    }
     if (r == 0) {
         if (n > 0 && etp_keep_rest(c, rest, n) != 0)
             c->lost_input = 1;
@@ -441,6 +518,7 @@ static int etp_inline_write(etp_state *st, etp_conn *c, const char *rest, size_t
         return 0;
     }
     int keep = r > 0 && !c->lost_input && srv__response_keep_alive(req);
+    srv__sockloop_upgrade_drop(req); /* a 101 that did not go out */
     srv__request_release(req);
     c->served++;
     if (r < 0) {
@@ -1381,8 +1459,9 @@ static void etp_respond(void *state, srv_request *req)
     if (c->in_handler && !c->detached && !pthread_equal(c->worker, pthread_self()) &&
         !srv__response_streamed(req)) { /* a stream goes to the poller */
         size_t hlen = 0, blen = 0;
-        const char *head = srv__response_http1_head(req, &hlen);
-        const void *body = srv__response_body(req, &blen);
+        const void *body = NULL;
+        int up = 0; /* a 101's socket is handed over by the worker, once it is out */
+        const char *head = etp_answer(req, &hlen, &body, &blen, &up);
         if (head && etp_io_send_some(c, head, hlen, body, blen, &c->early_sent) < 0)
             c->early_dead = 1;
     }
@@ -1417,7 +1496,8 @@ static int etp_stream_from_worker(etp_conn *c, srv_request *req)
 
 /* Wait for respond, write the response, release the request. Returns
  * non-zero when the connection may serve another request, -1 when it went
- * to the poller to stream the response (do not touch c again). */
+ * to the poller to stream the response or to the socket loop as a
+ * WebSocket (do not touch c again). */
 static int etp_write_response(etp_conn *c, srv_request *req)
 {
     etp_state *st = c->st;
@@ -1445,37 +1525,46 @@ static int etp_write_response(etp_conn *c, srv_request *req)
         srv__stream_detach(req);
     if (!c->io_dead && !dead) {
         size_t hlen = 0, blen = 0;
-        const char *head = srv__response_http1_head(req, &hlen);
-        const void *body = srv__response_body(req, &blen);
+        const void *body = NULL;
+        int up = 0;
+        const char *head = etp_answer(req, &hlen, &body, &blen, &up);
         if (head &&
-            etp_io_send_from(c, etp_write_timeout(st), head, hlen, body, blen, sent) == 0)
+            etp_io_send_from(c, etp_write_timeout(st), head, hlen, body, blen, sent) == 0) {
+            if (up)
+                return etp_upgrade(c, req, etp_pend(c), c->pend_len - c->pend_off);
             keep = srv__response_keep_alive(req);
-        else
+        } else {
             c->io_dead = c->stalled = 1;
+        }
     } else {
         c->io_dead = 1;
     }
+    srv__sockloop_upgrade_drop(req); /* a 101 that did not go out */
     srv__request_release(req);
     c->served++;
     return keep;
 }
 
 /* Worker: the rest of an inline answer the poller could not write at once
- * (etp_inline_write). Returns non-zero to keep the connection. */
+ * (etp_inline_write). Returns like etp_write_response. */
 static int etp_finish_write(etp_conn *c)
 {
     srv_request *req = c->wreq;
     c->wreq = NULL;
     atomic_store(&c->write_since, srv__now_ms());
     etp_set_phase(c, ETP_PH_WRITE);
-    int keep = 0;
+    int keep = 0, up = 0;
     size_t hlen = 0, blen = 0;
-    const char *head = srv__response_http1_head(req, &hlen);
-    const void *body = srv__response_body(req, &blen);
-    if (etp_io_send_from(c, etp_write_timeout(c->st), head, hlen, body, blen, c->wsent) == 0)
+    const void *body = NULL;
+    const char *head = etp_answer(req, &hlen, &body, &blen, &up);
+    if (etp_io_send_from(c, etp_write_timeout(c->st), head, hlen, body, blen, c->wsent) == 0) {
+        if (up && !c->lost_input)
+            return etp_upgrade(c, req, etp_pend(c), c->pend_len - c->pend_off);
         keep = !c->lost_input && srv__response_keep_alive(req);
-    else
+    } else {
         c->io_dead = c->stalled = 1;
+    }
+    srv__sockloop_upgrade_drop(req); /* a 101 that did not go out */
     srv__request_release(req);
     c->served++;
     return keep;
@@ -1755,6 +1844,7 @@ static void etp_free_state(etp_state *st)
         pthread_mutex_destroy(&p->mqlock);
     }
     free(st->pollers);
+    srv__sockloop_free(st->sockloop);
     pthread_cond_destroy(&st->drained);
     pthread_mutex_destroy(&st->mu);
     pthread_cond_destroy(&st->lcond);
@@ -1891,14 +1981,18 @@ static void etp_quiesce(void *state)
     st->quiesced = 1;
     atomic_store(&st->quiescing, 1);
     etp_wake(st);
+    pthread_mutex_lock(&st->mu);
+    srv__sockloop_quiesce(st->sockloop); /* every WebSocket: 1001 */
+    pthread_mutex_unlock(&st->mu);
     pthread_mutex_lock(&st->lk);
     while (st->listen_fd >= 0)
         pthread_cond_wait(&st->lcond, &st->lk);
     pthread_mutex_unlock(&st->lk);
 }
 
-/* The pollers answer and close what they hold, then the workers'
- * connections are closed or detached (engines/threadpool_stop.c). */
+/* The pollers answer and close what they hold, the WebSockets close
+ * (1001, then their sockets), then the workers' connections are closed or
+ * detached (engines/threadpool_stop.c). */
 static void etp_stop(void *state)
 {
     etp_state *st = state;
@@ -1911,6 +2005,11 @@ static void etp_stop(void *state)
             st->pollers[i].started = 0;
         }
     }
+    pthread_mutex_lock(&st->mu);
+    st->ws_stopped = 1; /* a 101 written from now on closes its socket */
+    srv__sockloop *l = st->sockloop;
+    pthread_mutex_unlock(&st->mu);
+    srv__sockloop_stop(l); /* every etp_ws_done has run when it returns */
     etp_stop_connections(st);
 }
 
@@ -1922,12 +2021,21 @@ static void etp_destroy(void *state)
     etp_free_state(st);
 }
 
+/* srv_engine.lib_caps: WebSocket when this libsrv has it (built with
+ * wslay), over TLS too (the socket loop reads and writes through the
+ * connection's SSL). */
+static unsigned etp_lib_caps(void)
+{
+    return srv__sockloop_available() ? SRV_CAP_WEBSOCKET | SRV_CAP_WEBSOCKET_TLS : 0;
+}
+
 const srv_engine srv_engine_threadpool = {
     .version = SRV_ENGINE_VERSION,
     .name = "threadpool",
     .caps = SRV_ENGINE_CAP_VERSION_505 | SRV_ENGINE_CAP_GARBAGE_400 |
             SRV_ENGINE_CAP_H2_PREFACE_GOAWAY | SRV_ENGINE_CAP_TLS | SRV_ENGINE_CAP_STREAM |
             SRV_ENGINE_CAP_STREAM_BODY,
+    .lib_caps = etp_lib_caps,
     .start = etp_start,
     .respond = etp_respond,
     .stream_kick = etp_stream_kick,

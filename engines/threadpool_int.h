@@ -10,6 +10,7 @@
 #include "srv_conn.h"
 #include "srv_engine.h"
 #include "srv_http1.h"
+#include "srv_sockloop.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -61,6 +62,8 @@ enum etp_phase {
     ETP_PH_WRITE,   /* a worker writes the answer */
     ETP_PH_WQUEUED, /* an inline answer the poller could not finish
                      * writing, waiting for a worker to write the rest */
+    ETP_PH_UPGRADED, /* a WebSocket after its 101: the core's socket loop
+                      * has it (api/srv_sockloop.h) and closes it at stop */
     ETP_PH_CLOSING
 };
 
@@ -140,6 +143,7 @@ typedef struct etp_conn {
     int tls_want_write; /* the last SSL call waits for the socket to drain */
     int tls_failed;     /* a fatal TLS error: no close_notify, no more I/O */
     int tls_plain;      /* plain HTTP came to the TLS port: 400 sent in clear */
+    int tls_send_waits; /* a WebSocket's write waits for the SSL (socket loop) */
 } etp_conn;
 
 /* One poller thread: its epoll set, the connections it owns, its queue of
@@ -191,6 +195,10 @@ typedef struct etp_state {
     etp_conn *conns;
     unsigned open;     /* accepted and not yet closed (not refused ones) */
     unsigned detached; /* open ones whose handler stop() stopped waiting for */
+    /* WebSockets after their 101, made at the first one; none once
+     * ws_stopped (stop). Under mu. */
+    srv__sockloop *sockloop;
+    int ws_stopped;
 } etp_state;
 
 #define ETP_CONN_OF(j) ((etp_conn *)((char *)(j) - offsetof(etp_conn, job)))
@@ -246,6 +254,8 @@ void etp_tls_free(struct ssl_st *ssl);
 void etp_tls_shutdown(struct ssl_st *ssl);
 /* The poller's context reference (etp_free_state). */
 void etp_tls_poller_free(etp_poller *p);
+/* A WebSocket's bytes through c->ssl on the core's socket loop (ctx: c). */
+extern const srv__sockio etp_tls_sockio;
 
 /* engines/threadpool_stop.c: the last step of stop, once the poller is
  * gone: answer, shut or detach every connection a worker has, and return

@@ -109,8 +109,12 @@ static void etp_detached_finish(etp_state *st, etp_detached *d, size_t n)
             if (d[i].req) /* respond ignores it: no engine data */
                 srv__request_fail(d[i].req, 503);
         }
-        d[i].head = d[i].req ? srv__response_http1_head(d[i].req, &d[i].hlen) : NULL;
-        d[i].body = d[i].req ? srv__response_body(d[i].req, &d[i].blen) : NULL;
+        /* A WebSocket's 101 goes out as it is, and the socket closes after it. */
+        d[i].head = d[i].req ? srv__sockloop_upgrade_head(d[i].req, &d[i].hlen) : NULL;
+        if (d[i].req && !d[i].head) {
+            d[i].head = srv__response_http1_head(d[i].req, &d[i].hlen);
+            d[i].body = srv__response_body(d[i].req, &d[i].blen);
+        }
         d[i].over = d[i].head == NULL || (d[i].tls && !d[i].ssl);
     }
     for (;;) {
@@ -143,8 +147,10 @@ static void etp_detached_finish(etp_state *st, etp_detached *d, size_t n)
         etp_linger_close(d[i].fd, 0); /* the worker's own fd closes later */
         if (d[i].req && srv__response_streamed(d[i].req))
             srv__stream_detach(d[i].req); /* its head only: the body is cut */
-        if (d[i].req)
+        if (d[i].req) {
+            srv__sockloop_upgrade_drop(d[i].req); /* a 101: no WebSocket follows */
             srv__request_release(d[i].req);
+        }
     }
 }
 
@@ -183,8 +189,9 @@ static size_t etp_shutdown_conns(etp_state *st, etp_detached *out, size_t cap)
         }
         if (ph == ETP_PH_WRITE && now - atomic_load(&c->write_since) < ETP_STOP_WRITE_GRACE_MS)
             continue;
-        if (ph == ETP_PH_POLL || ph == ETP_PH_CLOSING)
-            continue; /* the poller's, or closing: no socket to shut */
+        if (ph == ETP_PH_POLL || ph == ETP_PH_CLOSING || ph == ETP_PH_UPGRADED)
+            continue; /* the poller's, closing, or the socket loop's
+                       * (one whose add fails closes at once) */
         shutdown(c->fd, SHUT_RDWR);
         c->shut = 1;
     }

@@ -199,6 +199,54 @@ int etp_tls_send_some(SSL *ssl, int *want_write, const void *a, size_t alen, con
     }
 }
 
+/* ---- a WebSocket's TLS on the core's socket loop (its thread only) ---- */
+
+static ssize_t etp_tls_io_recv(void *ctx, void *buf, size_t len)
+{
+    return etp_tls_recv(ctx, buf, len);
+}
+
+static ssize_t etp_tls_io_send(void *ctx, const void *buf, size_t len)
+{
+    etp_conn *c = ctx;
+    size_t sent = 0;
+    int r = etp_tls_send_some(c->ssl, &c->tls_want_write, buf, len, NULL, 0, &sent);
+    c->tls_send_waits = r == 0;
+    if (sent > 0)
+        return (ssize_t)sent;
+    if (r == 0) {
+        errno = EAGAIN;
+        return -1;
+    }
+    c->tls_failed = 1;
+    return -1;
+}
+
+static unsigned etp_tls_io_events(void *ctx, unsigned want)
+{
+    etp_conn *c = ctx;
+    unsigned ev = want;
+    if (c->tls_want_write) /* the last SSL call waits for room */
+        ev |= EPOLLOUT;
+    else if ((want & EPOLLOUT) && c->tls_send_waits) /* a write waits for a record */
+        ev |= EPOLLIN;
+    if ((want & EPOLLIN) && SSL_has_pending(c->ssl)) /* read, no event would come */
+        ev |= EPOLLOUT;
+    return ev;
+}
+
+static void etp_tls_io_shut(void *ctx)
+{
+    etp_tls_close_notify(ctx);
+}
+
+const srv__sockio etp_tls_sockio = {
+    .recv = etp_tls_io_recv,
+    .send = etp_tls_io_send,
+    .events = etp_tls_io_events,
+    .shut = etp_tls_io_shut,
+};
+
 void etp_tls_close_notify(etp_conn *c)
 {
     if (c->tls_failed || c->tls_handshake || c->io_dead)
