@@ -29,6 +29,7 @@
 #include "srv_engine.h"
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/socket.h>
 
 #ifdef __cplusplus
@@ -62,6 +63,13 @@ typedef struct srv__h1io {
     /* Any thread: have the loop call srv__h1conn_wake soon. Called with the
      * connection's lock held: post and return. */
     void (*wake)(void *io);
+    /* Optional, for connections given srv__h1conn_sendfile: send len bytes
+     * of the file fd from off (a static file's body) from the descriptor
+     * itself, all of them, then call srv__h1conn_written on a later turn
+     * of the loop (ok: 0 when the socket failed or the file ended first,
+     * a file that shrank). One write at a time, like write; fd stays open
+     * until then. */
+    void (*sendfile)(void *io, int fd, uint64_t off, uint64_t len);
 } srv__h1io;
 
 /* A connection admitted by srv__conn_open (the engine keeps `policy` and
@@ -74,6 +82,11 @@ srv__h1conn *srv__h1conn_new(srv_server *srv, srv__conn *policy, const srv__h1io
  * whose first bytes are HTTP/2's preface switches by itself when the engine has
  * SRV_ENGINE_CAP_HTTP2; either way every call below then carries HTTP/2. */
 void srv__h1conn_h2(srv__h1conn *hc);
+
+/* The engine can send files on this connection (srv__h1io.sendfile: a
+ * cleartext socket it owns): HTTP/1 file bodies go that way instead of
+ * being read into the stream buffer. Right after srv__h1conn_new. */
+void srv__h1conn_sendfile(srv__h1conn *hc);
 
 /* n bytes were read. Returns how many the connection took (copied: d is the
  * engine's again on return); the engine keeps the rest, unread, and offers

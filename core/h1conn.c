@@ -72,6 +72,7 @@ struct srv__h1conn {
     int writing;      /* a write is in flight, carrying `wrote` */
     enum h1_write wrote;
     size_t piece;     /* H1_W_PIECE: its length */
+    int sendfile;     /* file bodies by srv__h1io.sendfile */
     srv__buf out[2];
     int reading;      /* what srv__h1io.read was last told */
     unsigned served;
@@ -376,7 +377,10 @@ static int h1_stream(srv__h1conn *hc)
     }
     const void *d = NULL;
     size_t len = 0;
-    switch (srv__stream_pull(hc->cur, &d, &len)) {
+    srv__stream_chunk file;
+    int k = hc->sendfile ? srv__stream_pull_file(hc->cur, &d, &len, &file)
+                         : srv__stream_pull(hc->cur, &d, &len);
+    switch (k) {
     case SRV__STREAM_WAIT: /* a kick brings it back; the application's pace is its own */
         h1_set(hc, SRV_CONN_APP);
         return 0;
@@ -385,6 +389,14 @@ static int h1_stream(srv__h1conn *hc)
     case SRV__STREAM_DATA:
         hc->piece = len;
         h1_write(hc, H1_W_PIECE, d, len, NULL, 0);
+        return 0;
+    case SRV__STREAM_FILE: /* the rest of the file, from its descriptor */
+        if (file.len > SIZE_MAX)
+            return h1_close(hc);
+        hc->piece = (size_t)file.len;
+        hc->writing = 1;
+        hc->wrote = H1_W_PIECE;
+        hc->ops->sendfile(hc->io, file.fd, file.off, file.len);
         return 0;
     default: /* cut: no last chunk, the client sees a cut body */
         return h1_close(hc);
@@ -622,6 +634,11 @@ void srv__h1conn_h2(srv__h1conn *hc)
 #else
     (void)hc;
 #endif
+}
+
+void srv__h1conn_sendfile(srv__h1conn *hc)
+{
+    hc->sendfile = hc->ops->sendfile != NULL;
 }
 
 size_t srv__h1conn_input(srv__h1conn *hc, const char *d, size_t n)
