@@ -5,6 +5,7 @@
  */
 #include "h2o_internal.h"
 
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 
 /* Deadlines are looked at this often (as threadpool's poller). */
@@ -13,6 +14,10 @@
 #define EH2O_WAKE_BATCH 256
 /* A connection's kernel receive buffer (the kernel doubles it). */
 #define EH2O_RCVBUF (128 * 1024)
+/* A file body's bytes per loop turn (others get theirs); bytes written through h2o to wait
+ * for room when the socket is full. */
+#define EH2O_SENDFILE_BURST (4u << 20)
+#define EH2O_SENDFILE_WAIT 4096
 
 /* The socket's close (h2o_socket_close, or h2o's own on an error): the core's connection lets
  * go, then the policy. */
@@ -27,6 +32,7 @@ void eh2o_on_conn_close(void *data)
     h2o_linklist_unlink(&c->link);
     t->nconns--;
     srv__conn_close(&c->conn);
+    free(c->sf_buf);
     free(c);
 }
 
@@ -51,6 +57,110 @@ static void eh2o_write(void *io, const srv__buf *bufs, size_t n)
     for (size_t i = 0; i < n && i < 2; i++)
         v[i] = h2o_iovec_init(bufs[i].base, bufs[i].len);
     h2o_socket_write(c->sock, v, n < 2 ? n : 2, eh2o_on_written);
+}
+
+/*
+ * A file body by sendfile(2) (cleartext: the socket's bytes are the file's). libh2o 2.2.5
+ * has no sendfile of its own, and no writability event apart from its writes: the loop
+ * calls sendfile on the socket (h2o_socket_get_fd) while h2o has nothing queued (the
+ * core's previous write has completed), and when the socket is full writes the next few
+ * bytes of the file through h2o_socket_write, whose completion says there is room again.
+ * The end is told on a later turn, never inside the call that asked.
+ */
+static void eh2o_sf_step(eh2o_conn *c);
+
+static void eh2o_sf_end(eh2o_conn *c, int ok)
+{
+    c->sf_fd = -1;
+    c->sf_left = 0;
+    c->sf_done = 1;
+    c->sf_ok = ok;
+    if (!h2o_timeout_is_linked(&c->sf_next))
+        h2o_timeout_link(c->thread->loop, &c->thread->zero, &c->sf_next);
+}
+
+static void eh2o_on_sf_next(h2o_timeout_entry_t *e)
+{
+    eh2o_conn *c = H2O_STRUCT_FROM_MEMBER(eh2o_conn, sf_next, e);
+    if (!c->sf_done) {
+        eh2o_sf_step(c);
+        return;
+    }
+    c->sf_done = 0;
+    free(c->sf_buf);
+    c->sf_buf = NULL;
+    if (c->hc != NULL)
+        srv__h1conn_written(c->hc, c->sf_ok);
+}
+
+static void eh2o_on_sf_written(h2o_socket_t *sock, const char *err)
+{
+    eh2o_conn *c = eh2o_sock_conn(sock);
+    if (c == NULL)
+        return;
+    if (err != NULL) {
+        eh2o_sf_end(c, 0);
+        return;
+    }
+    srv__conn_progress(&c->conn, srv__now_ms());
+    eh2o_sf_step(c);
+}
+
+static void eh2o_sf_step(eh2o_conn *c)
+{
+    int fd = h2o_socket_get_fd(c->sock);
+    uint64_t burst = 0;
+    while (c->sf_left > 0) {
+        if (fd < 0) {
+            eh2o_sf_end(c, 0);
+            return;
+        }
+        if (burst >= EH2O_SENDFILE_BURST) {
+            h2o_timeout_link(c->thread->loop, &c->thread->zero, &c->sf_next);
+            return;
+        }
+        size_t want = c->sf_left < EH2O_SENDFILE_BURST ? (size_t)c->sf_left : EH2O_SENDFILE_BURST;
+        off_t off = (off_t)c->sf_off;
+        ssize_t n = sendfile(fd, c->sf_fd, &off, want);
+        if (n > 0) {
+            c->sf_off += (uint64_t)n;
+            c->sf_left -= (uint64_t)n;
+            burst += (uint64_t)n;
+            srv__conn_progress(&c->conn, srv__now_ms()); /* the send deadline moves on */
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+            eh2o_sf_end(c, 0); /* the file shrank, or the client is gone */
+            return;
+        }
+        if (c->sf_buf == NULL && (c->sf_buf = malloc(EH2O_SENDFILE_WAIT)) == NULL) {
+            eh2o_sf_end(c, 0);
+            return;
+        }
+        size_t k = c->sf_left < EH2O_SENDFILE_WAIT ? (size_t)c->sf_left : EH2O_SENDFILE_WAIT;
+        ssize_t r = pread(c->sf_fd, c->sf_buf, k, (off_t)c->sf_off);
+        if (r <= 0) {
+            eh2o_sf_end(c, 0);
+            return;
+        }
+        c->sf_off += (uint64_t)r; /* h2o has them now */
+        c->sf_left -= (uint64_t)r;
+        h2o_iovec_t v = h2o_iovec_init(c->sf_buf, (size_t)r);
+        h2o_socket_write(c->sock, &v, 1, eh2o_on_sf_written);
+        return;
+    }
+    eh2o_sf_end(c, 1);
+}
+
+static void eh2o_sendfile(void *io, int fd, uint64_t off, uint64_t len)
+{
+    eh2o_conn *c = io;
+    c->sf_fd = fd;
+    c->sf_off = off;
+    c->sf_left = len;
+    eh2o_sf_step(c);
 }
 
 /* h2o reads all a socket has into its input: it reads again only once the core took all of
@@ -113,6 +223,7 @@ static const srv__h1io eh2o_io = {
     .shut = eh2o_shut,
     .close = eh2o_close,
     .wake = eh2o_wake_conn,
+    .sendfile = eh2o_sendfile,
 };
 
 /* ------------------------------------------------------------------ */
@@ -194,7 +305,10 @@ void eh2o_conn_start(eh2o_conn *c, int h2)
     }
     if (h2 && c->conn.admitted) /* a refused one is answered 503 in HTTP/1 */
         srv__h1conn_h2(c->hc);
+    if (c->sock->ssl == NULL) /* file bodies from the descriptor (eh2o_sf_step) */
+        srv__h1conn_sendfile(c->hc);
     c->feed.cb = eh2o_on_feed;
+    c->sf_next.cb = eh2o_on_sf_next;
     /* What the kernel holds for a client that pipelines while an answer is awaited (h2o
      * reads all a socket has): bounded, so the client's writes stop instead. */
     int size = EH2O_RCVBUF;
@@ -209,6 +323,7 @@ void eh2o_conn_closed(eh2o_conn *c)
 {
     eh2o_thread *t = c->thread;
     h2o_timeout_unlink(&c->feed);
+    h2o_timeout_unlink(&c->sf_next);
     /* First: the core's connection lets go, and waits for an answer another thread is giving
      * right now, whose wake may list c again; after it no wake comes for c. */
     if (c->hc != NULL) {
