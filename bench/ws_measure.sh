@@ -53,6 +53,7 @@ note() { echo "ws_measure: $*" >&2; }
 start() {
     name=$1 limit=$2
     shift 2
+    : > "$tmp/$name.out" # there before the loop reads it, not when the job opens it
     "$@" > "$tmp/$name.out" 2> "$tmp/$name.err" &
     spid=$!
     i=0
