@@ -13,7 +13,12 @@
 #               (bench/stream_measure.sh, STREAM_BUFFER bytes per stream);
 #               then a 1 GiB streamed upload per engine
 #               (bench/upload_measure.sh); then SSE_CLIENTS concurrent server-sent-event clients per
-#               engine (bench/sse_measure.sh, default 10000); then static
+#               engine (bench/sse_measure.sh, default 10000); then
+#               WebSocket per engine that has it, beside embedded Tomcat's
+#               when its jars are installed (bench/ws_measure.sh): the RSS of
+#               WS_IDLE idle sockets (default 10000) and the echo rate of
+#               WS_CLIENTS clients (default 50), the median of 3 runs of
+#               WS_SECONDS each (default 4); then static
 #               files (4 KiB, 1 MiB) per engine against nginx
 #               (bench/static_measure.sh, STATIC_SECONDS per wrk run);
 #               then the open-file cache's bound: 10,000 distinct files
@@ -32,6 +37,9 @@ STRESS_SOAK_SECONDS ?= 600
 STRESS_ARGS ?=
 STREAM_BUFFER ?= 1048576
 SSE_CLIENTS ?= 10000
+WS_IDLE ?= 10000
+WS_SECONDS ?= 4
+WS_CLIENTS ?= 50
 STATIC_SECONDS ?= 4
 STATIC_MANY_SECONDS ?= 60
 
@@ -61,6 +69,7 @@ bench: build
 	./bench/stream_measure.sh $(BUILD) 1073741824 $(STREAM_BUFFER)
 	./bench/upload_measure.sh $(BUILD)
 	./bench/sse_measure.sh $(BUILD) $(SSE_CLIENTS)
+	./bench/ws_measure.sh $(BUILD) $(WS_IDLE) $(WS_SECONDS) $(WS_CLIENTS)
 	./bench/static_measure.sh $(BUILD) $(STATIC_SECONDS)
 	./bench/static_many.sh $(BUILD) $(STATIC_MANY_SECONDS)
 
