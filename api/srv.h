@@ -210,8 +210,8 @@ enum {
     SRV_CAP_STOP_CLOSES_PARTIAL_LINE = 1u << 15,
     /* With SRV_CAP_WEBSOCKET: also over TLS. Without it a server with a
      * certificate refuses srv_route_ws with SRV_EENGINE (mhd: libmicrohttpd
-     * carries an upgraded TLS socket itself, through a socket pair, and
-     * its close did not reach the client). */
+     * forwards an upgraded TLS socket itself, through buffers taken from
+     * the connection's memory pool, which the engine keeps small). */
     SRV_CAP_WEBSOCKET_TLS = 1u << 16
 };
 
