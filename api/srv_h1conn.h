@@ -88,6 +88,36 @@ void srv__h1conn_h2(srv__h1conn *hc);
  * being read into the stream buffer. Right after srv__h1conn_new. */
 void srv__h1conn_sendfile(srv__h1conn *hc);
 
+/*
+ * For an srv__h1io.sendfile over a library that writes only buffers and
+ * tells of room only through its own writes (h2o, uv; core/sendfile.c):
+ * sendfile(2) on the socket while the library has nothing queued; when the
+ * socket is full, the file's next bytes go through the library's write,
+ * whose completion says there is room again. Loop thread.
+ */
+#define SRV__SENDFILE_BURST (4u << 20) /* bytes per step: the loop's others get theirs */
+#define SRV__SENDFILE_WAIT 4096        /* bytes a wait for room writes */
+
+typedef struct srv__sendfile {
+    int fd;              /* the file (the request's: open until written) */
+    uint64_t off, left;  /* what is still to send */
+    char *buf;           /* SRV__SENDFILE_WAIT bytes for a wait, made at the first */
+} srv__sendfile;
+
+enum {
+    SRV__SF_DONE,   /* all sent */
+    SRV__SF_FAILED, /* the socket failed, or the file ended first (it shrank) */
+    SRV__SF_BURST,  /* a burst went: step again on a later turn */
+    SRV__SF_WAIT    /* full: write sf->buf's first *wait bytes (counted sent)
+                     * through the library, and step again once written */
+};
+
+/* What the socket takes now (sock < 0: failed). *moved: the bytes sent by
+ * sendfile in this step (the send deadline's progress). */
+int srv__sendfile_step(srv__sendfile *sf, int sock, size_t *wait, uint64_t *moved);
+/* Done with sf (its buffer freed; fd is not closed). */
+void srv__sendfile_end(srv__sendfile *sf);
+
 /* n bytes were read. Returns how many the connection took (copied: d is the
  * engine's again on return); the engine keeps the rest, unread, and offers
  * them again once the connection asks to read (srv__h1io.read on). */

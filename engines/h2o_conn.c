@@ -5,7 +5,6 @@
  */
 #include "h2o_internal.h"
 
-#include <sys/sendfile.h>
 #include <sys/socket.h>
 
 /* Deadlines are looked at this often (as threadpool's poller). */
@@ -14,10 +13,7 @@
 #define EH2O_WAKE_BATCH 256
 /* A connection's kernel receive buffer (the kernel doubles it). */
 #define EH2O_RCVBUF (128 * 1024)
-/* A file body's bytes per loop turn (others get theirs); bytes written through h2o to wait
- * for room when the socket is full. */
-#define EH2O_SENDFILE_BURST (4u << 20)
-#define EH2O_SENDFILE_WAIT 4096
+
 
 /* The socket's close (h2o_socket_close, or h2o's own on an error): the core's connection lets
  * go, then the policy. */
@@ -32,7 +28,7 @@ void eh2o_on_conn_close(void *data)
     h2o_linklist_unlink(&c->link);
     t->nconns--;
     srv__conn_close(&c->conn);
-    free(c->sf_buf);
+    srv__sendfile_end(&c->sf);
     free(c);
 }
 
@@ -59,20 +55,14 @@ static void eh2o_write(void *io, const srv__buf *bufs, size_t n)
     h2o_socket_write(c->sock, v, n < 2 ? n : 2, eh2o_on_written);
 }
 
-/*
- * A file body by sendfile(2) (cleartext: the socket's bytes are the file's). libh2o 2.2.5
- * has no sendfile of its own, and no writability event apart from its writes: the loop
- * calls sendfile on the socket (h2o_socket_get_fd) while h2o has nothing queued (the
- * core's previous write has completed), and when the socket is full writes the next few
- * bytes of the file through h2o_socket_write, whose completion says there is room again.
- * The end is told on a later turn, never inside the call that asked.
- */
+/* A file body by sendfile (cleartext): libh2o 2.2.5 sends only buffers and tells of room
+ * only through its writes (srv__sendfile_step on h2o_socket_get_fd; its waits by
+ * h2o_socket_write). The end is told on a later turn, never inside the call that asked. */
 static void eh2o_sf_step(eh2o_conn *c);
 
 static void eh2o_sf_end(eh2o_conn *c, int ok)
 {
-    c->sf_fd = -1;
-    c->sf_left = 0;
+    srv__sendfile_end(&c->sf);
     c->sf_done = 1;
     c->sf_ok = ok;
     if (!h2o_timeout_is_linked(&c->sf_next))
@@ -87,8 +77,6 @@ static void eh2o_on_sf_next(h2o_timeout_entry_t *e)
         return;
     }
     c->sf_done = 0;
-    free(c->sf_buf);
-    c->sf_buf = NULL;
     if (c->hc != NULL)
         srv__h1conn_written(c->hc, c->sf_ok);
 }
@@ -108,58 +96,25 @@ static void eh2o_on_sf_written(h2o_socket_t *sock, const char *err)
 
 static void eh2o_sf_step(eh2o_conn *c)
 {
-    int fd = h2o_socket_get_fd(c->sock);
-    uint64_t burst = 0;
-    while (c->sf_left > 0) {
-        if (fd < 0) {
-            eh2o_sf_end(c, 0);
-            return;
-        }
-        if (burst >= EH2O_SENDFILE_BURST) {
-            h2o_timeout_link(c->thread->loop, &c->thread->zero, &c->sf_next);
-            return;
-        }
-        size_t want = c->sf_left < EH2O_SENDFILE_BURST ? (size_t)c->sf_left : EH2O_SENDFILE_BURST;
-        off_t off = (off_t)c->sf_off;
-        ssize_t n = sendfile(fd, c->sf_fd, &off, want);
-        if (n > 0) {
-            c->sf_off += (uint64_t)n;
-            c->sf_left -= (uint64_t)n;
-            burst += (uint64_t)n;
-            srv__conn_progress(&c->conn, srv__now_ms()); /* the send deadline moves on */
-            continue;
-        }
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
-            eh2o_sf_end(c, 0); /* the file shrank, or the client is gone */
-            return;
-        }
-        if (c->sf_buf == NULL && (c->sf_buf = malloc(EH2O_SENDFILE_WAIT)) == NULL) {
-            eh2o_sf_end(c, 0);
-            return;
-        }
-        size_t k = c->sf_left < EH2O_SENDFILE_WAIT ? (size_t)c->sf_left : EH2O_SENDFILE_WAIT;
-        ssize_t r = pread(c->sf_fd, c->sf_buf, k, (off_t)c->sf_off);
-        if (r <= 0) {
-            eh2o_sf_end(c, 0);
-            return;
-        }
-        c->sf_off += (uint64_t)r; /* h2o has them now */
-        c->sf_left -= (uint64_t)r;
-        h2o_iovec_t v = h2o_iovec_init(c->sf_buf, (size_t)r);
+    size_t wait = 0;
+    uint64_t moved = 0;
+    int r = srv__sendfile_step(&c->sf, h2o_socket_get_fd(c->sock), &wait, &moved);
+    if (moved > 0) /* the send deadline moves on */
+        srv__conn_progress(&c->conn, srv__now_ms());
+    if (r == SRV__SF_BURST) {
+        h2o_timeout_link(c->thread->loop, &c->thread->zero, &c->sf_next);
+    } else if (r == SRV__SF_WAIT) {
+        h2o_iovec_t v = h2o_iovec_init(c->sf.buf, wait);
         h2o_socket_write(c->sock, &v, 1, eh2o_on_sf_written);
-        return;
+    } else {
+        eh2o_sf_end(c, r == SRV__SF_DONE);
     }
-    eh2o_sf_end(c, 1);
 }
 
 static void eh2o_sendfile(void *io, int fd, uint64_t off, uint64_t len)
 {
     eh2o_conn *c = io;
-    c->sf_fd = fd;
-    c->sf_off = off;
-    c->sf_left = len;
+    c->sf = (srv__sendfile){.fd = fd, .off = off, .left = len};
     eh2o_sf_step(c);
 }
 

@@ -54,10 +54,8 @@ typedef struct eh2o_conn {
     int *closed;              /* set when the connection closes under a call that may close it */
     struct eh2o_tls_hs *tls_hs; /* engines/h2o_tls.c: in its TLS handshake */
     /* A file body by sendfile (srv__h1io.sendfile, cleartext; engines/h2o_conn.c). */
-    int sf_fd;
-    uint64_t sf_off, sf_left;
+    srv__sendfile sf;
     int sf_done, sf_ok;          /* ended: srv__h1conn_written(sf_ok) is due */
-    char *sf_buf;                /* the bytes a wait for room writes */
     h2o_timeout_entry_t sf_next; /* the next burst, or the end, on a later turn */
 } eh2o_conn;
 

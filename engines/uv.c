@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -31,8 +30,6 @@
 #define EUV_STOP_POLL_MS 10      /* while stopping: are the connections gone? */
 #define EUV_STOP_FORCE_MS 250    /* stop: then close the connections still open */
 #define EUV_LOOP_FDS 6           /* descriptors a loop opens (euv_loop_init) */
-#define EUV_SENDFILE_BURST (4u << 20) /* a file's bytes per loop turn: others get theirs */
-#define EUV_SENDFILE_WAIT 4096        /* copied through uv_write to wait for room */
 
 typedef struct euv_server euv_server;
 typedef struct euv_loop euv_loop;
@@ -70,18 +67,12 @@ typedef struct euv_conn {
     int write_late;  /* a write that completes on the next turn: 1 done, -1 failed */
     size_t queued;   /* bytes libuv had still to write at the last tick */
     uv_shutdown_t sreq;
-    /* A file body by sendfile (srv__h1io.sendfile, cleartext): sf_left
-     * bytes of sf_fd from sf_off. libuv has no sendfile on a stream and no
-     * writability event beside its own writes, so the loop calls
-     * sendfile(2) on the socket (uv_fileno) while libuv's write queue is
-     * empty, and when the socket is full it writes the next few bytes of
-     * the file through uv_write (sf_buf), whose completion says there is
-     * room again. */
-    int sf_fd;
-    uint64_t sf_off, sf_left;
+    /* A file body by sendfile (srv__h1io.sendfile, cleartext): libuv has
+     * no sendfile on a stream and no writability event beside its own
+     * writes (srv__sendfile_step, on uv_fileno; its waits by uv_write). */
+    srv__sendfile sf;
     int sf_resume;  /* a burst ended: go on at the next turn */
     int sf_moved;   /* bytes went since the last tick (the send deadline) */
-    char *sf_buf;
     uv_write_t sf_wreq;
     int posted; /* on euv_loop.posted (euv_loop.mu) */
     struct euv_conn *post_next;
@@ -422,10 +413,7 @@ static void euv_sendfile_step(euv_conn *c);
 /* The end of a file body: written on the next turn (never inside the call). */
 static void euv_sendfile_end(euv_conn *c, int ok)
 {
-    c->sf_fd = -1;
-    c->sf_left = 0;
-    free(c->sf_buf);
-    c->sf_buf = NULL;
+    srv__sendfile_end(&c->sf);
     euv_write_late(c, ok);
 }
 
@@ -442,60 +430,26 @@ static void euv_on_sf_written(uv_write_t *req, int status)
     euv_sendfile_step(c);
 }
 
-/* Send what the socket takes of the file; when it is full, wait for room
- * through a small uv_write of the next bytes. */
 static void euv_sendfile_step(euv_conn *c)
 {
-    uv_os_fd_t sock;
-    if (c->state == EUV_CLOSING || uv_fileno((uv_handle_t *)&c->tcp, &sock) != 0) {
-        euv_sendfile_end(c, 0);
-        return;
+    uv_os_fd_t sock = -1;
+    if (c->state == EUV_CLOSING || uv_fileno((uv_handle_t *)&c->tcp, &sock) != 0)
+        sock = -1;
+    size_t wait = 0;
+    uint64_t moved = 0;
+    int r = srv__sendfile_step(&c->sf, sock, &wait, &moved);
+    if (moved > 0)
+        c->sf_moved = 1;
+    if (r == SRV__SF_BURST) {
+        c->sf_resume = 1;
+        euv_post(c);
+    } else if (r == SRV__SF_WAIT) {
+        uv_buf_t b = uv_buf_init(c->sf.buf, (unsigned)wait);
+        if (uv_write(&c->sf_wreq, (uv_stream_t *)&c->tcp, &b, 1, euv_on_sf_written) != 0)
+            euv_sendfile_end(c, 0);
+    } else {
+        euv_sendfile_end(c, r == SRV__SF_DONE);
     }
-    uint64_t burst = 0;
-    while (c->sf_left > 0) {
-        if (burst >= EUV_SENDFILE_BURST) {
-            c->sf_resume = 1;
-            euv_post(c);
-            return;
-        }
-        size_t want = c->sf_left < EUV_SENDFILE_BURST ? (size_t)c->sf_left : EUV_SENDFILE_BURST;
-        off_t off = (off_t)c->sf_off;
-        ssize_t n = sendfile(sock, c->sf_fd, &off, want);
-        if (n > 0) {
-            c->sf_off += (uint64_t)n;
-            c->sf_left -= (uint64_t)n;
-            c->sf_moved = 1;
-            burst += (uint64_t)n;
-            continue;
-        }
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
-            euv_sendfile_end(c, 0); /* the file shrank, or the client is gone */
-            return;
-        }
-        /* Full: the next bytes go through libuv, which writes them once
-         * there is room and then calls back. */
-        if (c->sf_buf == NULL && (c->sf_buf = malloc(EUV_SENDFILE_WAIT)) == NULL) {
-            euv_sendfile_end(c, 0);
-            return;
-        }
-        size_t k = c->sf_left < EUV_SENDFILE_WAIT ? (size_t)c->sf_left : EUV_SENDFILE_WAIT;
-        ssize_t r = pread(c->sf_fd, c->sf_buf, k, (off_t)c->sf_off);
-        if (r <= 0) {
-            euv_sendfile_end(c, 0);
-            return;
-        }
-        uv_buf_t b = uv_buf_init(c->sf_buf, (unsigned)r);
-        if (uv_write(&c->sf_wreq, (uv_stream_t *)&c->tcp, &b, 1, euv_on_sf_written) != 0) {
-            euv_sendfile_end(c, 0);
-            return;
-        }
-        c->sf_off += (uint64_t)r; /* libuv has them now */
-        c->sf_left -= (uint64_t)r;
-        return;
-    }
-    euv_sendfile_end(c, 1);
 }
 
 /* ---- srv__h1io: what the protocol asks of the bytes ---- */
@@ -589,9 +543,7 @@ static void euv_io_wake(void *io)
 static void euv_io_sendfile(void *io, int fd, uint64_t off, uint64_t len)
 {
     euv_conn *c = io;
-    c->sf_fd = fd;
-    c->sf_off = off;
-    c->sf_left = len;
+    c->sf = (srv__sendfile){.fd = fd, .off = off, .left = len};
     euv_sendfile_step(c);
 }
 
@@ -652,7 +604,7 @@ static void euv_on_closed(uv_handle_t *h)
     l->nconns--;
     euv_tls_free(c->tls);
     free(c->held);
-    free(c->sf_buf);
+    srv__sendfile_end(&c->sf);
     srv__conn_close(&c->pol);
     free(c);
 }
