@@ -290,6 +290,17 @@ static void srv__pool_stalled(srv__pool *p, uint64_t now)
     srv__pool_grow(p, busy > 0 ? busy : 1);
 }
 
+/* Jobs are left queued for workers that may not take them soon (mutex
+ * held): the watcher looks again within SRV__POOL_STALL_NS. */
+static void srv__pool_watch_on(srv__pool *p, uint64_t now)
+{
+    p->deferred_ns = now;
+    if (p->watcher_asleep) {
+        p->watcher_asleep = false;
+        pthread_cond_signal(&p->watch_cv);
+    }
+}
+
 /* Sleep until the next check is due (mutex held, CLOCK_MONOTONIC). */
 static void srv__pool_watch_wait(srv__pool *p, uint64_t at_ns)
 {
@@ -387,13 +398,14 @@ int srv__pool_submit(srv_server *srv, srv_job *job)
     if ((p->spinning > 0 && p->waiting <= p->spinning) || !srv__pool_can_grow(p)) {
         /* taken within microseconds, or when a busy worker loops back */
     } else if (p->watching && srv__pool_awake(p) > 0 && now - p->moved_ns < srv__pool_stall_ns(p)) {
-        p->deferred_ns = now;
-        if (p->watcher_asleep) {
-            p->watcher_asleep = false;
-            pthread_cond_signal(&p->watch_cv);
-        }
+        srv__pool_watch_on(p, now);
     } else if (srv__pool_awake(p) > 0) {
         srv__pool_stalled(p, now);
+        /* It adds no worker while one woken earlier has not run yet (a
+         * loaded machine), and only as many as are busy: without the
+         * watcher, the rest would wait for a blocked handler to return. */
+        if (p->watching)
+            srv__pool_watch_on(p, now);
     } else if (p->idle > p->wakes) {
         p->wakes++; /* one: it takes the jobs behind this one too */
         pthread_cond_signal(&p->cv);
