@@ -1,11 +1,13 @@
 /*
- * A loop for sockets an engine's library hands back after an upgrade
- * (mhd: libmicrohttpd's MHD_create_response_for_upgrade gives the
- * application the socket once the 101 is written). The engine has no loop
- * of its own for such a socket, so the core runs one thread for them
- * (core/sockloop.c): it reads and writes the descriptor, non-blocking, and
- * carries the request's WebSocket (core/ws.c) over it through the same
- * srv__h1io a loop engine gives srv__h1conn.
+ * A loop for sockets an engine without an event loop of its own hands over:
+ * WebSockets after their 101 (threadpool; mhd, whose libmicrohttpd gives
+ * the socket back through MHD_create_response_for_upgrade) and HTTP/2
+ * connections (threadpool). The core runs one thread for them
+ * (core/sockloop.c): it reads and writes the descriptor, non-blocking (or
+ * through the engine's srv__sockio, its TLS), and carries the request's
+ * WebSocket (core/ws.c) or the core's connection (core/h1conn.c, HTTP/2 in
+ * core/h2conn.c) over it through the same srv__h1io a loop engine gives
+ * srv__h1conn.
  *
  * Threads: srv__sockloop_add from the thread that got the socket; the rest
  * from the engine's controlling thread (start, quiesce, stop, free). The
@@ -18,6 +20,7 @@
 #include "srv_engine.h"
 
 #include <stddef.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #ifdef __cplusplus
@@ -76,6 +79,21 @@ int srv__sockloop_start(srv__sockloop **out, srv_server *srv);
 int srv__sockloop_add(srv__sockloop *l, int fd, const srv__sockio *sio, void *sio_ctx,
                       srv_request *req, srv__conn *policy, const char *early, size_t n,
                       void (*done)(void *ctx), void *ctx);
+
+/* 1 when the loop can carry HTTP/2 connections (built with nghttp2):
+ * an engine with no HTTP/2 of its own reports SRV_CAP_HTTP2 only then.
+ * Any thread. */
+int srv__sockloop_http2(void);
+
+/* fd speaks HTTP/2 from now on (a prior-knowledge preface, or ALPN "h2"):
+ * the loop carries it as the core's connection (core/h1conn.c, then
+ * core/h2conn.c), requests for the core, `early` (n bytes read so far,
+ * the preface's first included, copied) offered first. sio, policy,
+ * done and fd as for srv__sockloop_add; peer is copied. 0, SRV_ENOMEM or
+ * SRV_ESTATE (the loop stopped): then the engine closes fd itself. */
+int srv__sockloop_add_h2(srv__sockloop *l, int fd, const srv__sockio *sio, void *sio_ctx,
+                         srv__conn *policy, const struct sockaddr *peer, socklen_t peer_len,
+                         const char *early, size_t n, void (*done)(void *ctx), void *ctx);
 
 /* The server quiesces: every socket is told 1001 and closes. */
 void srv__sockloop_quiesce(srv__sockloop *l);

@@ -570,7 +570,7 @@ srv__h1conn *srv__h1conn_new(srv_server *srv, srv__conn *policy, const srv__h1io
     hc->phase = H1_READ;
     /* Prior knowledge only where the engine speaks HTTP/2, and for a connection admitted (a
      * refused one gets the parser's SETTINGS + GOAWAY). */
-    hc->sniff = policy->admitted && (srv->engine->caps & SRV_ENGINE_CAP_HTTP2) != 0;
+    hc->sniff = policy->admitted && (srv->caps & SRV_ENGINE_CAP_HTTP2) != 0;
 #ifndef SRV_HAVE_NGHTTP2
     hc->sniff = 0;
 #endif

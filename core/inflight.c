@@ -531,7 +531,7 @@ int srv__inflight_answer_stream(srv_request *req, int status, const char *conten
     /* HTTP/1.1 without a length: chunks, framed here unless the engine's
      * library frames them. HTTP/1.0 without a length: the close ends it. */
     s->chunked = !bodiless && length < 0 && http11 &&
-                 !(srv->engine->caps & SRV_ENGINE_CAP_LIB_FRAMING);
+                 !(srv->caps & SRV_ENGINE_CAP_LIB_FRAMING);
     if (!bodiless && length < 0 && req->major == 1 && req->minor == 0)
         req->close_after = true;
     srv__claim_answer(req, false);

@@ -295,7 +295,7 @@ static uint64_t srv__body_limit(srv_request *req)
         srv__router_lookup(req);
         const srv__route *rt = req->route;
         if (req->routing.status == 0 && rt != NULL && (rt->flags & SRV_ROUTE_STREAM_BODY) &&
-            (srv->engine->caps & SRV_ENGINE_CAP_STREAM_BODY))
+            (srv->caps & SRV_ENGINE_CAP_STREAM_BODY))
             return rt->max_body ? rt->max_body : UINT64_MAX;
     }
     return srv->cfg.max_body_bytes;
@@ -305,7 +305,7 @@ int srv__request_headers_done(srv_request *req)
 {
     req->head_done = true; /* whole, if not acceptable: the core's answer gets the hooks' headers */
     bool http2 = req->major == 2 && req->minor == 0 &&
-                 (req->srv->engine->caps & SRV_ENGINE_CAP_HTTP2);
+                 (req->srv->caps & SRV_ENGINE_CAP_HTTP2);
     if (!(req->major == 1 && (req->minor == 0 || req->minor == 1)) && !http2)
         return 505;
 

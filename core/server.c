@@ -28,6 +28,7 @@ srv_server *srv_server_new(const srv_engine *engine, const srv_config *cfg)
         return NULL;
     }
     srv->engine = engine;
+    srv->caps = engine->caps | (engine->lib_caps != NULL ? engine->lib_caps() : 0);
     srv->host = strdup(srv->cfg.host ? srv->cfg.host : "");
     srv->server_name = strdup(srv->cfg.server_name ? srv->cfg.server_name : "");
     if (srv->host == NULL || srv->server_name == NULL)
@@ -84,7 +85,7 @@ int srv_route_add(srv_server *srv, const srv_route_opts *opts)
     srv_route_opts o;
     memset(&o, 0, sizeof o);
     memcpy(&o, opts, opts->size < sizeof o ? opts->size : sizeof o);
-    if ((o.flags & SRV_ROUTE_STREAM_BODY) && !(srv->engine->caps & SRV_ENGINE_CAP_STREAM_BODY)) {
+    if ((o.flags & SRV_ROUTE_STREAM_BODY) && !(srv->caps & SRV_ENGINE_CAP_STREAM_BODY)) {
         /* Never a silently buffered body: the application asked for a stream. */
         srv__server_set_error(srv, "engine %s cannot stream request bodies "
                                    "(SRV_ROUTE_STREAM_BODY on %s %s)",

@@ -1,11 +1,12 @@
 /*
- * The loop for sockets an engine's library hands back after an upgrade
- * (api/srv_sockloop.h): one epoll thread that carries WebSockets
- * (core/ws.c) over plain non-blocking descriptors, through the srv__h1io a
- * loop engine gives srv__h1conn. Everything but wake runs on this thread;
+ * The loop for sockets an engine hands over (api/srv_sockloop.h): one
+ * epoll thread that carries WebSockets (core/ws.c) and HTTP/2 connections
+ * (core/h1conn.c, core/h2conn.c) over non-blocking descriptors, through
+ * the srv__h1io a loop engine gives srv__h1conn. Everything but wake runs on this thread;
  * wake posts the socket on a list and writes an eventfd.
  */
 #include "srv_core.h"
+#include "srv_h1conn.h"
 #include "srv_sockloop.h"
 #ifdef SRV_HAVE_WSLAY
 #include "srv_ws.h"
@@ -22,7 +23,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#define SL_TICK_MS 100          /* srv__ws_time's pace */
+#define SL_TICK_MS 50           /* the deadlines' pace (srv__ws_time, srv__h1conn_time) */
 #define SL_READ 16384           /* one read's bytes */
 #define SL_STOP_WAIT_MS 1000    /* a stop's 1001 handshakes, then closed */
 #define SL_EVENTS 64
@@ -33,7 +34,8 @@ struct sl_conn {
     int fd;
     const srv__sockio *sio; /* NULL: the socket's own bytes */
     void *sio_ctx;
-    srv_ws *ws;
+    srv_ws *ws;           /* what it carries: a WebSocket, */
+    srv__h1conn *hc;      /* or the core's connection speaking HTTP/2 */
     void (*done)(void *ctx);
     void *ctx;
     sl_conn *prev, *next; /* l->conns (loop) */
@@ -51,7 +53,7 @@ struct sl_conn {
     char *out;            /* a write's rest: out[out_off, out_len) */
     size_t out_off, out_len;
     int writing;          /* a write is under way */
-    int written;          /* it is done: srv__ws_written is due */
+    int written;          /* it is done: sl_p_written is due */
     int write_failed;
     int closed;           /* srv__h1io.close came */
     int freeing;          /* sl_free runs: nothing is due any more */
@@ -106,6 +108,44 @@ static void sl_kick(srv__sockloop *l)
     uint64_t one = 1;
     ssize_t w = write(l->evfd, &one, sizeof one);
     (void)w;
+}
+
+/* What the socket carries, told its events (the same for both). */
+static size_t sl_p_input(sl_conn *c, const char *d, size_t n)
+{
+    return c->hc ? srv__h1conn_input(c->hc, d, n) : srv__ws_input(c->ws, d, n);
+}
+
+static void sl_p_eof(sl_conn *c)
+{
+    if (c->hc)
+        srv__h1conn_eof(c->hc);
+    else
+        srv__ws_eof(c->ws);
+}
+
+static void sl_p_written(sl_conn *c, int ok)
+{
+    if (c->hc)
+        srv__h1conn_written(c->hc, ok);
+    else
+        srv__ws_written(c->ws, ok);
+}
+
+static void sl_p_wake(sl_conn *c)
+{
+    if (c->hc)
+        srv__h1conn_wake(c->hc);
+    else
+        srv__ws_wake(c->ws);
+}
+
+static void sl_p_time(sl_conn *c, uint64_t now, int stopping, int quiescing)
+{
+    if (c->hc)
+        srv__h1conn_time(c->hc, now, stopping, quiescing);
+    else
+        srv__ws_time(c->ws, now, stopping, quiescing);
 }
 
 /* Loop: have c looked at once the current step is over. */
@@ -171,7 +211,7 @@ static void sl_io_write(void *io, const srv__buf *bufs, size_t n)
         return;
     }
     /* The rest waits in a copy for room (the pieces are the caller's only
-     * until srv__ws_written). */
+     * until sl_p_written). */
     size_t rest = total - (size_t)w;
     char *out = malloc(rest);
     if (out == NULL) {
@@ -269,7 +309,10 @@ static const srv__h1io sl_io = {
 static void sl_free(srv__sockloop *l, sl_conn *c)
 {
     c->freeing = 1;
-    srv__ws_free(c->ws); /* on_close if not yet; no wake after it */
+    if (c->hc) /* a request in the application is cancelled; no wake after it */
+        srv__h1conn_free(c->hc);
+    else
+        srv__ws_free(c->ws); /* on_close if not yet; no wake after it */
     if (c->due) /* queued again by the step that closed it */
         for (sl_conn **pp = &l->due; *pp; pp = &(*pp)->dnext)
             if (*pp == c) {
@@ -305,8 +348,12 @@ static void sl_free(srv__sockloop *l, sl_conn *c)
 static void sl_input(sl_conn *c)
 {
     while (!c->closed && c->want) {
+        if (c->written) { /* told first: the protocol may want no more input */
+            sl_due(c);
+            return;
+        }
         if (c->in_off < c->in_len) {
-            size_t took = srv__ws_input(c->ws, c->in + c->in_off, c->in_len - c->in_off);
+            size_t took = sl_p_input(c, c->in + c->in_off, c->in_len - c->in_off);
             c->in_off += took;
             if (c->in_off < c->in_len)
                 return; /* the rest waits for read on */
@@ -316,7 +363,7 @@ static void sl_input(sl_conn *c)
             return;
         if (c->in == NULL && (c->in = malloc(SL_READ)) == NULL) {
             c->eof = 1;
-            srv__ws_eof(c->ws);
+            sl_p_eof(c);
             return;
         }
         ssize_t r = c->sio ? c->sio->recv(c->sio_ctx, c->in, SL_READ)
@@ -331,7 +378,7 @@ static void sl_input(sl_conn *c)
         }
         if (r <= 0) {
             c->eof = 1;
-            srv__ws_eof(c->ws);
+            sl_p_eof(c);
             return;
         }
         c->in_off = 0;
@@ -374,7 +421,7 @@ static void sl_step(srv__sockloop *l, sl_conn *c)
         c->writing = 0;
         int ok = !c->write_failed;
         c->write_failed = 0;
-        srv__ws_written(c->ws, ok);
+        sl_p_written(c, ok);
     }
     if (!c->closed && c->want && (c->in_off < c->in_len || !c->eof))
         sl_input(c);
@@ -385,7 +432,7 @@ static void sl_step(srv__sockloop *l, sl_conn *c)
         epoll_ctl(l->epfd, EPOLL_CTL_DEL, c->fd, NULL);
         if (!c->eof) {
             c->eof = 1;
-            srv__ws_eof(c->ws);
+            sl_p_eof(c);
         }
     }
     if (c->closed) {
@@ -430,7 +477,9 @@ static void sl_messages(srv__sockloop *l)
             sl_due(c);
             continue;
         }
-        srv__ws_wake(c->ws); /* the open, and the early bytes */
+        sl_p_wake(c); /* the open, and the early bytes */
+        if (c->hc) /* its early bytes, as input */
+            sl_due(c);
     }
     /* Each posted once (the list was detached whole). A socket stays
      * marked posted until its link is read, under mu: a wake meanwhile
@@ -445,7 +494,7 @@ static void sl_messages(srv__sockloop *l)
         /* One posted while srv__sockloop_add was attaching it is not
          * linked yet: its add wakes it (and only then is c->ws set). */
         if (!c->closed && c->linked)
-            srv__ws_wake(c->ws);
+            sl_p_wake(c);
     }
     sl_run_due(l);
 }
@@ -460,7 +509,7 @@ static void sl_tick(srv__sockloop *l, uint64_t now)
         if (stopping && l->stop_at != 0 && now >= l->stop_at)
             sl_io_close(c, 1); /* its 1001 got no answer in time */
         else
-            srv__ws_time(c->ws, now, stopping, quiescing);
+            sl_p_time(c, now, stopping, quiescing);
     }
     sl_run_due(l);
 }
@@ -586,6 +635,70 @@ int srv__sockloop_add(srv__sockloop *l, int fd, const srv__sockio *sio, void *si
     return 0;
 }
 
+#ifdef SRV_HAVE_NGHTTP2
+int srv__sockloop_http2(void)
+{
+    return 1;
+}
+
+int srv__sockloop_add_h2(srv__sockloop *l, int fd, const srv__sockio *sio, void *sio_ctx,
+                         srv__conn *policy, const struct sockaddr *peer, socklen_t peer_len,
+                         const char *early, size_t n, void (*done)(void *ctx), void *ctx)
+{
+    sl_conn *c = srv__zalloc(sizeof *c);
+    /* The early bytes are offered first, from the read buffer (which a
+     * read then fills: at least SL_READ). */
+    char *in = n > 0 ? malloc(n > SL_READ ? n : SL_READ) : NULL;
+    if (c == NULL || (n > 0 && in == NULL)) {
+        free(c);
+        free(in);
+        return SRV_ENOMEM;
+    }
+    if (n > 0)
+        memcpy(in, early, n);
+    *c = (sl_conn){.l = l, .fd = fd, .sio = sio, .sio_ctx = sio_ctx, .done = done, .ctx = ctx,
+                   .in = in, .in_len = n, .want = 1};
+    pthread_mutex_lock(&l->mu);
+    int quit = l->quit;
+    if (!quit)
+        l->open++;
+    pthread_mutex_unlock(&l->mu);
+    c->hc = quit ? NULL : srv__h1conn_new(l->srv, policy, &sl_io, c, peer, peer_len);
+    if (c->hc != NULL)
+        srv__h1conn_h2(c->hc);
+    pthread_mutex_lock(&l->mu);
+    if (c->hc == NULL && !quit) {
+        l->open--;
+        pthread_cond_broadcast(&l->cv);
+    } else if (c->hc != NULL) {
+        c->anext = l->adds;
+        l->adds = c;
+    }
+    pthread_mutex_unlock(&l->mu);
+    if (c->hc == NULL) {
+        free(in);
+        free(c);
+        return quit ? SRV_ESTATE : SRV_ENOMEM;
+    }
+    sl_kick(l);
+    return 0;
+}
+#else
+int srv__sockloop_http2(void)
+{
+    return 0;
+}
+
+int srv__sockloop_add_h2(srv__sockloop *l, int fd, const srv__sockio *sio, void *sio_ctx,
+                         srv__conn *policy, const struct sockaddr *peer, socklen_t peer_len,
+                         const char *early, size_t n, void (*done)(void *ctx), void *ctx)
+{
+    (void)l, (void)fd, (void)sio, (void)sio_ctx, (void)policy, (void)peer, (void)peer_len;
+    (void)early, (void)n, (void)done, (void)ctx;
+    return SRV_ESTATE;
+}
+#endif
+
 void srv__sockloop_quiesce(srv__sockloop *l)
 {
     if (l == NULL)
@@ -617,7 +730,21 @@ void srv__sockloop_free(srv__sockloop *l)
     free(l);
 }
 
-#else /* !SRV_HAVE_WSLAY: no WebSocket, so nothing is ever handed over */
+#else /* !SRV_HAVE_WSLAY: no WebSocket (nor HTTP/2), so nothing is ever handed over */
+
+int srv__sockloop_http2(void)
+{
+    return 0;
+}
+
+int srv__sockloop_add_h2(srv__sockloop *l, int fd, const srv__sockio *sio, void *sio_ctx,
+                         srv__conn *policy, const struct sockaddr *peer, socklen_t peer_len,
+                         const char *early, size_t n, void (*done)(void *ctx), void *ctx)
+{
+    (void)l, (void)fd, (void)sio, (void)sio_ctx, (void)policy, (void)peer, (void)peer_len;
+    (void)early, (void)n, (void)done, (void)ctx;
+    return SRV_ESTATE;
+}
 
 int srv__sockloop_available(void)
 {

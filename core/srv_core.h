@@ -243,6 +243,9 @@ typedef struct srv__streams {
 
 struct srv_server {
     const srv_engine *engine;
+    /* engine->caps with the library's (lib_caps), internal bits included:
+     * what the core checks. */
+    unsigned caps;
     void *engine_state;
     bool engine_started;
     int (*fault)(const char *slot, void *arg); /* srv__engine_inject_fault */

@@ -132,7 +132,7 @@ int srv_stream_start(srv_request *req, int status, const char *content_type, int
         for (const char *p = content_type; *p; p++)
             if (*p == '\r' || *p == '\n')
                 return SRV_EINVAL;
-    if (!(req->srv->engine->caps & SRV_ENGINE_CAP_STREAM))
+    if (!(req->srv->caps & SRV_ENGINE_CAP_STREAM))
         return SRV_EENGINE;
     int rc = srv__inflight_answer_stream(req, status, content_type, length, NULL);
     if (rc != 0)
@@ -148,7 +148,7 @@ int srv__stream_start_file(srv_request *req, int status, const char *content_typ
 {
     if (req == NULL || out == NULL || file == NULL || length < 0)
         return SRV_EINVAL;
-    if (!(req->srv->engine->caps & SRV_ENGINE_CAP_STREAM))
+    if (!(req->srv->caps & SRV_ENGINE_CAP_STREAM))
         return SRV_EENGINE;
     int rc = srv__inflight_answer_stream(req, status, content_type, length, file);
     if (rc != 0)
@@ -163,7 +163,7 @@ int srv__stream_start_owned(srv_request *req, int status, const char *content_ty
 {
     if (req == NULL || out == NULL || release == NULL)
         return SRV_EINVAL;
-    if (!(req->srv->engine->caps & SRV_ENGINE_CAP_STREAM))
+    if (!(req->srv->caps & SRV_ENGINE_CAP_STREAM))
         return SRV_EENGINE;
     /* A file stream with no file bytes: only its release is used. */
     srv__stream_file none = {.fd = -1, .release = release, .ctx = ctx};

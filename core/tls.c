@@ -24,7 +24,7 @@ struct srv__tls {
 /* The backend of the server's engine. */
 static bool srv__tls_gnutls_engine(const srv_server *srv)
 {
-    return (srv->engine->caps & SRV_ENGINE_CAP_TLS_GNUTLS) != 0;
+    return (srv->caps & SRV_ENGINE_CAP_TLS_GNUTLS) != 0;
 }
 
 static int srv__tls_build(srv_server *srv, void **ctx)
@@ -123,7 +123,7 @@ int srv__tls_start(srv_server *srv)
                        "(tls_cert_file or tls_cert_pem): TLS needs a certificate and its key");
         return 0;
     }
-    SRV__TLS_CHECK(srv->engine->caps & SRV_CAP_TLS,
+    SRV__TLS_CHECK(srv->caps & SRV_CAP_TLS,
                    "engine %s does not serve TLS in this libsrv (see srv_engine_caps, "
                    "SRV_CAP_TLS)", srv->engine->name);
     SRV__TLS_CHECK(!(c->tls_cert_file && c->tls_cert_pem),

@@ -241,7 +241,7 @@ int srv__tls_backend_build(srv_server *srv, void **out)
         SSL_CTX_set_session_id_context(ctx, sid, sizeof sid - 1);
     }
     SSL_CTX_set_alpn_select_cb(ctx,
-                               (srv->engine->caps & SRV_CAP_TLS_HTTP2) ? srv__tls_alpn_h2
+                               (srv->caps & SRV_CAP_TLS_HTTP2) ? srv__tls_alpn_h2
                                                                        : srv__tls_alpn_h1,
                                NULL);
     *out = ctx;

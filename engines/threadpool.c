@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "srv_h1conn.h"
 #include "threadpool_int.h"
 
 static void etp_conn_run(srv_job *job);
@@ -423,7 +424,7 @@ static const char *etp_pend(const etp_conn *c)
     return c->pend ? c->pend + c->pend_off : NULL;
 }
 
-/* The socket loop is done with c's WebSocket (its thread): close c. */
+/* The socket loop is done with c (its thread): close c. */
 static void etp_ws_done(void *ctx)
 {
     etp_conn *c = ctx;
@@ -439,7 +440,10 @@ static void etp_ws_done(void *ctx)
  * closes it through etp_ws_done (do not touch c again); 0: it could not
  * take it (stopping, out of memory): the caller closes c.
  */
-static int etp_upgrade(etp_conn *c, srv_request *req, const char *early, size_t n)
+/* c goes to the core's socket loop, made at the first (NULL: stopping,
+ * or out of memory): from here stop keeps off it, and the poller and the
+ * workers forget it. */
+static srv__sockloop *etp_hand_over(etp_conn *c)
 {
     etp_state *st = c->st;
     pthread_mutex_lock(&st->mu);
@@ -447,28 +451,72 @@ static int etp_upgrade(etp_conn *c, srv_request *req, const char *early, size_t 
         srv__sockloop_start(&st->sockloop, st->srv) != 0)
         st->sockloop = NULL;
     srv__sockloop *l = st->sockloop;
-    if (l) /* stop keeps off it from here (it reads phases under st->mu) */
+    if (l) /* stop reads phases under st->mu */
         etp_set_phase(c, ETP_PH_UPGRADED);
     pthread_mutex_unlock(&st->mu);
-    c->served++;
-    if (!l) {
-        srv__sockloop_upgrade_drop(req);
-        srv__request_release(req);
-        c->io_dead = 1;
-        return 0;
-    }
+    if (!l)
+        return NULL;
     pthread_mutex_lock(&c->p->plock);
     etp_plist_del(c);
     pthread_mutex_unlock(&c->p->plock);
     epoll_ctl(c->p->epfd, EPOLL_CTL_DEL, c->fd, NULL); /* the loop's epoll has it */
     /* The early bytes are copied by the add; c may be gone once it returns. */
     c->pend_off = c->pend_len;
-    int rc = srv__sockloop_add(l, c->fd, c->ssl ? &etp_tls_sockio : NULL, c, req, &c->conn,
-                               early, n, etp_ws_done, c);
+    return l;
+}
+
+static int etp_upgrade(etp_conn *c, srv_request *req, const char *early, size_t n)
+{
+    c->served++;
+    srv__sockloop *l = etp_hand_over(c);
+    int rc = l ? srv__sockloop_add(l, c->fd, c->ssl ? &etp_tls_sockio : NULL, c, req, &c->conn,
+                                   early, n, etp_ws_done, c)
+               : SRV_ESTATE;
+    if (!l)
+        srv__sockloop_upgrade_drop(req);
     srv__request_release(req);
     if (rc != 0) {
         c->io_dead = 1;
         return 0;
+    }
+    return -1;
+}
+
+/*
+ * Poller: c's first bytes are HTTP/2's (the prior-knowledge preface, whose
+ * request line the parser took, or ALPN "h2"): the core's socket loop
+ * carries the connection from here, HTTP/2 being the core's
+ * (core/h2conn.c), with `d` (n bytes read after what the parser took;
+ * after the preface's line, that line first). -1: the loop has c; 0: it
+ * could not take it, and the preface gets its GOAWAY.
+ */
+static int etp_http2(etp_state *st, etp_conn *c, int preface, const char *d, size_t n)
+{
+    static const char line[] = "PRI * HTTP/2.0\r\n";
+    size_t lead = preface ? sizeof line - 1 : 0;
+    char *early = malloc(lead + n + 1);
+    srv__sockloop *l = early ? etp_hand_over(c) : NULL;
+    if (!l) {
+        free(early);
+        return 0;
+    }
+    memcpy(early, line, lead);
+    if (n > 0)
+        memcpy(early + lead, d, n);
+    if (c->req) {
+        srv__request_release(c->req);
+        c->req = NULL;
+    }
+    if (preface) /* the parser's failure said answered: a fresh connection again,
+                  * for HTTP/2's first frames (core/h2conn.c's policy from here) */
+        etp_wait_for(c, SRV_CONN_FIRST);
+    int rc = srv__sockloop_add_h2(l, c->fd, c->ssl ? &etp_tls_sockio : NULL, c, &c->conn,
+                                  (const struct sockaddr *)&c->peer, c->peer_len, early,
+                                  lead + n, etp_ws_done, c);
+    free(early);
+    if (rc != 0) {
+        c->io_dead = 1;
+        etp_poller_close(st, c, 0);
     }
     return -1;
 }
@@ -707,6 +755,10 @@ static int etp_poller_feed(etp_state *st, etp_conn *c, const char *d, size_t n)
         off += used;
         etp_note_feed(c, ev);
         if (ev == SRV_HTTP1_FAIL) {
+            /* HTTP/2 by prior knowledge: the first bytes of a connection. */
+            if (c->parser.h2_preface && c->served == 0 && c->conn.admitted && !c->ssl &&
+                srv__sockloop_http2() && etp_http2(st, c, 1, d + off, n - off) < 0)
+                return 0;
             etp_poller_fail(st, c, srv__http1_status(&c->parser));
             return 0;
         }
@@ -779,6 +831,10 @@ static void etp_poller_read(etp_state *st, etp_conn *c)
             etp_poller_close(st, c, 0);
             return;
         }
+        /* ALPN chose HTTP/2: the first bytes after the handshake are its. */
+        if (c->ssl && c->served == 0 && c->conn.admitted && srv__http1_fresh(&c->parser) &&
+            !c->req && etp_tls_alpn_h2(c) && etp_http2(st, c, 0, c->p->rbuf, (size_t)n) < 0)
+            return;
         if (!etp_poller_feed(st, c, c->p->rbuf, (size_t)n))
             return;
         /* Most likely all there is; TLS reads one record a call: on until
@@ -1102,7 +1158,8 @@ static void etp_mq_remove(etp_conn *c)
 static void etp_stream_kick(void *state, srv_request *req)
 {
     (void)state;
-    etp_post(srv__request_engine_data(req));
+    if (!srv__h1conn_stream_kick(req)) /* else an HTTP/2 stream on the socket loop */
+        etp_post(srv__request_engine_data(req));
 }
 
 /* Poller: wait for the socket to take more, under the send deadline.
@@ -1245,7 +1302,8 @@ static void etp_stream_begin(etp_state *st, etp_conn *c, srv_request *req)
 static void etp_body_kick(void *state, srv_request *req)
 {
     (void)state;
-    etp_post(srv__request_engine_data(req));
+    if (!srv__h1conn_body_kick(req)) /* else an HTTP/2 stream on the socket loop */
+        etp_post(srv__request_engine_data(req));
 }
 
 /* Poller: nothing to read until a kick or the answer comes (no deadline:
@@ -1437,6 +1495,8 @@ static void etp_body_begin(etp_state *st, etp_conn *c, const char *rest, size_t 
 static void etp_respond(void *state, srv_request *req)
 {
     (void)state;
+    if (srv__h1conn_respond(req)) /* an HTTP/2 stream on the socket loop */
+        return;
     etp_conn *c = srv__request_engine_data(req);
     if (!c) /* answered by the poller or a refusal: written by its caller */
         return;
@@ -2026,7 +2086,9 @@ static void etp_destroy(void *state)
  * connection's SSL). */
 static unsigned etp_lib_caps(void)
 {
-    return srv__sockloop_available() ? SRV_CAP_WEBSOCKET | SRV_CAP_WEBSOCKET_TLS : 0;
+    unsigned ws = srv__sockloop_available() ? SRV_CAP_WEBSOCKET | SRV_CAP_WEBSOCKET_TLS : 0;
+    unsigned h2 = srv__sockloop_http2() ? SRV_CAP_HTTP2 | SRV_CAP_TLS_HTTP2 : 0;
+    return ws | h2;
 }
 
 const srv_engine srv_engine_threadpool = {

@@ -254,8 +254,11 @@ void etp_tls_free(struct ssl_st *ssl);
 void etp_tls_shutdown(struct ssl_st *ssl);
 /* The poller's context reference (etp_free_state). */
 void etp_tls_poller_free(etp_poller *p);
-/* A WebSocket's bytes through c->ssl on the core's socket loop (ctx: c). */
+/* A WebSocket's or HTTP/2 connection's bytes through c->ssl on the core's
+ * socket loop (ctx: c). */
 extern const srv__sockio etp_tls_sockio;
+/* The handshake chose HTTP/2 by ALPN. */
+int etp_tls_alpn_h2(etp_conn *c);
 
 /* engines/threadpool_stop.c: the last step of stop, once the poller is
  * gone: answer, shut or detach every connection a worker has, and return

@@ -247,6 +247,14 @@ const srv__sockio etp_tls_sockio = {
     .shut = etp_tls_io_shut,
 };
 
+int etp_tls_alpn_h2(etp_conn *c)
+{
+    const unsigned char *p = NULL;
+    unsigned len = 0;
+    SSL_get0_alpn_selected(c->ssl, &p, &len);
+    return len == 2 && memcmp(p, "h2", 2) == 0;
+}
+
 void etp_tls_close_notify(etp_conn *c)
 {
     if (c->tls_failed || c->tls_handshake || c->io_dead)
