@@ -11,8 +11,9 @@
 #      pkg-config and answers a request;
 #   6. a short smoke of every libFuzzer target (clang, build-fuzz), so they
 #      keep compiling and running: FUZZ_SMOKE_SECONDS each (default 15);
-#   7. the browser test: examples/todo in headless Chromium on every engine
-#      (meson's suite 'browser', tests/browser/todo.mjs), after stage 1
+#   7. the browser test: examples/todo and chat in headless Chromium, and
+#      chat with Node's ws, on every engine (meson's suite 'browser',
+#      tests/browser/todo.mjs, chat.mjs, chat-ws.mjs), after stage 1
 #      and alone, so that Chromium's start does not starve the conformance
 #      runs' deadlines; a case listed there as a known failure is counted
 #      apart ("known failures"), never as passed;
@@ -135,7 +136,7 @@ engines=$(cat build/srv_engines.txt)
 echo "engines: $engines"
 run_meson_test meson test -C build --print-errorlogs --num-processes "$jobs" --no-suite browser
 
-step "browser: examples/todo in headless Chromium on each engine (screenshots: build/meson-logs/browser/)"
+step "browser: examples/todo and chat in headless Chromium, chat with Node's ws, on each engine (screenshots: build/meson-logs/browser/)"
 run_meson_test meson test -C build --print-errorlogs --suite browser
 grep -h '^KNOWN FAILURE' build/meson-logs/testlog.txt | sort -u | sed 's/^/  /' || true
 
