@@ -425,24 +425,17 @@ static const char *etp_pend(const etp_conn *c)
 }
 
 /* The socket loop is done with c (its thread): close c. */
-static void etp_ws_done(void *ctx)
+static void etp_loop_done(void *ctx)
 {
     etp_conn *c = ctx;
     c->io_dead = 1; /* its close handshake is over: no shut, no drain */
     etp_conn_finish(c, 0);
 }
 
-/*
- * req's 101 is out (on the poller or a worker, whichever has c): the socket
- * carries req's WebSocket from now on, on the core's socket loop, made at
- * the first one (threadpool has no loop of its own to carry it), with the
- * n bytes the client sent after its handshake. -1: the loop has c and
- * closes it through etp_ws_done (do not touch c again); 0: it could not
- * take it (stopping, out of memory): the caller closes c.
- */
 /* c goes to the core's socket loop, made at the first (NULL: stopping,
  * or out of memory): from here stop keeps off it, and the poller and the
- * workers forget it. */
+ * workers forget it. threadpool has no event loop of its own to carry a
+ * WebSocket or an HTTP/2 connection. */
 static srv__sockloop *etp_hand_over(etp_conn *c)
 {
     etp_state *st = c->st;
@@ -465,12 +458,19 @@ static srv__sockloop *etp_hand_over(etp_conn *c)
     return l;
 }
 
+/*
+ * req's 101 is out (on the poller or a worker, whichever has c): the socket
+ * carries req's WebSocket from now on, on the core's socket loop, with the
+ * n bytes the client sent after its handshake. -1: the loop has c and
+ * closes it through etp_loop_done (do not touch c again); 0: it could not
+ * take it (stopping, out of memory): the caller closes c.
+ */
 static int etp_upgrade(etp_conn *c, srv_request *req, const char *early, size_t n)
 {
     c->served++;
     srv__sockloop *l = etp_hand_over(c);
     int rc = l ? srv__sockloop_add(l, c->fd, c->ssl ? &etp_tls_sockio : NULL, c, req, &c->conn,
-                                   early, n, etp_ws_done, c)
+                                   early, n, etp_loop_done, c)
                : SRV_ESTATE;
     if (!l)
         srv__sockloop_upgrade_drop(req);
@@ -512,7 +512,7 @@ static int etp_http2(etp_state *st, etp_conn *c, int preface, const char *d, siz
         etp_wait_for(c, SRV_CONN_FIRST);
     int rc = srv__sockloop_add_h2(l, c->fd, c->ssl ? &etp_tls_sockio : NULL, c, &c->conn,
                                   (const struct sockaddr *)&c->peer, c->peer_len, early,
-                                  lead + n, etp_ws_done, c);
+                                  lead + n, etp_loop_done, c);
     free(early);
     if (rc != 0) {
         c->io_dead = 1;
@@ -2069,7 +2069,7 @@ static void etp_stop(void *state)
     st->ws_stopped = 1; /* a 101 written from now on closes its socket */
     srv__sockloop *l = st->sockloop;
     pthread_mutex_unlock(&st->mu);
-    srv__sockloop_stop(l); /* every etp_ws_done has run when it returns */
+    srv__sockloop_stop(l); /* every etp_loop_done has run when it returns */
     etp_stop_connections(st);
 }
 

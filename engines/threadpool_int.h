@@ -62,8 +62,9 @@ enum etp_phase {
     ETP_PH_WRITE,   /* a worker writes the answer */
     ETP_PH_WQUEUED, /* an inline answer the poller could not finish
                      * writing, waiting for a worker to write the rest */
-    ETP_PH_UPGRADED, /* a WebSocket after its 101: the core's socket loop
-                      * has it (api/srv_sockloop.h) and closes it at stop */
+    ETP_PH_UPGRADED, /* a WebSocket after its 101, or an HTTP/2 connection:
+                      * the core's socket loop has it (api/srv_sockloop.h)
+                      * and closes it at stop */
     ETP_PH_CLOSING
 };
 
@@ -195,8 +196,8 @@ typedef struct etp_state {
     etp_conn *conns;
     unsigned open;     /* accepted and not yet closed (not refused ones) */
     unsigned detached; /* open ones whose handler stop() stopped waiting for */
-    /* WebSockets after their 101, made at the first one; none once
-     * ws_stopped (stop). Under mu. */
+    /* The loop for WebSockets after their 101 and HTTP/2 connections, made
+     * at the first one; none once ws_stopped (stop). Under mu. */
     srv__sockloop *sockloop;
     int ws_stopped;
 } etp_state;
