@@ -2,7 +2,8 @@
  * The loop for sockets an engine hands over (api/srv_sockloop.h): one
  * epoll thread that carries WebSockets (core/ws.c) and HTTP/2 connections
  * (core/h1conn.c, core/h2conn.c) over non-blocking descriptors, through
- * the srv__h1io a loop engine gives srv__h1conn. Everything but wake runs on this thread;
+ * the srv__h1io a loop engine gives srv__h1conn (or the engine's
+ * srv__sockio: threadpool's TLS). Everything but wake runs on this thread;
  * wake posts the socket on a list and writes an eventfd.
  */
 #include "srv_core.h"
