@@ -684,21 +684,7 @@ int srv__sockloop_add_h2(srv__sockloop *l, int fd, const srv__sockio *sio, void 
     sl_kick(l);
     return 0;
 }
-#else
-int srv__sockloop_http2(void)
-{
-    return 0;
-}
-
-int srv__sockloop_add_h2(srv__sockloop *l, int fd, const srv__sockio *sio, void *sio_ctx,
-                         srv__conn *policy, const struct sockaddr *peer, socklen_t peer_len,
-                         const char *early, size_t n, void (*done)(void *ctx), void *ctx)
-{
-    (void)l, (void)fd, (void)sio, (void)sio_ctx, (void)policy, (void)peer, (void)peer_len;
-    (void)early, (void)n, (void)done, (void)ctx;
-    return SRV_ESTATE;
-}
-#endif
+#endif /* SRV_HAVE_NGHTTP2 */
 
 void srv__sockloop_quiesce(srv__sockloop *l)
 {
@@ -732,20 +718,6 @@ void srv__sockloop_free(srv__sockloop *l)
 }
 
 #else /* !SRV_HAVE_WSLAY: no WebSocket (nor HTTP/2), so nothing is ever handed over */
-
-int srv__sockloop_http2(void)
-{
-    return 0;
-}
-
-int srv__sockloop_add_h2(srv__sockloop *l, int fd, const srv__sockio *sio, void *sio_ctx,
-                         srv__conn *policy, const struct sockaddr *peer, socklen_t peer_len,
-                         const char *early, size_t n, void (*done)(void *ctx), void *ctx)
-{
-    (void)l, (void)fd, (void)sio, (void)sio_ctx, (void)policy, (void)peer, (void)peer_len;
-    (void)early, (void)n, (void)done, (void)ctx;
-    return SRV_ESTATE;
-}
 
 int srv__sockloop_available(void)
 {
@@ -795,4 +767,21 @@ void srv__sockloop_free(srv__sockloop *l)
     (void)l;
 }
 
+#endif
+
+#if !defined(SRV_HAVE_WSLAY) || !defined(SRV_HAVE_NGHTTP2)
+/* A build without nghttp2 (or without the loop): no HTTP/2 is handed over. */
+int srv__sockloop_http2(void)
+{
+    return 0;
+}
+
+int srv__sockloop_add_h2(srv__sockloop *l, int fd, const srv__sockio *sio, void *sio_ctx,
+                         srv__conn *policy, const struct sockaddr *peer, socklen_t peer_len,
+                         const char *early, size_t n, void (*done)(void *ctx), void *ctx)
+{
+    (void)l, (void)fd, (void)sio, (void)sio_ctx, (void)policy, (void)peer, (void)peer_len;
+    (void)early, (void)n, (void)done, (void)ctx;
+    return SRV_ESTATE;
+}
 #endif
