@@ -7,10 +7,11 @@
 // An engine without SRV_CAP_WEBSOCKET (or, over TLS, SRV_CAP_WEBSOCKET_TLS)
 // must refuse /chat at start with a message: reported, not run.
 // Usage: node tests/browser/chat-ws.mjs BUILD_DIR ENGINE
-import { spawn, execSync } from 'node:child_process';
+import { execSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { startChat as startChatIn } from './chat-server.mjs';
 
 const [buildDir, engine] = process.argv.slice(2);
 if (!buildDir || !engine) {
@@ -33,25 +34,7 @@ process.on('exit', () => children.forEach((c) => c.kill('SIGKILL')));
 const within = (ms, what, p) => Promise.race([p, new Promise((_, rej) =>
   setTimeout(() => rej(new Error(`${what}: nothing within ${ms} ms`)), ms))]);
 
-// A chat instance: resolves with its port, or with { refused }.
-function startChat(env) {
-  return new Promise((resolve, reject) => {
-    const child = spawn(chatBin, ['--engine', engine, '--host', '127.0.0.1', '--port', '0',
-      '--max-message-bytes', '100'], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-    children.add(child);
-    child.on('exit', () => children.delete(child));
-    const t = { child, out: '' };
-    const seen = (d) => {
-      t.out += d;
-      const m = / engine on port (\d+)/.exec(t.out);
-      if (m) resolve({ ...t, port: m[1] });
-      if (/cannot serve WebSocket/.test(t.out)) resolve({ ...t, refused: t.out.trim() });
-    };
-    child.stdout.on('data', seen);
-    child.stderr.on('data', seen);
-    setTimeout(() => reject(new Error(`chat did not start within 10 s: ${t.out}`)), 10000);
-  });
-}
+const startChat = (env) => startChatIn(chatBin, engine, env, children);
 
 // A client that keeps what it receives: messages, and its close.
 function connect(url, ca) {

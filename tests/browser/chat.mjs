@@ -7,10 +7,11 @@
 // Over https the page comes over HTTP/2 where the engine offers h2, and
 // the WebSocket on its own HTTP/1.1 connection (no RFC 8441). An engine
 // without SRV_CAP_WEBSOCKET must refuse /chat at start: reported, not run.
-import { spawn, execSync } from 'node:child_process';
+import { execSync } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { startChat as startChatIn } from './chat-server.mjs';
 
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 const [buildDir, engine] = process.argv.slice(2);
@@ -32,26 +33,7 @@ try {
 const children = new Set();
 process.on('exit', () => children.forEach((c) => c.kill('SIGKILL')));
 
-// A chat instance: resolves with its origin, or with { refused } when the
-// engine cannot serve WebSocket.
-function startChat(env) {
-  return new Promise((resolve, reject) => {
-    const child = spawn(chatBin, ['--engine', engine, '--host', '127.0.0.1', '--port', '0',
-      '--max-message-bytes', '100'], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-    children.add(child);
-    child.on('exit', () => children.delete(child));
-    const t = { child, out: '' };
-    const seen = (d) => {
-      t.out += d;
-      const m = / engine on port (\d+)/.exec(t.out);
-      if (m) resolve({ ...t, port: m[1] });
-      if (/cannot serve WebSocket/.test(t.out)) resolve({ ...t, refused: t.out.trim() });
-    };
-    child.stdout.on('data', seen);
-    child.stderr.on('data', seen);
-    setTimeout(() => reject(new Error(`chat did not start within 10 s: ${t.out}`)), 10000);
-  });
-}
+const startChat = (env) => startChatIn(chatBin, engine, env, children);
 
 const certDir = mkdtempSync(path.join(tmpdir(), 'srv-browser-chat-'));
 const cert = path.join(certDir, 'cert.pem'), key = path.join(certDir, 'key.pem');
