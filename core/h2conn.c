@@ -842,6 +842,10 @@ static void h2_linger(srv__h2conn *c)
 /* After a run: the session over, or what the connection waits for now. */
 static void h2_settle(srv__h2conn *c)
 {
+    /* The hold is full: no more input, even while a write is out (a connection that always
+     * has a WINDOW_UPDATE to send would otherwise read on past H2_HOLD_MAX). */
+    if (c->writing && !c->lingering && c->held >= H2_HOLD_MAX)
+        h2_read(c, 0);
     if (c->writing || c->lingering)
         return;
     int over = c->broken || (!nghttp2_session_want_read(c->s) &&
