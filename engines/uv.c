@@ -76,6 +76,8 @@ typedef struct euv_conn {
     uv_write_t sf_wreq;
     int posted; /* on euv_loop.posted (euv_loop.mu) */
     struct euv_conn *post_next;
+    int soon; /* on euv_loop.soon (the loop's thread only) */
+    struct euv_conn *soon_next;
 } euv_conn;
 
 /* A write of ciphertext (TLS), its bytes after it. */
@@ -96,7 +98,12 @@ struct euv_loop {
     uv_timer_t tick;  /* EUV_TICK_MS: deadlines */
     uv_timer_t pause; /* EUV_ACCEPT_PAUSE_MS after a failed accept; the stop's poll */
     pthread_mutex_t mu; /* posted */
-    euv_conn *posted; /* woken by other threads, or steps due on the next turn */
+    euv_conn *posted; /* woken by other threads */
+    /* Steps due after the call they were asked in, on this thread (a write done at once,
+     * held input offered again): run from an idle handle on the loop's next turn, which
+     * costs no system call where a post costs the async's write and its wake-up. */
+    euv_conn *soon;
+    uv_idle_t soon_idle;
     euv_conn conns; /* list head */
     unsigned nconns;
     int quiesced, stopping, forced;
@@ -121,6 +128,8 @@ struct euv_server {
 static void euv_close(euv_conn *c, int abort);
 static void euv_feed(euv_conn *c);
 static void euv_post(euv_conn *c);
+static void euv_soon(euv_conn *c);
+static void euv_on_soon(uv_idle_t *h);
 static void euv_on_connection(uv_stream_t *listener, int status);
 
 /* ---- The protocol on the bytes ---- */
@@ -380,11 +389,12 @@ static void euv_on_chunk_written(uv_write_t *req, int status)
         euv_proto_written(c, status == 0);
 }
 
-/* A write that completes on the next turn (nothing to send, or it could not start). */
+/* A write that completes on the next turn (done at once, nothing to send, or it could not
+ * start). */
 static void euv_write_late(euv_conn *c, int ok)
 {
     c->write_late = ok ? 1 : -1;
-    euv_post(c);
+    euv_soon(c);
 }
 
 /* TLS: what OpenSSL has for the socket, in one write. proto: it completes the protocol's. */
@@ -442,7 +452,7 @@ static void euv_sendfile_step(euv_conn *c)
         c->sf_moved = 1;
     if (r == SRV__SF_BURST) {
         c->sf_resume = 1;
-        euv_post(c);
+        euv_soon(c);
     } else if (r == SRV__SF_WAIT) {
         uv_buf_t b = uv_buf_init(c->sf.buf, (unsigned)wait);
         if (uv_write(&c->sf_wreq, (uv_stream_t *)&c->tcp, &b, 1, euv_on_sf_written) != 0)
@@ -471,9 +481,31 @@ static void euv_io_write(void *io, const srv__buf *bufs, size_t n)
     for (size_t i = 0; i < n && i < 2; i++)
         if (bufs[i].len > 0)
             c->wbuf[m++] = uv_buf_init((char *)bufs[i].base, (unsigned)bufs[i].len);
-    if (m == 0 || uv_write(&c->wreq, (uv_stream_t *)&c->tcp, c->wbuf, (unsigned)m,
-                           euv_on_written) != 0)
-        euv_write_late(c, m == 0);
+    if (m == 0) {
+        euv_write_late(c, 1);
+        return;
+    }
+    /* At once first: a uv_write done at once still stops its POLLOUT after the callback, one
+     * epoll_ctl per answer (libuv's uv__drain), which uv_try_write does not touch. */
+    int w = uv_try_write((uv_stream_t *)&c->tcp, c->wbuf, (unsigned)m);
+    size_t i = 0;
+    if (w > 0) {
+        size_t done = (size_t)w;
+        while (i < m && done >= c->wbuf[i].len)
+            done -= c->wbuf[i++].len;
+        if (i == m) {
+            euv_write_late(c, 1);
+            return;
+        }
+        c->wbuf[i].base += done;
+        c->wbuf[i].len -= done;
+    } else if (w != UV_EAGAIN && w != UV_ENOSYS) {
+        euv_write_late(c, 0); /* the peer is gone (EPIPE, ECONNRESET) */
+        return;
+    }
+    if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, c->wbuf + i, (unsigned)(m - i),
+                 euv_on_written) != 0)
+        euv_write_late(c, 0);
 }
 
 static void euv_io_read(void *io, int on)
@@ -486,7 +518,7 @@ static void euv_io_read(void *io, int on)
     if (!on)
         return;
     if (euv_held(c) || (c->tls != NULL && c->state == EUV_OPEN && euv_tls_buffered(c->tls)))
-        euv_post(c); /* offered again after this call, not inside it */
+        euv_soon(c); /* offered again after this call, not inside it */
     else
         euv_reading(c, 1);
 }
@@ -520,8 +552,8 @@ static void euv_io_close(void *io, int abort)
     euv_close(io, abort);
 }
 
-/* Any thread (srv__h1io.wake: the connection's lock held), or the loop for a step after the
- * call it is in: listed for the loop, which its async wakes. */
+/* Any thread (srv__h1io.wake: the connection's lock held): listed for the loop, which its
+ * async wakes. */
 static void euv_post(euv_conn *c)
 {
     euv_loop *l = c->loop;
@@ -533,6 +565,19 @@ static void euv_post(euv_conn *c)
     }
     pthread_mutex_unlock(&l->mu);
     uv_async_send(&l->async);
+}
+
+/* The loop's thread: c's step runs at the loop's next turn (euv_on_soon), never inside the
+ * call that asks. */
+static void euv_soon(euv_conn *c)
+{
+    euv_loop *l = c->loop;
+    if (c->soon)
+        return;
+    c->soon = 1;
+    c->soon_next = l->soon;
+    l->soon = c;
+    uv_idle_start(&l->soon_idle, euv_on_soon); /* nothing if it is on */
 }
 
 static void euv_io_wake(void *io)
@@ -599,6 +644,12 @@ static void euv_on_closed(uv_handle_t *h)
             break;
         }
     pthread_mutex_unlock(&l->mu);
+    for (euv_conn **p = &l->soon; c->soon && *p != NULL; p = &(*p)->soon_next)
+        if (*p == c) {
+            *p = c->soon_next;
+            c->soon = 0;
+            break;
+        }
     c->prev->next = c->next;
     c->next->prev = c->prev;
     l->nconns--;
@@ -759,6 +810,25 @@ static void euv_on_connection(uv_stream_t *listener, int status)
 
 /* ---- The loop's side: posted steps and wakes, deadlines, quiesce and stop ---- */
 
+/* What a connection has due at a turn of its loop: a write's completion or a file body's next
+ * burst, then held input offered again (both may be due: a read turned on while a write
+ * was out). */
+static void euv_step(euv_conn *c)
+{
+    if (c->state == EUV_CLOSING)
+        return;
+    int late = c->write_late;
+    c->write_late = 0;
+    if (c->sf_resume) { /* a file body's next burst */
+        c->sf_resume = 0;
+        euv_sendfile_step(c);
+    } else if (late != 0) {
+        euv_proto_written(c, late > 0);
+    }
+    if (c->state != EUV_CLOSING && c->want)
+        euv_feed(c);
+}
+
 /* One at a time under the lock (a wake may post the same connection again meanwhile), at
  * most a batch per turn: what is left wakes the loop again. */
 static void euv_take_posts(euv_loop *l)
@@ -775,18 +845,34 @@ static void euv_take_posts(euv_loop *l)
             return;
         if (c->state == EUV_CLOSING) /* c is freed only by its close callback, on this thread */
             continue;
-        int late = c->write_late;
-        c->write_late = 0;
-        if (c->sf_resume) { /* a file body's next burst */
-            c->sf_resume = 0;
-            euv_sendfile_step(c);
-        } else if (late != 0)
-            euv_proto_written(c, late > 0);
-        else if (c->want)
-            euv_feed(c);
+        euv_step(c);
         euv_proto_wake(c);
     }
     uv_async_send(&l->async);
+}
+
+/* The idle handle: what euv_soon listed, in order; what those steps list again waits for the
+ * next turn (the loop's poll does not wait then). c stays valid while listed: a close frees
+ * it only in its close callback, later in the turn, which unlists it. */
+static void euv_on_soon(uv_idle_t *h)
+{
+    euv_loop *l = h->data;
+    euv_conn *c = l->soon, *fifo = NULL;
+    l->soon = NULL;
+    while (c != NULL) { /* listed newest first */
+        euv_conn *next = c->soon_next;
+        c->soon_next = fifo;
+        fifo = c;
+        c = next;
+    }
+    while (fifo != NULL) {
+        c = fifo;
+        fifo = c->soon_next;
+        c->soon = 0;
+        euv_step(c);
+    }
+    if (l->soon == NULL)
+        uv_idle_stop(h);
 }
 
 static void euv_time_all(euv_loop *l, int stopping, int quiescing)
@@ -897,6 +983,8 @@ static int euv_loop_init(euv_loop *l, euv_server *s)
     if ((rc = uv_async_init(&l->uv, &l->async, euv_on_async)) != 0)
         return rc;
     l->async.data = l;
+    uv_idle_init(&l->uv, &l->soon_idle);
+    l->soon_idle.data = l;
     uv_timer_init(&l->uv, &l->tick);
     uv_timer_init(&l->uv, &l->pause);
     l->tick.data = l->pause.data = l;
