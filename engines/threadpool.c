@@ -32,7 +32,12 @@
 #include "srv_h1conn.h"
 #include "threadpool_int.h"
 
+/* A cleartext connection the poller waits on for its next request: armed
+ * level-triggered, for good (etp_watch). */
+#define ETP_IDLE_EVENTS ((uint32_t)(EPOLLIN | EPOLLRDHUP))
+
 static void etp_conn_run(srv_job *job);
+static void etp_unwatch(etp_conn *c);
 static int etp_poller_feed(etp_state *st, etp_conn *c, const char *d, size_t n);
 static void etp_stream_begin(etp_state *st, etp_conn *c, srv_request *req);
 static void etp_stream_pump(etp_state *st, etp_conn *c);
@@ -262,7 +267,7 @@ static void etp_conn_finish(etp_conn *c, int linger)
     }
     if (c->ssl) /* stop() may hold its own reference (etp_tls_detach) */
         etp_tls_free(c->ssl);
-    epoll_ctl(c->p->epfd, EPOLL_CTL_DEL, c->fd, NULL); /* a dup'd fd may live on */
+    etp_unwatch(c); /* a dup'd fd may live on */
     srv__http1_free(&c->parser);
     free(c->pend);
 
@@ -316,14 +321,55 @@ static void etp_plist_del(etp_conn *c)
     c->in_plist = 0;
 }
 
-/* Watch the connection again (one event, then it is ours until re-armed). */
-static int etp_arm(etp_state *st, etp_conn *c, int op)
+/*
+ * Whoever has c: watch it for `events` in its poller's epoll. With
+ * EPOLLONESHOT one event comes, then c is whoever takes it's until watched
+ * again. Without (ETP_IDLE_EVENTS) it stays armed: the poller's own wait
+ * for the next request of a cleartext connection it just answered, which
+ * then costs no epoll_ctl per request; the poller calls etp_unwatch_idle
+ * before c goes anywhere else. 0, or -1 (errno).
+ */
+static int etp_watch(etp_conn *c, uint32_t events)
 {
-    struct epoll_event ev = {.events = (c->ssl ? etp_tls_events(c) : EPOLLIN) | EPOLLRDHUP |
-                                       EPOLLONESHOT,
-                             .data.ptr = c};
+    if (c->watch == events && !(events & EPOLLONESHOT))
+        return 0; /* armed already */
+    struct epoll_event ev = {.events = events, .data.ptr = c};
+    int rc = epoll_ctl(c->p->epfd, c->watch ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, c->fd, &ev);
+    if (rc == 0)
+        c->watch = events;
+    return rc;
+}
+
+/* c leaves the epoll (the loop's takes it, or it closes). */
+static void etp_unwatch(etp_conn *c)
+{
+    if (c->watch)
+        epoll_ctl(c->p->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    c->watch = 0;
+}
+
+/* Poller: c, watched ETP_IDLE_EVENTS, goes to a worker, a late answer, a
+ * stream or a body: nothing may be reported for it meanwhile, not even a
+ * hang-up (an epoll reports those whatever the events), so it leaves the
+ * epoll until watched again. */
+static void etp_unwatch_idle(etp_conn *c)
+{
+    if (c->watch == ETP_IDLE_EVENTS)
+        etp_unwatch(c);
+}
+
+/* Watch the connection again (one event, then it is ours until re-armed). */
+static int etp_arm(etp_state *st, etp_conn *c)
+{
     (void)st;
-    return epoll_ctl(c->p->epfd, op, c->fd, &ev);
+    return etp_watch(c, (c->ssl ? etp_tls_events(c) : EPOLLIN) | EPOLLRDHUP | EPOLLONESHOT);
+}
+
+/* Poller: read c's next bytes when they come: armed for good in cleartext
+ * (ETP_IDLE_EVENTS), once over TLS (its events change with the SSL). */
+static int etp_read_on(etp_state *st, etp_conn *c)
+{
+    return c->ssl ? etp_arm(st, c) : etp_watch(c, ETP_IDLE_EVENTS);
 }
 
 /* Poller: forget a connection it owns and close it. */
@@ -334,7 +380,7 @@ static void etp_poller_close(etp_state *st, etp_conn *c, int linger)
     etp_plist_del(c);
     pthread_mutex_unlock(&c->p->plock);
     if (!c->conn.admitted) {
-        epoll_ctl(c->p->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+        etp_unwatch(c);
         if (c->req)
             srv__request_release(c->req);
         srv__http1_free(&c->parser);
@@ -364,7 +410,7 @@ static void etp_poller_linger(etp_state *st, etp_conn *c)
     etp_io_shut_wr(c);
     c->tls_want_write = 0; /* lingering reads the raw socket */
     etp_wait_for(c, SRV_CONN_LINGER);
-    if (etp_arm(st, c, EPOLL_CTL_MOD) != 0)
+    if (etp_arm(st, c) != 0)
         etp_poller_close(st, c, 0);
 }
 
@@ -452,7 +498,7 @@ static srv__sockloop *etp_hand_over(etp_conn *c)
     pthread_mutex_lock(&c->p->plock);
     etp_plist_del(c);
     pthread_mutex_unlock(&c->p->plock);
-    epoll_ctl(c->p->epfd, EPOLL_CTL_DEL, c->fd, NULL); /* the loop's epoll has it */
+    etp_unwatch(c); /* the loop's epoll has it */
     /* The early bytes are copied by the add; c may be gone once it returns. */
     c->pend_off = c->pend_len;
     return l;
@@ -537,6 +583,7 @@ static int etp_inline_write(etp_state *st, etp_conn *c, const char *rest, size_t
     if (srv__response_streamed(req)) { /* the poller writes it as it comes */
         if (n > 0 && etp_keep_rest(c, rest, n) != 0)
             c->lost_input = 1;
+        etp_unwatch_idle(c);
         etp_stream_begin(st, c, req);
         return 0;
     }
@@ -555,6 +602,7 @@ static int etp_inline_write(etp_state *st, etp_conn *c, const char *rest, size_t
             c->lost_input = 1;
         c->wreq = req;
         c->wsent = sent;
+        etp_unwatch_idle(c);
         pthread_mutex_lock(&c->p->plock);
         etp_plist_del(c);
         pthread_mutex_unlock(&c->p->plock);
@@ -606,6 +654,7 @@ static int etp_inline_run(etp_state *st, etp_conn *c, const char *rest, size_t n
         c->lost_input = 1;
     srv__http1_trim(&c->parser);
     c->awaiting = 1;
+    etp_unwatch_idle(c);
     return 0;
 }
 
@@ -620,7 +669,7 @@ static void etp_inline_resume(etp_state *st, etp_conn *c)
     c->pend_off = c->pend_len = 0;
     const char *rest = buf ? buf + off : NULL;
     if (etp_inline_write(st, c, rest, len - off) && etp_poller_feed(st, c, rest, len - off) &&
-        etp_arm(st, c, EPOLL_CTL_MOD) != 0)
+        etp_arm(st, c) != 0)
         etp_poller_close(st, c, 0);
     free(buf);
 }
@@ -699,6 +748,7 @@ static int etp_poller_complete(etp_state *st, etp_conn *c, const char *rest, siz
     }
     c->ready = c->req;
     c->req = NULL;
+    etp_unwatch_idle(c);
     pthread_mutex_lock(&c->p->plock);
     etp_plist_del(c);
     pthread_mutex_unlock(&c->p->plock);
@@ -720,7 +770,7 @@ static void etp_poller_drain(etp_state *st, etp_conn *c)
         } else if (n < 0 && errno == EINTR) {
             continue;
         } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            if (etp_arm(st, c, EPOLL_CTL_MOD) == 0)
+            if (etp_arm(st, c) == 0)
                 return;
         }
         etp_poller_close(st, c, 0);
@@ -764,6 +814,7 @@ static int etp_poller_feed(etp_state *st, etp_conn *c, const char *d, size_t n)
         }
         if (ev == SRV_HTTP1_HEAD_READY) {
             if (c->conn.admitted && srv__request_streams_body(c->req)) {
+                etp_unwatch_idle(c);
                 etp_body_begin(st, c, d + off, n - off);
                 return 0;
             }
@@ -818,7 +869,7 @@ static void etp_poller_read(etp_state *st, etp_conn *c)
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            if (etp_arm(st, c, EPOLL_CTL_MOD) != 0)
+            if (etp_read_on(st, c) != 0)
                 etp_poller_close(st, c, 0);
             return;
         }
@@ -840,7 +891,7 @@ static void etp_poller_read(etp_state *st, etp_conn *c)
         /* Most likely all there is; TLS reads one record a call: on until
          * it waits for the socket. */
         if ((size_t)n < sizeof c->p->rbuf && !c->ssl) {
-            if (etp_arm(st, c, EPOLL_CTL_MOD) != 0)
+            if (etp_read_on(st, c) != 0)
                 etp_poller_close(st, c, 0);
             return;
         }
@@ -993,7 +1044,7 @@ static void etp_accepted(etp_poller *p, int fd, const struct sockaddr_storage *p
      * worker's hand-back); never armed, c is still only ours to close. */
     pthread_mutex_lock(&c->p->plock);
     etp_plist_add(c);
-    int rc = etp_arm(st, c, EPOLL_CTL_ADD);
+    int rc = etp_arm(st, c);
     if (rc != 0)
         etp_plist_del(c);
     pthread_mutex_unlock(&c->p->plock);
@@ -1172,10 +1223,7 @@ static void etp_stream_wait_out(etp_state *st, etp_conn *c, int progress, int yi
     if (progress || c->conn.state != SRV_CONN_SEND)
         etp_wait_for(c, SRV_CONN_SEND);
     int want_input = c->ssl && !c->tls_want_write && !yield;
-    struct epoll_event ev = {
-        .events = (want_input ? EPOLLIN : EPOLLOUT) | EPOLLONESHOT,
-        .data.ptr = c};
-    if (epoll_ctl(c->p->epfd, EPOLL_CTL_MOD, c->fd, &ev) != 0) {
+    if (etp_watch(c, (want_input ? EPOLLIN : EPOLLOUT) | EPOLLONESHOT) != 0) {
         c->io_dead = 1;
         etp_poller_close(st, c, 0);
     }
@@ -1200,7 +1248,7 @@ static void etp_stream_done(etp_state *st, etp_conn *c)
     c->pend = NULL;
     c->pend_off = c->pend_len = 0;
     if (etp_poller_feed(st, c, buf ? buf + off : NULL, len - off) &&
-        etp_arm(st, c, EPOLL_CTL_MOD) != 0)
+        etp_arm(st, c) != 0)
         etp_poller_close(st, c, 0);
     free(buf);
 }
@@ -1437,7 +1485,7 @@ static void etp_body_step(etp_state *st, etp_conn *c)
             c->awaiting = 0;
             if (c->conn.state != SRV_CONN_BODY_STREAM) /* a pace window opens */
                 etp_wait_for(c, SRV_CONN_BODY_STREAM);
-            if (etp_arm(st, c, EPOLL_CTL_MOD) != 0)
+            if (etp_arm(st, c) != 0)
                 etp_body_gone(st, c);
             return;
         }
@@ -1546,8 +1594,7 @@ static int etp_stream_from_worker(etp_conn *c, srv_request *req)
     }
     etp_plist_add(c);
     /* Writable at once, most likely: the poller pumps from its event. */
-    struct epoll_event ev = {.events = EPOLLOUT | EPOLLONESHOT, .data.ptr = c};
-    int rc = epoll_ctl(c->p->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+    int rc = etp_watch(c, EPOLLOUT | EPOLLONESHOT);
     if (rc != 0)
         etp_plist_del(c);
     pthread_mutex_unlock(&c->p->plock);
@@ -1752,7 +1799,7 @@ static int etp_hand_back(etp_conn *c)
         return -1;
     }
     etp_plist_add(c);
-    int rc = etp_arm(st, c, EPOLL_CTL_MOD);
+    int rc = etp_arm(st, c);
     if (rc != 0)
         etp_plist_del(c);
     pthread_mutex_unlock(&c->p->plock);
@@ -1772,8 +1819,7 @@ static int etp_hand_back_body(etp_conn *c)
         return -1;
     }
     etp_plist_add(c);
-    struct epoll_event ev = {.events = EPOLLOUT | EPOLLONESHOT, .data.ptr = c};
-    int rc = epoll_ctl(c->p->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+    int rc = etp_watch(c, EPOLLOUT | EPOLLONESHOT);
     if (rc != 0)
         etp_plist_del(c);
     pthread_mutex_unlock(&c->p->plock);

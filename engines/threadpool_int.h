@@ -111,6 +111,9 @@ typedef struct etp_conn {
     int io_dead;        /* a write failed: close without answering */
     int stalled;        /* a write made no progress in time (or failed): reset */
     int rcvtimeo;       /* SO_RCVTIMEO set for ETP_KEEP_WAIT_MS */
+    /* c's registration in its poller's epoll (etp_watch): the events, 0
+     * when not in it. */
+    uint32_t watch;
 
     /* Non-blocking routes, run on the poller (docs/ENGINES.md). */
     srv_request *inl;      /* dispatched by the poller, its answer not yet
