@@ -184,6 +184,24 @@ for e in $engines; do
         echo "FAIL: the mhd-only build does not link libcrypto (its signer)"; exit 1
     fi
     "$bin" --help | grep -q "$e" || { echo "FAIL: $bin --help does not name $e"; exit 1; }
+    # HTTP/2 is the core's (nghttp2) on every engine but mhd: a build of one
+    # engine alone serves it too (h2c with prior knowledge).
+    if [ "$e" != mhd ]; then
+        echo "$libs" | grep -q libnghttp2 || { echo "FAIL: the $e-only build does not link libnghttp2"; exit 1; }
+        out="build-only-$e/greetings.out"
+        "$bin" --engine "$e" --host 127.0.0.1 --port 0 --sleep-ms 0 --threads 4 > "$out" 2>&1 &
+        gpid=$!
+        port=""
+        for _ in $(seq 100); do
+            port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$out")
+            [ -n "$port" ] && break
+            sleep 0.1
+        done
+        got=$(curl -s --max-time 10 --http2-prior-knowledge -o /dev/null -w '%{http_version} %{http_code}' \
+              "http://127.0.0.1:$port/greetings?name=Ana")
+        kill "$gpid"; wait "$gpid" || true
+        [ "$got" = "2 200" ] || { echo "FAIL: the $e-only build answered h2c with '$got' (port '$port')"; cat "$out"; exit 1; }
+    fi
     echo "ok: $e-only build links only its engine"
 done
 
