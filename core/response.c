@@ -222,7 +222,7 @@ const char *srv__response_http1_head(srv_request *req, size_t *len)
         return fallback;
     }
     /* Appended by hand: snprintf was a twentieth of a light request's CPU. */
-    srv__hbuf b = {buf, 0, cap};
+    srv__hbuf b = {buf, 0, cap - 1}; /* and a NUL after it, as snprintf left */
     hb_lit(&b, "HTTP/1.1 ");
     hb_num(&b, req->status >= 0 ? (unsigned long long)req->status : 0);
     hb_lit(&b, " ");
@@ -252,6 +252,7 @@ const char *srv__response_http1_head(srv_request *req, size_t *len)
     else if (http10)
         hb_lit(&b, "Connection: keep-alive\r\n");
     hb_lit(&b, "\r\n");
+    buf[b.len] = '\0';
     size_t o = b.len;
     req->head = buf;
     req->head_len = o;
