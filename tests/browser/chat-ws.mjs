@@ -71,6 +71,12 @@ async function run(scheme, ca) {
   const url = `${scheme}://127.0.0.1:${s.port}/chat`;
   const cs = [connect(url, ca), connect(url, ca), connect(url, ca)];
   await within(5000, `${url}: open`, Promise.all(cs.map((c) => c.open)));
+  // The 101 is out before the server runs on_open (the room's join): a pong proves it ran, as
+  // on_open comes before any input on the socket.
+  await within(5000, 'joined', Promise.all(cs.map((c) => new Promise((res) => {
+    c.ws.once('pong', res);
+    c.ws.ping('joined?');
+  }))));
 
   cs[0].ws.send('hello from ws');
   await Promise.all(cs.map((c) => got(c, 'hello from ws')));

@@ -75,6 +75,10 @@ async function run(scheme) {
     await logHas(p, 'connected');
   }
   const proto = await p1.evaluate(() => performance.getEntriesByType('navigation')[0].nextHopProtocol);
+  // The 101 is out before the server runs on_open (the room's join): p2's own message coming
+  // back proves p2 joined before p1 speaks (p1's own echo proves the same for p1 below).
+  await p2.evaluate('ws.send("p2 is here")');
+  await logHas(p2, 'p2 is here');
   await p1.bringToFront(); // input goes to the tab in front
   await p1.type('#text', 'hello from Chromium');
   await p1.click('#send');

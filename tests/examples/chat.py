@@ -98,6 +98,13 @@ def recv(s):
 
 
 a, b, d = connect(), connect(), connect()
+# The 101 is out before the server runs on_open (the room's join): a pong
+# proves it ran, as on_open comes before any input on the socket.
+for who, s in (("a", a), ("b", b), ("d", d)):
+    send(s, 9, b"joined?")
+    op, data = recv(s)
+    if op != 10 or data != b"joined?":
+        fail(f"{who}: ping answered with opcode {op} {data!r}")
 send(a, 1, "hello, room é".encode())
 for who, s in (("sender", a), ("b", b), ("d", d)):
     op, data = recv(s)
