@@ -1751,7 +1751,8 @@ int srv_static_add(srv_server *srv, const srv_static_opts *opts);
  * core's, the same on every engine with SRV_CAP_WEBSOCKET.
  *
  * Callbacks: for one socket they never run at once, and always in this
- * order: on_open once, then on_message and on_writable any number of
+ * order: on_open once (after the 101 is out: the client may see its
+ * handshake done first), then on_message and on_writable any number of
  * times, then on_close exactly once (when on_open ran). They run on a
  * worker thread and may block, unless the route is SRV_WS_NONBLOCKING:
  * then on the I/O thread that owns the connection, and they must not
