@@ -5,7 +5,6 @@
  */
 #include "srv_core.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
