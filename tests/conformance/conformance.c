@@ -1613,6 +1613,7 @@ static int conformance_tls_main(void)
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
+    conformance_trace_crashes();
     g_engine_name = argc > 1 ? argv[1] : "(none)";
     g_nonblocking = argc > 2 && strcmp(argv[2], "nonblocking") == 0;
     g_tls = argc > 2 && strcmp(argv[2], "tls") == 0;

@@ -178,6 +178,8 @@ extern char g_tls_cert[128], g_tls_key[128], g_tls_cert2[128], g_tls_key2[128];
 const char *url_scheme(void);
 
 unsigned engine_caps(void);
+/* crash_trace.c: a crash in any thread prints that thread's stack first. */
+void conformance_trace_crashes(void);
 void h_hello(srv_request *req, void *ctx);
 void h_client(srv_request *req, void *ctx);
 int fx_wait(fx *f, const unsigned *counter, unsigned target,
