@@ -379,22 +379,17 @@ static int eh2o_start(srv_server *srv, void **state)
         }
     }
 
-    /* I/O threads take no signals: SIGPIPE from a write to a closed peer stays pending on
-     * the thread instead of killing the process (h2o uses writev), SIGINT/SIGTERM go to
-     * the application. */
-    sigset_t all, old;
-    sigfillset(&all);
     /* Before the first loop runs: the core reads its engine state (to call respond) as soon
-     * as a request arrives, and pthread_create orders this write before that. */
+     * as a request arrives, and pthread_create orders this write before that. The loops take
+     * no asynchronous signals (srv__thread_create): SIGPIPE from h2o's writev stays pending,
+     * SIGINT/SIGTERM go to the application; a fault still reaches its handler. */
     *state = s;
-    pthread_sigmask(SIG_SETMASK, &all, &old);
     unsigned started = 0;
     for (; started < s->nthreads; started++) {
-        if ((rc = pthread_create(&s->threads[started].tid, NULL, eh2o_thread_main,
-                                 &s->threads[started])) != 0)
+        if ((rc = srv__thread_create(&s->threads[started].tid, NULL, eh2o_thread_main,
+                                     &s->threads[started])) != 0)
             break;
     }
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
 
     /* Wait for the started loops to be set up: their receivers must exist before anything
      * can be sent to them. */

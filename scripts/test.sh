@@ -81,12 +81,13 @@ tally() {
         # of the failed test ran last and how it failed (meson printed the
         # failed tests' output above, with --print-errorlogs).
         printf '\n---- the failed tests, their last cases and errors:\n'
-        grep -E '^[0-9]+/[0-9]+ .* (FAIL|TIMEOUT|UNEXPECTEDPASS) ' "$log" | tail -5 || true
+        grep -E '^ *[0-9]+/[0-9]+ .* (FAIL|TIMEOUT|UNEXPECTEDPASS) ' "$log" | tail -5 || true
         grep -E '^\[  FAILED  \] test_' "$log" | sort -u | tail -10 || true
+        grep -E '^\[ RUN' "$log" | tail -1 | sed 's/^/the last case started: /' || true
         # The first crash or sanitizer report, after the case that was running.
         awk '/^\[ RUN/ { run = $0 }
              !n && /crashed with signal|ERROR: [A-Za-z]*Sanitizer|runtime error|WARNING: ThreadSanitizer|Test failed with exception/ { print run }
-             /crashed with signal|\[0x[0-9a-f]+\]$|Sanitizer|SUMMARY|runtime error|^ *#[0-9]+ 0x|Test failed with exception/ && n < 40 { print; n++ }' "$log" || true
+             /crashed with signal|\[0x[0-9a-f]+\]$|Sanitizer|SUMMARY|runtime error|^ *#[0-9]+ |Test failed with exception/ && n < 40 { print; n++ }' "$log" || true
         stage_report
         printf '\n%d passed, %d failed\n' "$passed" "$((failed > 0 ? failed : 1))"
         exit 1
