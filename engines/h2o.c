@@ -159,30 +159,49 @@ static void eh2o_thread_force_close(eh2o_thread *t)
     }
 }
 
+/*
+ * The loop's control: quiesce, close what is idle meanwhile, and at the stop answer what is
+ * arriving, then close what is still open. It runs inside h2o's callbacks (a wake, then every
+ * EH2O_STOP_POLL_MS while quiesced), never between two h2o_evloop_run calls: libh2o 2.2.5
+ * runs the callback a write queues (and skips a closed socket's) only inside a run, and frees a
+ * closed socket at the start of the next run. A socket written and closed between runs stayed
+ * on its pending list: the next run read it after freeing it, h2o_evloop_destroy closed it
+ * twice (a NULL read in h2o_buffer_dispose).
+ */
+static void eh2o_on_control(h2o_timeout_entry_t *entry)
+{
+    eh2o_thread *t = H2O_STRUCT_FROM_MEMBER(eh2o_thread, control, entry);
+    eh2o_server *s = t->server;
+    if (!t->quiesced && (atomic_load(&s->quiesce_req) || atomic_load(&s->stop_req)))
+        eh2o_thread_quiesce(t);
+    else if (t->quiesced)
+        eh2o_thread_close_idle(t); /* e.g. a response written before the quiesce */
+    if (atomic_load(&s->stop_req)) {
+        uint64_t now = h2o_now(t->loop);
+        if (t->stop_at == 0) {
+            t->stop_at = now;
+            eh2o_conn_time(t, 1, 1); /* requests still arriving: the core's 503 */
+        }
+        if (!t->forced && now - t->stop_at >= EH2O_STOP_FORCE_MS) {
+            eh2o_thread_force_close(t);
+            t->forced = 1;
+        }
+    }
+    if (t->quiesced && !h2o_timeout_is_linked(&t->control))
+        h2o_timeout_link(t->loop, &t->stop_poll, &t->control);
+}
+
 static void eh2o_thread_run(eh2o_thread *t)
 {
     eh2o_server *s = t->server;
-    uint64_t stop_at = 0;
-    int forced = 0;
-    for (;;) {
-        int stopping = atomic_load(&s->stop_req);
-        h2o_evloop_run(t->loop, stopping ? EH2O_STOP_POLL_MS : INT32_MAX);
-        if (!t->quiesced && (atomic_load(&s->quiesce_req) || atomic_load(&s->stop_req)))
-            eh2o_thread_quiesce(t);
-        else if (t->quiesced)
-            eh2o_thread_close_idle(t); /* e.g. a response written before the quiesce */
-        if (!atomic_load(&s->stop_req))
-            continue;
-        uint64_t now = h2o_now(t->loop);
-        if (stop_at == 0) {
-            stop_at = now;
-            eh2o_conn_time(t, 1, 1); /* requests still arriving: the core's 503 */
-        }
-        if (t->nconns == 0)
-            return;
-        if (!forced && now - stop_at >= EH2O_STOP_FORCE_MS) {
-            eh2o_thread_force_close(t);
-            forced = 1;
+    while (t->stop_at == 0 || t->nconns != 0) {
+        h2o_evloop_run(t->loop, INT32_MAX);
+        /* A wake only ends the run (eh2o_wake): what it asks for runs on the next one. */
+        int due = atomic_load(&s->stop_req) ? t->stop_at == 0
+                                            : atomic_load(&s->quiesce_req) && !t->quiesced;
+        if (due) {
+            h2o_timeout_unlink(&t->control); /* from stop_poll: at once */
+            h2o_timeout_link(t->loop, &t->zero, &t->control);
         }
     }
 }
@@ -234,6 +253,8 @@ static void eh2o_thread_teardown(eh2o_thread *t)
     pthread_mutex_unlock(&s->mu);
     h2o_multithread_unregister_receiver(t->queue, &t->receiver);
     eh2o_conn_thread_dispose(t);
+    h2o_timeout_unlink(&t->control);
+    h2o_timeout_dispose(t->loop, &t->stop_poll);
     h2o_timeout_dispose(t->loop, &t->accept_pause);
     h2o_timeout_dispose(t->loop, &t->zero);
     eh2o_tls_thread_dispose(t);
@@ -258,6 +279,8 @@ static void *eh2o_thread_main(void *arg)
     t->queue = h2o_multithread_create_queue(t->loop);
     h2o_multithread_register_receiver(t->queue, &t->receiver, eh2o_on_wake);
     h2o_timeout_init(t->loop, &t->zero, 0);
+    h2o_timeout_init(t->loop, &t->stop_poll, EH2O_STOP_POLL_MS);
+    t->control.cb = eh2o_on_control;
     eh2o_conn_thread_init(t);
     h2o_timeout_init(t->loop, &t->accept_pause, EH2O_ACCEPT_PAUSE_MS);
     t->accept_resume.cb = eh2o_on_accept_resume;

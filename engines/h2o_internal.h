@@ -33,7 +33,7 @@
 #define EH2O_LOOP_FDS         5    /* a loop's own: epoll, the queue's pipe, and two to find the epoll (h2o.c) */
 #define EH2O_ACCEPT_BATCH     16   /* accepts per listener wake-up, so loops share them */
 #define EH2O_ACCEPT_PAUSE_MS  100  /* out of fds: wait this long before accepting again */
-#define EH2O_STOP_POLL_MS     10   /* loop tick while stopping */
+#define EH2O_STOP_POLL_MS     10   /* the loop's control while quiescing and stopping */
 #define EH2O_STOP_FORCE_MS    250  /* stop: then close the connections still open */
 
 typedef struct eh2o_server eh2o_server;
@@ -83,7 +83,12 @@ struct eh2o_thread {
     int msg_queued;
     h2o_linklist_t conns;
     unsigned nconns; /* loop thread only */
+    /* The loop's control (eh2o_on_control): on `zero` after a wake, then on `stop_poll`. */
+    h2o_timeout_entry_t control;
+    h2o_timeout_t stop_poll;
     int quiesced;
+    int forced;       /* the stop closed what was still open */
+    uint64_t stop_at; /* when this loop saw the stop; 0: not yet */
     struct eh2o_tls_thread *tls; /* engines/h2o_tls.c; NULL in cleartext */
 };
 
