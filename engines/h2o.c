@@ -120,7 +120,7 @@ static void eh2o_on_accept(h2o_socket_t *listener, const char *err)
 /* ------------------------------------------------------------------ */
 
 /*
- * While quiescing, after each loop turn: connections waiting for a next request close (the
+ * While quiescing, every EH2O_STOP_POLL_MS: connections waiting for a next request close (the
  * core's policy; HTTP/2 after its GOAWAY once no stream is left), and so do those still in
  * their TLS handshake. One whose request is arriving keeps being read: it is served if it
  * completes before the stop, answered 503 at the stop otherwise.
