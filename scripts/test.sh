@@ -81,7 +81,7 @@ tally() {
         # of the failed test ran last and how it failed (meson printed the
         # failed tests' output above, with --print-errorlogs).
         printf '\n---- the failed tests, their last cases and errors:\n'
-        grep -E '^ *[0-9]+/[0-9]+ .* (FAIL|TIMEOUT|UNEXPECTEDPASS) ' "$log" | tail -5 || true
+        grep -E '^ *[0-9]+/[0-9]+ .* (FAIL|TIMEOUT|UNEXPECTEDPASS) ' "$log" | sort -u | tail -5 || true
         grep -E '^\[  FAILED  \] test_' "$log" | sort -u | tail -10 || true
         grep -E '^\[ RUN' "$log" | tail -1 | sed 's/^/the last case started: /' || true
         # The first crash or sanitizer report, after the case that was running.
