@@ -583,7 +583,8 @@ const srv_engine *srv_server_engine(const srv_server *srv);
 const char *srv_server_last_error(const srv_server *srv);
 
 /*
- * srv_server_stop: stop gracefully. New connections are refused at once;
+ * srv_server_stop: stop gracefully. New connections are refused at once
+ * (connects the kernel completed before the stop began are served);
  * idle kept-alive connections are closed; requests in flight (including
  * those whose handler is still running or waiting on a timer) get up to
  * grace_ms to be answered, with "Connection: close". After the grace period

@@ -155,6 +155,14 @@ int srv__conn_linger_bytes(srv__conn *c, size_t n, uint64_t now);
  * is due); `quiescing`: connections with no request begun close. */
 enum srv__conn_due srv__conn_due(srv__conn *c, uint64_t now, int stopping, int quiescing);
 
+/* srv__conn_due said CLOSE: 1 when it was only for the quiesce (nothing
+ * begun, in time, no stop) and `input_waiting` (unread bytes in the socket:
+ * a connection taken from the backlog at the quiesce, a request sent just
+ * before it). The connection is then a request arriving, which the grace
+ * waits for; closing it with bytes unread would reset it. */
+int srv__conn_quiesce_keeps(srv__conn *c, uint64_t now, int stopping, int quiescing,
+                            int input_waiting);
+
 /* The status an SRV_CONN_ANSWER answers. */
 static inline int srv__conn_status(const srv__conn *c) { return c->status; }
 

@@ -70,7 +70,17 @@ typedef struct srv__h1io {
      * a file that shrank). One write at a time, like write; fd stays open
      * until then. */
     void (*sendfile)(void *io, int fd, uint64_t off, uint64_t len);
+    /* Optional: non-zero when input waits that the connection was not given
+     * yet (bytes in the socket or the library's buffer). At quiesce a
+     * connection with nothing begun closes, unless input waits: then it
+     * counts as a request arriving (a connection taken from the backlog at
+     * the quiesce has not been read yet; closing it with bytes unread
+     * would reset it). srv__fd_input_waiting for a socket. */
+    int (*pending)(void *io);
 } srv__h1io;
+
+/* Whether the socket fd has bytes to read (FIONREAD); 0 on an error. */
+int srv__fd_input_waiting(int fd);
 
 /* A connection admitted by srv__conn_open (the engine keeps `policy` and
  * closes it; the connection sets its states). NULL when out of memory. */

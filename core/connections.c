@@ -211,6 +211,16 @@ enum srv__conn_due srv__conn_due(srv__conn *c, uint64_t now, int stopping, int q
     return SRV_CONN_WAIT;
 }
 
+int srv__conn_quiesce_keeps(srv__conn *c, uint64_t now, int stopping, int quiescing,
+                            int input_waiting)
+{
+    if (!quiescing || stopping || c->begun || now >= c->deadline || !input_waiting ||
+        c->state == SRV_CONN_REFUSE)
+        return 0;
+    srv__conn_begun(c, now);
+    return 1;
+}
+
 void srv__conn_count_closed(srv__conn *c)
 {
     if (!c->counted_closed) {

@@ -815,8 +815,11 @@ void srv__h1conn_time(srv__h1conn *hc, uint64_t now, int stopping, int quiescing
     enum srv__conn_due due = srv__conn_due(hc->pol, now, stopping, quiescing);
     if (due == SRV_CONN_WAIT)
         return;
-    if (due == SRV_CONN_CLOSE) { /* a write that made no progress is reset */
-        h1_end(hc, hc->pol->state == SRV_CONN_SEND);
+    if (due == SRV_CONN_CLOSE) {
+        if (quiescing && !stopping && hc->ops->pending != NULL &&
+            srv__conn_quiesce_keeps(hc->pol, now, stopping, quiescing, hc->ops->pending(hc->io)))
+            return;
+        h1_end(hc, hc->pol->state == SRV_CONN_SEND); /* a write without progress: reset */
         return;
     }
     srv__h1conn *outer = h1_current;

@@ -1,11 +1,13 @@
 /* The listening socket every engine uses, so host parsing, IPv6, port 0
  * and "cannot bind" messages are the same on all of them. */
 #include "srv_core.h"
+#include "srv_h1conn.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/ioctl.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -130,4 +132,10 @@ int srv__listen(srv_server *srv, unsigned flags)
     if (getsockname(fd, (struct sockaddr *)&ss, &sslen) == 0)
         srv__server_set_port(srv, ntohs(v6 ? sin6->sin6_port : sin->sin_port));
     return fd;
+}
+
+int srv__fd_input_waiting(int fd)
+{
+    int n = 0;
+    return fd >= 0 && ioctl(fd, FIONREAD, &n) == 0 && n > 0;
 }

@@ -73,13 +73,12 @@ static void eh2o_on_accept_resume(h2o_timeout_entry_t *entry)
         h2o_socket_read_start(t->listener, eh2o_on_accept);
 }
 
-static void eh2o_on_accept(h2o_socket_t *listener, const char *err)
+/* Up to `max` connections from the backlog; how many were taken. */
+static int eh2o_accept_some(eh2o_thread *t, h2o_socket_t *listener, int max)
 {
-    eh2o_thread *t = listener->data;
     eh2o_server *s = t->server;
-    if (err != NULL)
-        return;
-    for (int i = 0; i < EH2O_ACCEPT_BATCH; i++) {
+    int i = 0;
+    for (; i < max; i++) {
         h2o_socket_t *sock = h2o_evloop_socket_accept(listener); /* errno from accept4 */
         if (sock == NULL) {
             if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
@@ -113,6 +112,13 @@ static void eh2o_on_accept(h2o_socket_t *listener, const char *err)
             continue;
         eh2o_conn_start(c, 0); /* HTTP/1, or HTTP/2 by its preface */
     }
+    return i;
+}
+
+static void eh2o_on_accept(h2o_socket_t *listener, const char *err)
+{
+    if (err == NULL)
+        eh2o_accept_some(listener->data, listener, EH2O_ACCEPT_BATCH);
 }
 
 /* ------------------------------------------------------------------ */
@@ -136,17 +142,24 @@ static void eh2o_thread_close_idle(eh2o_thread *t)
     }
 }
 
-/* On the loop: stop accepting, close idle connections. */
+/* On the loop: take what the kernel accepted before the quiesce (it would be reset when the
+ * socket closes), stop accepting, close idle connections, tell eh2o_quiesce. */
 static void eh2o_thread_quiesce(eh2o_thread *t)
 {
+    eh2o_server *s = t->server;
     t->quiesced = 1;
     h2o_timeout_unlink(&t->accept_resume);
     if (t->listener != NULL) {
+        eh2o_accept_some(t, t->listener, s->cfg->backlog);
         h2o_socket_read_stop(t->listener);
         h2o_socket_close(t->listener); /* closes this loop's dup */
         t->listener = NULL;
     }
-    eh2o_thread_close_idle(t);
+    eh2o_thread_close_idle(t); /* a request waiting counts as arriving */
+    pthread_mutex_lock(&s->mu);
+    s->quiesced++; /* eh2o_quiesce waits for every loop: the grace then counts them */
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
 }
 
 /* Connections still open a while after the stop's answers went out: closed. */
@@ -437,32 +450,27 @@ fail:
     return rc;
 }
 
-/* Stop listening at once, on every loop's dup - unless the socket was
- * handed to us (srv_config.listen_fd): shutdown acts on the socket, not
- * the descriptor, and that one must keep listening for the next process
- * (its backlog holds connections for it); each loop closes its dup. */
-static void eh2o_listener_shutdown(eh2o_server *s)
+/* Each loop takes what the kernel already accepted and closes its dup; then connects are
+ * refused (shutdown; it would reset what is still in the backlog, so only after every loop
+ * took it) - unless the socket was handed to us (srv_config.listen_fd): it must keep
+ * listening for the next process. */
+static void eh2o_quiesce(void *state)
 {
+    eh2o_server *s = state;
+    atomic_store(&s->quiesce_req, 1);
+    for (unsigned i = 0; i < s->nthreads; i++)
+        eh2o_wake(&s->threads[i]);
+    pthread_mutex_lock(&s->mu);
+    while (s->quiesced < s->nthreads)
+        pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
     if (srv__server_config(s->srv)->listen_fd < 0)
         shutdown(s->listen_fd, SHUT_RDWR);
 }
 
-static void eh2o_quiesce(void *state)
-{
-    eh2o_server *s = state;
-    /* Refuse new connects now, on every loop's dup at once (accept then fails with EINVAL);
-     * each loop closes its own dup when it wakes up. */
-    atomic_store(&s->quiesce_req, 1); /* first: a loop woken by the shutdown sees it */
-    eh2o_listener_shutdown(s);
-    for (unsigned i = 0; i < s->nthreads; i++)
-        eh2o_wake(&s->threads[i]);
-}
-
 static void eh2o_stop(void *state)
 {
-    eh2o_server *s = state;
-    eh2o_listener_shutdown(s);
-    eh2o_stop_threads(s, s->nthreads);
+    eh2o_stop_threads(state, ((eh2o_server *)state)->nthreads);
 }
 
 static void eh2o_destroy(void *state)

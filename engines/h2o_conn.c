@@ -172,6 +172,12 @@ static void eh2o_wake_conn(void *io)
         h2o_multithread_send_message(&t->post_receiver, &t->msg);
 }
 
+static int eh2o_pending(void *io)
+{
+    eh2o_conn *c = io;
+    return c->sock->input->size != 0 || srv__fd_input_waiting(h2o_socket_get_fd(c->sock));
+}
+
 static const srv__h1io eh2o_io = {
     .write = eh2o_write,
     .read = eh2o_read,
@@ -179,6 +185,7 @@ static const srv__h1io eh2o_io = {
     .close = eh2o_close,
     .wake = eh2o_wake_conn,
     .sendfile = eh2o_sendfile,
+    .pending = eh2o_pending,
 };
 
 /* ------------------------------------------------------------------ */

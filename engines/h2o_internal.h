@@ -100,10 +100,11 @@ struct eh2o_server {
     eh2o_thread *threads;
     atomic_int quiesce_req;
     atomic_int stop_req;
-    pthread_mutex_t mu; /* guards the two fields below */
+    pthread_mutex_t mu; /* guards the three fields below */
     pthread_cond_t cv;
     unsigned ready; /* loops that finished their setup */
     int wakes_done; /* the controlling thread sent its last wake-up: queues may go */
+    unsigned quiesced; /* loops that took their backlog and closed their listener */
 };
 
 /* A connection's socket carries it in its `data` (set at the accept). */

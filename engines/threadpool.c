@@ -919,6 +919,10 @@ static void etp_poller_scan(etp_poller *p, uint64_t now, int stopping)
         pthread_mutex_unlock(&p->plock);
         if (!due)
             return;
+        if (what == SRV_CONN_CLOSE && quiescing && !stopping &&
+            srv__conn_quiesce_keeps(&due->conn, now, stopping, quiescing,
+                                    srv__fd_input_waiting(due->fd)))
+            continue; /* its request is there: read next */
         if (what == SRV_CONN_CLOSE) {
             due->io_dead |= due->sreq != NULL; /* a stream cut: no orderly end */
             due->stalled |= due->conn.state == SRV_CONN_SEND; /* its write made no progress */
@@ -1039,6 +1043,10 @@ static void etp_accepted(etp_poller *p, int fd, const struct sockaddr_storage *p
     /* A refused one (SRV_CONN_REFUSING) has its head read, bounded in bytes
      * and time, so that the 503 answers what the client asked, in a
      * protocol it reads. */
+    /* Taken from the backlog at the quiesce: a request already waiting is
+     * counted as arriving before quiesce returns, so the grace waits for it. */
+    if (atomic_load(&st->quiescing))
+        srv__conn_quiesce_keeps(&c->conn, srv__now_ms(), 0, 1, srv__fd_input_waiting(fd));
     /* Maybe another poller's: listed and armed under its plock, which its
      * scan and its first read take, so it sees c whole (as after a
      * worker's hand-back); never armed, c is still only ours to close. */
@@ -1052,10 +1060,11 @@ static void etp_accepted(etp_poller *p, int fd, const struct sockaddr_storage *p
         etp_poller_close(st, c, 0);
 }
 
-static void etp_accept_some(etp_poller *p)
+/* Up to `max` connections from the backlog; 1 when it may hold more. */
+static int etp_accept_some(etp_poller *p, int max)
 {
     etp_state *st = p->st;
-    for (int i = 0; i < ETP_ACCEPT_BATCH; i++) {
+    for (int i = 0; i < max; i++) {
         struct sockaddr_storage peer;
         socklen_t peer_len = sizeof peer;
         int fd = accept4(st->listen_fd, (struct sockaddr *)&peer, &peer_len,
@@ -1083,19 +1092,24 @@ static void etp_accept_some(etp_poller *p)
                 p->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
             }
             etp_sleep_ms(ETP_ACCEPT_BACKOFF_MS);
-            return;
+            return 0;
         case EAGAIN:
         default: /* ENOBUFS, ENOMEM, network errors */
-            return;
+            return 0;
         }
     }
+    return 1;
 }
 
-/* Poller p stops accepting; the last poller to do so closes the listening
- * socket (no poller can be inside accept4 on it then) and wakes quiesce. */
+/* Poller p takes what the kernel accepted before the quiesce (the close
+ * would reset it) and stops accepting; the last poller to do so closes the
+ * listening socket (no poller can be inside accept4 on it then) and wakes
+ * quiesce. */
 static void etp_poller_unlisten(etp_poller *p)
 {
     etp_state *st = p->st;
+    if (atomic_load(&st->quiescing))
+        etp_accept_some(p, st->cfg->backlog);
     p->listening = 0;
     pthread_mutex_lock(&st->lk);
     epoll_ctl(p->epfd, EPOLL_CTL_DEL, st->listen_fd, NULL);
@@ -1131,7 +1145,7 @@ static void *etp_poller_main(void *arg)
             void *ptr = evs[i].data.ptr;
             if (ptr == &st->listen_fd) {
                 if (p->listening)
-                    etp_accept_some(p);
+                    etp_accept_some(p, ETP_ACCEPT_BATCH);
             } else if (ptr == &p->msg_fd) {
                 messages = 1;
             } else if (ptr == &p->wake_fd) {

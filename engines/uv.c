@@ -120,9 +120,10 @@ struct euv_server {
     unsigned nloops;
     euv_loop *loops;
     atomic_int quiesce_req, stop_req;
-    pthread_mutex_t mu; /* wakes_done */
+    pthread_mutex_t mu; /* wakes_done, quiesced */
     pthread_cond_t cv;
     int wakes_done; /* the controlling thread sent its last wake: asyncs may close */
+    unsigned quiesced; /* loops that took their backlog and closed their listener */
 };
 
 static void euv_close(euv_conn *c, int abort);
@@ -592,6 +593,14 @@ static void euv_io_sendfile(void *io, int fd, uint64_t off, uint64_t len)
     euv_sendfile_step(c);
 }
 
+static int euv_io_pending(void *io)
+{
+    euv_conn *c = io;
+    uv_os_fd_t fd;
+    return c->held_len > c->held_off ||
+           (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0 && srv__fd_input_waiting(fd));
+}
+
 static const srv__h1io euv_h1io = {
     .write = euv_io_write,
     .read = euv_io_read,
@@ -599,6 +608,7 @@ static const srv__h1io euv_h1io = {
     .close = euv_io_close,
     .wake = euv_io_wake,
     .sendfile = euv_io_sendfile,
+    .pending = euv_io_pending,
 };
 
 /* ---- TLS handshake, close ---- */
@@ -764,23 +774,71 @@ static void euv_accept_pause(euv_loop *l)
         uv_timer_start(&l->pause, euv_on_accept_resume, EUV_ACCEPT_PAUSE_MS, 0);
 }
 
+static euv_conn *euv_conn_new(euv_loop *l)
+{
+    euv_conn *c = srv__zalloc(sizeof *c);
+    if (c != NULL) {
+        uv_tcp_init(&l->uv, &c->tcp);
+        c->tcp.data = c;
+        c->loop = l;
+    }
+    return c;
+}
+
+static void euv_conn_unopened(euv_conn *c)
+{
+    c->state = EUV_CLOSING; /* no connection: freed unopened */
+    uv_close((uv_handle_t *)&c->tcp, euv_on_unopened_closed);
+}
+
+static void euv_admit(euv_loop *l, euv_conn *c);
+
 static void euv_on_connection(uv_stream_t *listener, int status)
 {
     euv_loop *l = listener->data;
-    euv_server *s = l->server;
-    euv_conn *c = status == 0 ? srv__zalloc(sizeof *c) : NULL;
+    euv_conn *c = status == 0 ? euv_conn_new(l) : NULL;
     if (c == NULL) { /* failed, or out of memory */
         euv_accept_pause(l);
         return;
     }
-    uv_tcp_init(&l->uv, &c->tcp);
-    c->tcp.data = c;
-    c->loop = l;
-    if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0) {
-        c->state = EUV_CLOSING; /* no connection: freed unopened */
-        uv_close((uv_handle_t *)&c->tcp, euv_on_unopened_closed);
+    if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0)
+        euv_conn_unopened(c);
+    else
+        euv_admit(l, c);
+}
+
+/* At the quiesce: every connection in the backlog now (the kernel completed it before the
+ * quiesce closes the socket) is taken, not reset by that close. libuv accepts only from its
+ * loop's poll, so accept4 here and hand the socket to a handle. */
+static void euv_accept_backlog(euv_loop *l)
+{
+    uv_os_fd_t lfd;
+    if (!l->listening || uv_fileno((uv_handle_t *)&l->listener, &lfd) != 0)
         return;
+    for (int n = 0; n < l->server->cfg->backlog; n++) {
+        int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0 && (errno == EINTR || errno == ECONNABORTED))
+            continue;
+        if (fd < 0)
+            return; /* EAGAIN: all taken; out of descriptors: the rest is refused */
+        euv_conn *c = euv_conn_new(l);
+        if (c == NULL) {
+            close(fd);
+            continue;
+        }
+        if (uv_tcp_open(&c->tcp, fd) != 0) {
+            close(fd);
+            euv_conn_unopened(c);
+        } else {
+            euv_admit(l, c);
+        }
     }
+}
+
+/* A connection accepted by this loop: admitted (or refused), then read. */
+static void euv_admit(euv_loop *l, euv_conn *c)
+{
+    euv_server *s = l->server;
     /* Past max_connections a connection is still read (its head within min(header_timeout_ms,
      * 2 s), at most SRV_REFUSE_MAX at once) so that the core's 503 answers it; more are
      * refused at once. */
@@ -925,8 +983,13 @@ static void euv_check_server(euv_loop *l)
     if (!l->quiesced && (stop || atomic_load(&s->quiesce_req))) {
         l->quiesced = 1;
         uv_timer_stop(&l->pause);
+        euv_accept_backlog(l);
         euv_listen_close(l);
-        euv_time_all(l, 0, 1);
+        euv_time_all(l, 0, 1); /* idle ones close; a request waiting counts as arriving */
+        pthread_mutex_lock(&s->mu);
+        s->quiesced++; /* euv_quiesce waits for every loop: the grace then counts them */
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
     }
     if (stop && !l->stopping) {
         l->stopping = 1;
@@ -1099,29 +1162,27 @@ fail:
     return rc;
 }
 
-/* Stop listening at once, on every loop's dup - unless the socket was handed to us
- * (srv_config.listen_fd): it must keep listening for the next process; each loop closes its
- * own dup. */
-static void euv_listener_shutdown(euv_server *s)
+/* Each loop takes what the kernel already accepted and closes its dup; then connects are
+ * refused (shutdown; it would reset what is still in the backlog, so only after every loop
+ * took it) - unless the socket was handed to us (srv_config.listen_fd): it must keep
+ * listening for the next process. */
+static void euv_quiesce(void *state)
 {
+    euv_server *s = state;
+    atomic_store(&s->quiesce_req, 1);
+    for (unsigned i = 0; i < s->nloops; i++)
+        uv_async_send(&s->loops[i].async);
+    pthread_mutex_lock(&s->mu);
+    while (s->quiesced < s->nloops)
+        pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
     if (s->cfg->listen_fd < 0)
         shutdown(s->listen_fd, SHUT_RDWR);
 }
 
-static void euv_quiesce(void *state)
-{
-    euv_server *s = state;
-    atomic_store(&s->quiesce_req, 1); /* first: a loop woken by the shutdown sees it */
-    euv_listener_shutdown(s);
-    for (unsigned i = 0; i < s->nloops; i++)
-        uv_async_send(&s->loops[i].async);
-}
-
 static void euv_stop(void *state)
 {
-    euv_server *s = state;
-    euv_listener_shutdown(s);
-    euv_stop_loops(s, s->nloops);
+    euv_stop_loops(state, ((euv_server *)state)->nloops);
 }
 
 static void euv_destroy(void *state)

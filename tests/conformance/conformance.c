@@ -1798,6 +1798,7 @@ int main(int argc, char **argv)
 
     const struct CMUnitTest burst[] = {
         cmocka_unit_test(test_burst_while_loop_busy),
+        cmocka_unit_test(test_quiesce_while_loop_busy),
     };
     snprintf(name, sizeof name, "conformance %s%s: a burst while the I/O thread is busy",
              g_engine_name, run);

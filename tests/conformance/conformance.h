@@ -575,6 +575,7 @@ void test_handoff_bodies_among_many_heads(void **state);
 
 /* conformance_burst.c */
 void test_burst_while_loop_busy(void **state);
+void test_quiesce_while_loop_busy(void **state);
 
 /* conformance_probe.c (issue 33's probe; its own server: probe_setup) */
 int probe_setup(void **state);

@@ -119,3 +119,81 @@ void test_burst_while_loop_busy(void **state)
     CHECK(srv_server_stop(srv, 2000) == 0, "stop");
     srv_server_free(srv);
 }
+
+typedef struct quiesce_stop {
+    srv_server *srv;
+    int rc;
+} quiesce_stop;
+
+static void *quiesce_stop_run(void *arg)
+{
+    quiesce_stop *qs = arg;
+    qs->rc = srv_server_stop(qs->srv, 3000);
+    return NULL;
+}
+
+/* A client connects and sends its whole request while the I/O thread is
+ * busy, and the stop begins before the thread is back: the thread then
+ * finds the new connection and the quiesce on the same turn. The request
+ * came before the quiesce, so it is served (the grace waits for it), never
+ * reset: closing the just-accepted connection as idle, with its request
+ * unread in the socket, reset it. */
+void test_quiesce_while_loop_busy(void **state)
+{
+    (void)state;
+    enum { HOLD_MS = 400 };
+    srv_config cfg;
+    srv_config_init(&cfg);
+    cfg.host = "127.0.0.1";
+    cfg.port = 0;
+    cfg.io_threads = 1;
+    cfg.worker_threads = 4;
+    srv_server *srv = srv_server_new(g_engine, &cfg);
+    CHECK(srv != NULL, "srv_server_new");
+    CHECK(srv_route(srv, "GET", "/hello", h_hello, NULL) == 0, "srv_route /hello");
+    srv_route_opts o;
+    srv_route_opts_init(&o);
+    o.method = "GET";
+    o.path = "/hold";
+    o.handler = h_hold;
+    o.flags = SRV_ROUTE_NONBLOCKING;
+    CHECK(srv_route_add(srv, &o) == 0, "srv_route_add /hold");
+    int rc = srv_server_start(srv);
+    CHECK(rc == 0, "start: %s (%s)", srv_strerror(rc), srv_server_last_error(srv));
+    int port = srv_server_port(srv);
+
+    rc_conn holder, late;
+    rc_init(&holder);
+    rc_init(&late);
+    CHECK(rc_connect(&holder, port, 2000) == RC_OK, "connect the holder");
+    char req[96];
+    snprintf(req, sizeof req, "GET /hold?ms=%d HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+             (int)HOLD_MS);
+    CHECK(rc_send_str(&holder, req, 2000) == RC_OK, "send /hold");
+    sleep_ms(HOLD_MS / 4); /* the thread is in the handler now */
+    CHECK(rc_connect(&late, port, 2000) == RC_OK, "connect while the thread is busy");
+    CHECK(rc_send_str(&late, "GET /hello HTTP/1.1\r\nHost: a\r\n\r\n", 2000) == RC_OK,
+          "send while the thread is busy");
+    sleep_ms(HOLD_MS / 4);
+    quiesce_stop qs = {.srv = srv, .rc = -1};
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, quiesce_stop_run, &qs) == 0, "pthread_create");
+    rc_response r;
+    int lrc = rc_read_response(&late, &r, 0, 5000);
+    int lst = lrc == RC_OK ? r.status : 0;
+    if (lrc == RC_OK)
+        rc_response_free(&r);
+    int hrc = rc_read_response(&holder, &r, 0, 5000);
+    int hst = hrc == RC_OK ? r.status : 0;
+    if (hrc == RC_OK)
+        rc_response_free(&r);
+    pthread_join(t, NULL);
+    rc_close(&holder);
+    rc_close(&late);
+    srv_server_free(srv);
+    CHECK(lrc == RC_OK && lst == 200, "a request sent before the quiesce, on a connection the "
+          "busy thread had not accepted yet: %s, status %d (expected 200)", rc_strerror(lrc),
+          lst);
+    CHECK(hrc == RC_OK && hst == 200, "/hold: %s, status %d", rc_strerror(hrc), hst);
+    CHECK(qs.rc == 0, "srv_server_stop: %d", qs.rc);
+}

@@ -101,6 +101,44 @@ static void test_idle_closes_quietly(void **state)
     assert_int_equal(arriving(), 0);
 }
 
+/* At quiesce a connection with nothing begun closes, unless bytes wait
+ * unread: then it is a request arriving (the grace waits for it). Not at
+ * a stop, not past its deadline, not a refused one, not without input. */
+static void test_quiesce_keeps_waiting_input(void **state)
+{
+    (void)state;
+    srv__conn c, r;
+    srv__conn_open(&c, g_srv, T0);
+    assert_int_equal(srv__conn_due(&c, T0 + 1, 0, 1), SRV_CONN_CLOSE);
+    assert_int_equal(srv__conn_quiesce_keeps(&c, T0 + 1, 0, 1, 0), 0);
+    assert_int_equal(srv__conn_quiesce_keeps(&c, T0 + 1, 1, 1, 1), 0);
+    assert_int_equal(srv__conn_quiesce_keeps(&c, T0 + 1, 0, 0, 1), 0);
+    assert_int_equal(srv__conn_quiesce_keeps(&c, T0 + HEADER_MS, 0, 1, 1), 0);
+    assert_int_equal(arriving(), 0);
+    assert_int_equal(srv__conn_quiesce_keeps(&c, T0 + 1, 0, 1, 1), 1);
+    assert_int_equal(c.state, SRV_CONN_HEAD);
+    assert_int_equal(arriving(), 1);
+    assert_int_equal(srv__conn_due(&c, T0 + 2, 0, 1), SRV_CONN_WAIT);
+    assert_int_equal(srv__conn_due(&c, T0 + HEADER_MS, 0, 1), SRV_CONN_ANSWER);
+    assert_int_equal(srv__conn_status(&c), 408);
+    /* kept alive: the next request sent just before the quiesce */
+    srv__conn_set(&c, SRV_CONN_IDLE, T0 + 10);
+    assert_int_equal(arriving(), 0);
+    assert_int_equal(srv__conn_quiesce_keeps(&c, T0 + 11, 0, 1, 1), 1);
+    assert_int_equal(arriving(), 1);
+    assert_int_equal(srv__conn_due(&c, T0 + 12, 1, 1), SRV_CONN_ANSWER);
+    assert_int_equal(srv__conn_status(&c), 503);
+    /* refused (past max_connections 2): its own 2 s wait, not kept */
+    srv__conn c2;
+    srv__conn_open(&c2, g_srv, T0);
+    assert_int_equal(srv__conn_open(&r, g_srv, T0), SRV_CONN_REFUSING);
+    assert_int_equal(srv__conn_quiesce_keeps(&r, T0 + 1, 0, 1, 1), 0);
+    srv__conn_close(&r);
+    srv__conn_close(&c2);
+    srv__conn_close(&c);
+    assert_int_equal(arriving(), 0);
+}
+
 /* A stop cuts a request still arriving with 503, a deadline with 408. */
 static void test_stop_answers_arriving_503(void **state)
 {
@@ -263,6 +301,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_first_head_from_accept, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idle_closes_quietly, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_quiesce_keeps_waiting_input, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_answers_arriving_503, setup, teardown),
         cmocka_unit_test_setup_teardown(test_body_pace, setup, teardown),
         cmocka_unit_test_setup_teardown(test_send_deadline, setup, teardown),
