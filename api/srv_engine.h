@@ -13,6 +13,7 @@
 
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -195,6 +196,9 @@ enum {
  */
 int srv__listen(srv_server *srv, unsigned flags);
 
+/* Whether socket fd has bytes to read (FIONREAD); 0 on an error. */
+int srv__fd_input_waiting(int fd);
+
 /* Connection counters for srv_stats; call once per accepted connection
  * and once when it is closed. */
 void srv__stats_connection_opened(srv_server *srv);
@@ -207,6 +211,37 @@ void srv__stats_connection_closed(srv_server *srv);
  * result (0 or an errno value).
  */
 int srv__thread_create(pthread_t *tid, const pthread_attr_t *attr, void *(*fn)(void *),
+                       void *arg);
+
+/*
+ * srv__loopctl: the controlling thread's side of an engine's event loops
+ * (core/loopctl.c). The controller sets a request and wakes every loop (the
+ * engine's `wake(arg, i)`, e.g. uv_async_send); a loop reads the requests
+ * when woken and reports back:
+ *  - srv__loopctl_ready: its setup is done (srv__loopctl_await_ready);
+ *  - srv__loopctl_quiesced: it took its accept backlog and closed its
+ *    listener, and its idle connections are closed, so srv__loopctl_quiesce
+ *    may return (connects are refused once every loop has);
+ *  - srv__loopctl_await_wakes: before it frees what a wake touches (its
+ *    async handle, its queue), until srv__loopctl_stop sent the last wake.
+ * The engine joins its threads after srv__loopctl_stop.
+ */
+typedef struct srv__loopctl {
+    atomic_int quiesce_req, stop_req;
+    pthread_mutex_t mu; /* the three counts */
+    pthread_cond_t cv;
+    unsigned ready, quiesced, wakes_done;
+} srv__loopctl;
+
+void srv__loopctl_init(srv__loopctl *c);
+void srv__loopctl_destroy(srv__loopctl *c);
+void srv__loopctl_ready(srv__loopctl *c);
+void srv__loopctl_await_ready(srv__loopctl *c, unsigned nloops);
+void srv__loopctl_quiesced(srv__loopctl *c);
+void srv__loopctl_await_wakes(srv__loopctl *c);
+void srv__loopctl_quiesce(srv__loopctl *c, unsigned nloops, void (*wake)(void *arg, unsigned i),
+                          void *arg);
+void srv__loopctl_stop(srv__loopctl *c, unsigned nloops, void (*wake)(void *arg, unsigned i),
                        void *arg);
 
 /*

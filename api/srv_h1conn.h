@@ -79,9 +79,6 @@ typedef struct srv__h1io {
     int (*pending)(void *io);
 } srv__h1io;
 
-/* Whether the socket fd has bytes to read (FIONREAD); 0 on an error. */
-int srv__fd_input_waiting(int fd);
-
 /* A connection admitted by srv__conn_open (the engine keeps `policy` and
  * closes it; the connection sets its states). NULL when out of memory. */
 srv__h1conn *srv__h1conn_new(srv_server *srv, srv__conn *policy, const srv__h1io *ops, void *io,

@@ -1,7 +1,6 @@
 /* The listening socket every engine uses, so host parsing, IPv6, port 0
  * and "cannot bind" messages are the same on all of them. */
 #include "srv_core.h"
-#include "srv_h1conn.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

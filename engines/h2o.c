@@ -156,10 +156,7 @@ static void eh2o_thread_quiesce(eh2o_thread *t)
         t->listener = NULL;
     }
     eh2o_thread_close_idle(t); /* a request waiting counts as arriving */
-    pthread_mutex_lock(&s->mu);
-    s->quiesced++; /* eh2o_quiesce waits for every loop: the grace then counts them */
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
+    srv__loopctl_quiesced(&s->ctl); /* the grace then counts what is arriving */
 }
 
 /* Connections still open a while after the stop's answers went out: closed. */
@@ -185,11 +182,11 @@ static void eh2o_on_control(h2o_timeout_entry_t *entry)
 {
     eh2o_thread *t = H2O_STRUCT_FROM_MEMBER(eh2o_thread, control, entry);
     eh2o_server *s = t->server;
-    if (!t->quiesced && (atomic_load(&s->quiesce_req) || atomic_load(&s->stop_req)))
+    if (!t->quiesced && (atomic_load(&s->ctl.quiesce_req) || atomic_load(&s->ctl.stop_req)))
         eh2o_thread_quiesce(t);
     else if (t->quiesced)
         eh2o_thread_close_idle(t); /* e.g. a response written before the quiesce */
-    if (atomic_load(&s->stop_req)) {
+    if (atomic_load(&s->ctl.stop_req)) {
         uint64_t now = h2o_now(t->loop);
         if (t->stop_at == 0) {
             t->stop_at = now;
@@ -210,8 +207,8 @@ static void eh2o_thread_run(eh2o_thread *t)
     while (t->stop_at == 0 || t->nconns != 0) {
         h2o_evloop_run(t->loop, INT32_MAX);
         /* A wake only ends the run (eh2o_wake): what it asks for runs on the next one. */
-        int due = atomic_load(&s->stop_req) ? t->stop_at == 0
-                                            : atomic_load(&s->quiesce_req) && !t->quiesced;
+        int due = atomic_load(&s->ctl.stop_req) ? t->stop_at == 0
+                                                : atomic_load(&s->ctl.quiesce_req) && !t->quiesced;
         if (due) {
             h2o_timeout_unlink(&t->control); /* from stop_poll: at once */
             h2o_timeout_link(t->loop, &t->zero, &t->control);
@@ -260,10 +257,7 @@ static void eh2o_thread_teardown(eh2o_thread *t)
 {
     eh2o_server *s = t->server;
     /* The controlling thread may still be inside h2o_multithread_send_message on our queue. */
-    pthread_mutex_lock(&s->mu);
-    while (!s->wakes_done)
-        pthread_cond_wait(&s->cv, &s->mu);
-    pthread_mutex_unlock(&s->mu);
+    srv__loopctl_await_wakes(&s->ctl);
     h2o_multithread_unregister_receiver(t->queue, &t->receiver);
     eh2o_conn_thread_dispose(t);
     h2o_timeout_unlink(&t->control);
@@ -306,10 +300,7 @@ static void *eh2o_thread_main(void *arg)
     h2o_evloop_run(t->loop, 0); /* registers the listener with the loop's epoll */
     t->epoll_fd = eh2o_loop_epoll_fd(listen_fd);
 
-    pthread_mutex_lock(&s->mu);
-    s->ready++;
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
+    srv__loopctl_ready(&s->ctl);
 
     eh2o_thread_run(t);
     eh2o_thread_teardown(t);
@@ -339,21 +330,20 @@ static void eh2o_free(eh2o_server *s)
     }
     if (s->listen_fd >= 0)
         close(s->listen_fd);
-    pthread_cond_destroy(&s->cv);
-    pthread_mutex_destroy(&s->mu);
+    srv__loopctl_destroy(&s->ctl);
     free(s);
+}
+
+static void eh2o_wake_thread(void *arg, unsigned i)
+{
+    eh2o_server *s = arg;
+    eh2o_wake(&s->threads[i]);
 }
 
 /* Ask every started loop to stop, let the queues go and join. */
 static void eh2o_stop_threads(eh2o_server *s, unsigned started)
 {
-    atomic_store(&s->stop_req, 1);
-    for (unsigned i = 0; i < started; i++)
-        eh2o_wake(&s->threads[i]);
-    pthread_mutex_lock(&s->mu);
-    s->wakes_done = 1;
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
+    srv__loopctl_stop(&s->ctl, started, eh2o_wake_thread, s);
     for (unsigned i = 0; i < started; i++)
         pthread_join(s->threads[i].tid, NULL);
 }
@@ -370,10 +360,7 @@ static int eh2o_start(srv_server *srv, void **state)
     s->cfg = cfg;
     s->listen_fd = -1;
     s->nthreads = cfg->io_threads;
-    atomic_init(&s->quiesce_req, 0);
-    atomic_init(&s->stop_req, 0);
-    pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->cv, NULL);
+    srv__loopctl_init(&s->ctl);
 
     int rc = srv__listen(srv, SRV__LISTEN_NONBLOCK);
     if (rc < 0)
@@ -429,10 +416,7 @@ static int eh2o_start(srv_server *srv, void **state)
 
     /* Wait for the started loops to be set up: their receivers must exist before anything
      * can be sent to them. */
-    pthread_mutex_lock(&s->mu);
-    while (s->ready < started)
-        pthread_cond_wait(&s->cv, &s->mu);
-    pthread_mutex_unlock(&s->mu);
+    srv__loopctl_await_ready(&s->ctl, started);
 
     if (started < s->nthreads) {
         srv__server_set_error(srv, "h2o engine: cannot create I/O thread: %s", strerror(rc));
@@ -457,13 +441,7 @@ fail:
 static void eh2o_quiesce(void *state)
 {
     eh2o_server *s = state;
-    atomic_store(&s->quiesce_req, 1);
-    for (unsigned i = 0; i < s->nthreads; i++)
-        eh2o_wake(&s->threads[i]);
-    pthread_mutex_lock(&s->mu);
-    while (s->quiesced < s->nthreads)
-        pthread_cond_wait(&s->cv, &s->mu);
-    pthread_mutex_unlock(&s->mu);
+    srv__loopctl_quiesce(&s->ctl, s->nthreads, eh2o_wake_thread, s);
     if (srv__server_config(s->srv)->listen_fd < 0)
         shutdown(s->listen_fd, SHUT_RDWR);
 }

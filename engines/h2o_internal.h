@@ -98,13 +98,7 @@ struct eh2o_server {
     int listen_fd;
     unsigned nthreads;
     eh2o_thread *threads;
-    atomic_int quiesce_req;
-    atomic_int stop_req;
-    pthread_mutex_t mu; /* guards the three fields below */
-    pthread_cond_t cv;
-    unsigned ready; /* loops that finished their setup */
-    int wakes_done; /* the controlling thread sent its last wake-up: queues may go */
-    unsigned quiesced; /* loops that took their backlog and closed their listener */
+    srv__loopctl ctl; /* setup, quiesce and stop */
 };
 
 /* A connection's socket carries it in its `data` (set at the accept). */

@@ -119,11 +119,7 @@ struct euv_server {
     int listen_fd;
     unsigned nloops;
     euv_loop *loops;
-    atomic_int quiesce_req, stop_req;
-    pthread_mutex_t mu; /* wakes_done, quiesced */
-    pthread_cond_t cv;
-    int wakes_done; /* the controlling thread sent its last wake: asyncs may close */
-    unsigned quiesced; /* loops that took their backlog and closed their listener */
+    srv__loopctl ctl; /* quiesce and stop */
 };
 
 static void euv_close(euv_conn *c, int abort);
@@ -754,7 +750,7 @@ static void euv_on_accept_resume(uv_timer_t *t)
 {
     euv_loop *l = t->data;
     if (!l->quiesced && !l->listening && !l->stopping &&
-        !atomic_load(&l->server->quiesce_req) && euv_listen_open(l) != 0)
+        !atomic_load(&l->server->ctl.quiesce_req) && euv_listen_open(l) != 0)
         uv_timer_start(&l->pause, euv_on_accept_resume, EUV_ACCEPT_PAUSE_MS, 0);
 }
 
@@ -770,7 +766,7 @@ static void euv_accept_pause(euv_loop *l)
 {
     euv_server *s = l->server;
     euv_listen_close(l);
-    if (!atomic_load(&s->quiesce_req) && !atomic_load(&s->stop_req))
+    if (!atomic_load(&s->ctl.quiesce_req) && !atomic_load(&s->ctl.stop_req))
         uv_timer_start(&l->pause, euv_on_accept_resume, EUV_ACCEPT_PAUSE_MS, 0);
 }
 
@@ -959,11 +955,7 @@ static void euv_on_stop_poll(uv_timer_t *t)
     euv_loop *l = t->data;
     euv_server *s = l->server;
     if (l->nconns == 0) {
-        /* The controlling thread may still be inside uv_async_send on our async. */
-        pthread_mutex_lock(&s->mu);
-        while (!s->wakes_done)
-            pthread_cond_wait(&s->cv, &s->mu);
-        pthread_mutex_unlock(&s->mu);
+        srv__loopctl_await_wakes(&s->ctl); /* the controller may be in uv_async_send on ours */
         uv_walk(&l->uv, euv_close_handle, NULL);
         return;
     }
@@ -979,17 +971,14 @@ static void euv_on_stop_poll(uv_timer_t *t)
 static void euv_check_server(euv_loop *l)
 {
     euv_server *s = l->server;
-    int stop = atomic_load(&s->stop_req);
-    if (!l->quiesced && (stop || atomic_load(&s->quiesce_req))) {
+    int stop = atomic_load(&s->ctl.stop_req);
+    if (!l->quiesced && (stop || atomic_load(&s->ctl.quiesce_req))) {
         l->quiesced = 1;
         uv_timer_stop(&l->pause);
         euv_accept_backlog(l);
         euv_listen_close(l);
         euv_time_all(l, 0, 1); /* idle ones close; a request waiting counts as arriving */
-        pthread_mutex_lock(&s->mu);
-        s->quiesced++; /* euv_quiesce waits for every loop: the grace then counts them */
-        pthread_cond_broadcast(&s->cv);
-        pthread_mutex_unlock(&s->mu);
+        srv__loopctl_quiesced(&s->ctl); /* the grace then counts what is arriving */
     }
     if (stop && !l->stopping) {
         l->stopping = 1;
@@ -1081,21 +1070,20 @@ static void euv_free(euv_server *s)
     free(s->loops);
     if (s->listen_fd >= 0)
         close(s->listen_fd);
-    pthread_cond_destroy(&s->cv);
-    pthread_mutex_destroy(&s->mu);
+    srv__loopctl_destroy(&s->ctl);
     free(s);
+}
+
+static void euv_wake_loop(void *arg, unsigned i)
+{
+    euv_server *s = arg;
+    uv_async_send(&s->loops[i].async);
 }
 
 /* Ask every started loop to stop, let the asyncs go and join. */
 static void euv_stop_loops(euv_server *s, unsigned started)
 {
-    atomic_store(&s->stop_req, 1);
-    for (unsigned i = 0; i < started; i++)
-        uv_async_send(&s->loops[i].async);
-    pthread_mutex_lock(&s->mu);
-    s->wakes_done = 1;
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
+    srv__loopctl_stop(&s->ctl, started, euv_wake_loop, s);
     for (unsigned i = 0; i < started; i++)
         pthread_join(s->loops[i].tid, NULL);
 }
@@ -1111,10 +1099,7 @@ static int euv_start(srv_server *srv, void **state)
     s->srv = srv;
     s->cfg = cfg;
     s->nloops = cfg->io_threads;
-    atomic_init(&s->quiesce_req, 0);
-    atomic_init(&s->stop_req, 0);
-    pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->cv, NULL);
+    srv__loopctl_init(&s->ctl);
     int rc = srv__listen(srv, SRV__LISTEN_NONBLOCK);
     s->listen_fd = rc;
     if (rc < 0)
@@ -1169,13 +1154,7 @@ fail:
 static void euv_quiesce(void *state)
 {
     euv_server *s = state;
-    atomic_store(&s->quiesce_req, 1);
-    for (unsigned i = 0; i < s->nloops; i++)
-        uv_async_send(&s->loops[i].async);
-    pthread_mutex_lock(&s->mu);
-    while (s->quiesced < s->nloops)
-        pthread_cond_wait(&s->cv, &s->mu);
-    pthread_mutex_unlock(&s->mu);
+    srv__loopctl_quiesce(&s->ctl, s->nloops, euv_wake_loop, s);
     if (s->cfg->listen_fd < 0)
         shutdown(s->listen_fd, SHUT_RDWR);
 }

@@ -23,23 +23,9 @@ static void h_hold(srv_request *req, void *ctx)
     srv_respond(req, 200, "text/plain", "held", 4);
 }
 
-static int burst_get(rc_conn *c, int timeout_ms)
+/* One I/O thread, /hello and the non-blocking /hold?ms=N; started. */
+static srv_server *hold_server(void)
 {
-    if (rc_send_str(c, "GET /hello HTTP/1.1\r\nHost: a\r\n\r\n", 2000) != RC_OK)
-        return -1;
-    rc_response r;
-    int rc = rc_read_response(c, &r, 0, timeout_ms);
-    if (rc != RC_OK)
-        return rc == RC_TIMEOUT ? -2 : -1;
-    int st = r.status;
-    rc_response_free(&r);
-    return st;
-}
-
-void test_burst_while_loop_busy(void **state)
-{
-    (void)state;
-    enum { MAX_N = 256, HOLD_MS = 300, ANSWER_MS = 5000 };
     srv_config cfg;
     srv_config_init(&cfg);
     cfg.host = "127.0.0.1";
@@ -58,6 +44,27 @@ void test_burst_while_loop_busy(void **state)
     CHECK(srv_route_add(srv, &o) == 0, "srv_route_add /hold");
     int rc = srv_server_start(srv);
     CHECK(rc == 0, "start: %s (%s)", srv_strerror(rc), srv_server_last_error(srv));
+    return srv;
+}
+
+static int burst_get(rc_conn *c, int timeout_ms)
+{
+    if (rc_send_str(c, "GET /hello HTTP/1.1\r\nHost: a\r\n\r\n", 2000) != RC_OK)
+        return -1;
+    rc_response r;
+    int rc = rc_read_response(c, &r, 0, timeout_ms);
+    if (rc != RC_OK)
+        return rc == RC_TIMEOUT ? -2 : -1;
+    int st = r.status;
+    rc_response_free(&r);
+    return st;
+}
+
+void test_burst_while_loop_busy(void **state)
+{
+    (void)state;
+    enum { MAX_N = 256, HOLD_MS = 300, ANSWER_MS = 5000 };
+    srv_server *srv = hold_server();
     int port = srv_server_port(srv);
 
     static rc_conn conns[MAX_N];
@@ -142,24 +149,7 @@ void test_quiesce_while_loop_busy(void **state)
 {
     (void)state;
     enum { HOLD_MS = 400 };
-    srv_config cfg;
-    srv_config_init(&cfg);
-    cfg.host = "127.0.0.1";
-    cfg.port = 0;
-    cfg.io_threads = 1;
-    cfg.worker_threads = 4;
-    srv_server *srv = srv_server_new(g_engine, &cfg);
-    CHECK(srv != NULL, "srv_server_new");
-    CHECK(srv_route(srv, "GET", "/hello", h_hello, NULL) == 0, "srv_route /hello");
-    srv_route_opts o;
-    srv_route_opts_init(&o);
-    o.method = "GET";
-    o.path = "/hold";
-    o.handler = h_hold;
-    o.flags = SRV_ROUTE_NONBLOCKING;
-    CHECK(srv_route_add(srv, &o) == 0, "srv_route_add /hold");
-    int rc = srv_server_start(srv);
-    CHECK(rc == 0, "start: %s (%s)", srv_strerror(rc), srv_server_last_error(srv));
+    srv_server *srv = hold_server();
     int port = srv_server_port(srv);
 
     rc_conn holder, late;
