@@ -364,6 +364,10 @@ void srv__request_restart_clock(srv_request *req);
  * only): what a method or a header name must be. */
 bool srv__http_is_tchar(int c);
 bool srv__http_is_token(const char *s, size_t n);
+/* Whether s[0..n) holds no control byte: none below 0x20 and no DEL, and with
+ * blank_ok false no space either (a request-target); with blank_ok SP and HTAB
+ * pass (a field value, RFC 9110 5.5). Bytes from 0x80 (obs-text) pass. */
+bool srv__http_no_ctl(const char *s, size_t n, bool blank_ok);
 
 /* The method token as received (any token; routing decides 405). 400 for
  * an empty or non-token method. */

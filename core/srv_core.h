@@ -25,10 +25,6 @@ uint64_t srv__coarse_ms(void);
  * (case-insensitive), e.g. Connection: "keep-alive, Upgrade". */
 bool srv__header_has_token(const char *list, const char *token);
 
-/* Whether s[0..n) holds no control byte: none below 0x20 and no DEL, and with
- * blank_ok false no space either (a request-target); with blank_ok SP and HTAB
- * pass (a field value, RFC 9110 5.5). Bytes from 0x80 (obs-text) pass. */
-bool srv__http_no_ctl(const char *s, size_t n, bool blank_ok);
 
 /* ---- router (router.c): the route trie, the filters and the hooks ------- */
 
