@@ -61,6 +61,7 @@ struct sl_conn {
     int hup;              /* epoll reported a hang-up or error */
     int gone;             /* then out of epoll (it reports those whatever it watches) */
     unsigned events;      /* what epoll watches now */
+    int stale;            /* it reported what c no longer waits for */
 };
 
 struct srv__sockloop {
@@ -159,12 +160,10 @@ static void sl_due(sl_conn *c)
     c->l->due = c;
 }
 
-/* Loop: what epoll watches for c: input while the protocol wants it and
- * none is held, room while a write waits. */
-static void sl_arm(sl_conn *c)
+/* What c waits for: input while the protocol wants it and none is held,
+ * room while a write waits. */
+static unsigned sl_wanted(const sl_conn *c)
 {
-    if (c->closed || c->gone)
-        return;
     unsigned ev = 0;
     if (c->want && c->in_off == c->in_len && !c->eof)
         ev |= EPOLLIN | EPOLLRDHUP;
@@ -172,8 +171,20 @@ static void sl_arm(sl_conn *c)
         ev |= EPOLLOUT;
     if (c->sio && ev != 0)
         ev = c->sio->events(c->sio_ctx, ev);
-    if (ev == c->events)
+    return ev;
+}
+
+/* Loop: what epoll watches for c. Events c stops waiting for stay watched
+ * until one of them comes (c->stale): a request answered at once turns
+ * input off and on again, which would cost two epoll_ctl a request. */
+static void sl_arm(sl_conn *c)
+{
+    if (c->closed || c->gone)
         return;
+    unsigned ev = sl_wanted(c);
+    if (ev == c->events || (!c->stale && (ev & ~c->events) == 0))
+        return;
+    c->stale = 0;
     struct epoll_event e = {.events = ev, .data.ptr = c};
     if (epoll_ctl(c->l->epfd, EPOLL_CTL_MOD, c->fd, &e) == 0)
         c->events = ev;
@@ -545,6 +556,10 @@ static void *sl_main(void *arg)
                 sl_output(c);
             if (evs[i].events & (EPOLLHUP | EPOLLERR))
                 c->hup = 1;
+            if (evs[i].events & ~(sl_wanted(c) | EPOLLHUP | EPOLLERR)) {
+                c->stale = 1; /* watched no more once its step is over */
+                sl_due(c);
+            }
             if (evs[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
                 sl_due(c);
         }
