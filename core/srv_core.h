@@ -25,7 +25,6 @@ uint64_t srv__coarse_ms(void);
  * (case-insensitive), e.g. Connection: "keep-alive, Upgrade". */
 bool srv__header_has_token(const char *list, const char *token);
 
-
 /* ---- router (router.c): the route trie, the filters and the hooks ------- */
 
 /* One method's handler at a trie node (a registered pattern). */

@@ -73,12 +73,11 @@ static void eh2o_on_accept_resume(h2o_timeout_entry_t *entry)
         h2o_socket_read_start(t->listener, eh2o_on_accept);
 }
 
-/* Up to `max` connections from the backlog; how many were taken. */
-static int eh2o_accept_some(eh2o_thread *t, h2o_socket_t *listener, int max)
+/* Up to `max` connections from the backlog. */
+static void eh2o_accept_some(eh2o_thread *t, h2o_socket_t *listener, int max)
 {
     eh2o_server *s = t->server;
-    int i = 0;
-    for (; i < max; i++) {
+    for (int i = 0; i < max; i++) {
         h2o_socket_t *sock = h2o_evloop_socket_accept(listener); /* errno from accept4 */
         if (sock == NULL) {
             if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
@@ -112,7 +111,6 @@ static int eh2o_accept_some(eh2o_thread *t, h2o_socket_t *listener, int max)
             continue;
         eh2o_conn_start(c, 0); /* HTTP/1, or HTTP/2 by its preface */
     }
-    return i;
 }
 
 static void eh2o_on_accept(h2o_socket_t *listener, const char *err)

@@ -919,7 +919,7 @@ static void etp_poller_scan(etp_poller *p, uint64_t now, int stopping)
         pthread_mutex_unlock(&p->plock);
         if (!due)
             return;
-        if (what == SRV_CONN_CLOSE && quiescing && !stopping &&
+        if (what == SRV_CONN_CLOSE && quiescing && !stopping && !due->ssl &&
             srv__conn_quiesce_keeps(&due->conn, now, stopping, quiescing,
                                     srv__fd_input_waiting(due->fd)))
             continue; /* its request is there: read next */
@@ -1040,13 +1040,14 @@ static void etp_accepted(etp_poller *p, int fd, const struct sockaddr_storage *p
         etp_poller_close(st, c, 0);
         return;
     }
+    /* Taken from the backlog at the quiesce: a request already waiting is
+     * counted as arriving before quiesce returns, so the grace waits for it
+     * (in cleartext: a TLS one has no request before its handshake). */
+    if (atomic_load(&st->quiescing) && !c->ssl)
+        srv__conn_quiesce_keeps(&c->conn, srv__now_ms(), 0, 1, srv__fd_input_waiting(fd));
     /* A refused one (SRV_CONN_REFUSING) has its head read, bounded in bytes
      * and time, so that the 503 answers what the client asked, in a
      * protocol it reads. */
-    /* Taken from the backlog at the quiesce: a request already waiting is
-     * counted as arriving before quiesce returns, so the grace waits for it. */
-    if (atomic_load(&st->quiescing))
-        srv__conn_quiesce_keeps(&c->conn, srv__now_ms(), 0, 1, srv__fd_input_waiting(fd));
     /* Maybe another poller's: listed and armed under its plock, which its
      * scan and its first read take, so it sees c whole (as after a
      * worker's hand-back); never armed, c is still only ours to close. */
@@ -1060,8 +1061,8 @@ static void etp_accepted(etp_poller *p, int fd, const struct sockaddr_storage *p
         etp_poller_close(st, c, 0);
 }
 
-/* Up to `max` connections from the backlog; 1 when it may hold more. */
-static int etp_accept_some(etp_poller *p, int max)
+/* Up to `max` connections from the backlog. */
+static void etp_accept_some(etp_poller *p, int max)
 {
     etp_state *st = p->st;
     for (int i = 0; i < max; i++) {
@@ -1092,13 +1093,12 @@ static int etp_accept_some(etp_poller *p, int max)
                 p->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
             }
             etp_sleep_ms(ETP_ACCEPT_BACKOFF_MS);
-            return 0;
+            return;
         case EAGAIN:
         default: /* ENOBUFS, ENOMEM, network errors */
-            return 0;
+            return;
         }
     }
-    return 1;
 }
 
 /* Poller p takes what the kernel accepted before the quiesce (the close
