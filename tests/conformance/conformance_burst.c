@@ -130,13 +130,31 @@ void test_burst_while_loop_busy(void **state)
 typedef struct quiesce_stop {
     srv_server *srv;
     int rc;
+    long long ms; /* how long srv_server_stop took */
 } quiesce_stop;
+
+static long long mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 static void *quiesce_stop_run(void *arg)
 {
     quiesce_stop *qs = arg;
+    long long t0 = mono_ms();
     qs->rc = srv_server_stop(qs->srv, 3000);
+    qs->ms = mono_ms() - t0;
     return NULL;
+}
+
+/* A connection that sent part of a head, then vanished (RST). */
+static void rc_vanish(rc_conn *c)
+{
+    struct linger lg = {1, 0};
+    setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    rc_close(c);
 }
 
 /* A client connects and sends its whole request while the I/O thread is
@@ -144,7 +162,11 @@ static void *quiesce_stop_run(void *arg)
  * finds the new connection and the quiesce on the same turn. The request
  * came before the quiesce, so it is served (the grace waits for it), never
  * reset: closing the just-accepted connection as idle, with its request
- * unread in the socket, reset it. */
+ * unread in the socket, reset it. Beside it, hostile ones the busy thread
+ * also finds at the quiesce: a HEAD (served, no body), part of a head then
+ * a half-close, part of a head then a reset, a silent connect. None may
+ * hold the stop for its grace (a count of what is arriving left behind
+ * would), and each is closed. */
 void test_quiesce_while_loop_busy(void **state)
 {
     (void)state;
@@ -152,9 +174,13 @@ void test_quiesce_while_loop_busy(void **state)
     srv_server *srv = hold_server();
     int port = srv_server_port(srv);
 
-    rc_conn holder, late;
+    rc_conn holder, late, head, half, vanish, silent;
     rc_init(&holder);
     rc_init(&late);
+    rc_init(&head);
+    rc_init(&half);
+    rc_init(&vanish);
+    rc_init(&silent);
     CHECK(rc_connect(&holder, port, 2000) == RC_OK, "connect the holder");
     char req[96];
     snprintf(req, sizeof req, "GET /hold?ms=%d HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
@@ -164,6 +190,15 @@ void test_quiesce_while_loop_busy(void **state)
     CHECK(rc_connect(&late, port, 2000) == RC_OK, "connect while the thread is busy");
     CHECK(rc_send_str(&late, "GET /hello HTTP/1.1\r\nHost: a\r\n\r\n", 2000) == RC_OK,
           "send while the thread is busy");
+    static const char part[] = "GET /hello HTTP/1.1\r\nHo";
+    CHECK(rc_connect(&head, port, 2000) == RC_OK && rc_connect(&half, port, 2000) == RC_OK &&
+              rc_connect(&vanish, port, 2000) == RC_OK && rc_connect(&silent, port, 2000) == RC_OK,
+          "connect the hostile clients");
+    CHECK(rc_send_str(&head, "HEAD /hello HTTP/1.1\r\nHost: a\r\n\r\n", 2000) == RC_OK &&
+              rc_send_str(&half, part, 2000) == RC_OK && rc_send_str(&vanish, part, 2000) == RC_OK,
+          "send the hostile requests");
+    rc_shutdown_write(&half);
+    rc_vanish(&vanish);
     sleep_ms(HOLD_MS / 4);
     quiesce_stop qs = {.srv = srv, .rc = -1};
     pthread_t t;
@@ -177,13 +212,28 @@ void test_quiesce_while_loop_busy(void **state)
     int hst = hrc == RC_OK ? r.status : 0;
     if (hrc == RC_OK)
         rc_response_free(&r);
+    int xrc = rc_read_response(&head, &r, 1, 5000);
+    int xst = xrc == RC_OK ? r.status : 0;
+    size_t xbody = xrc == RC_OK ? r.body_len : 0;
+    if (xrc == RC_OK)
+        rc_response_free(&r);
+    int halfc = rc_wait_close(&half, 5000, NULL), silentc = rc_wait_close(&silent, 5000, NULL);
     pthread_join(t, NULL);
     rc_close(&holder);
     rc_close(&late);
+    rc_close(&head);
+    rc_close(&half);
+    rc_close(&silent);
     srv_server_free(srv);
     CHECK(lrc == RC_OK && lst == 200, "a request sent before the quiesce, on a connection the "
           "busy thread had not accepted yet: %s, status %d (expected 200)", rc_strerror(lrc),
           lst);
     CHECK(hrc == RC_OK && hst == 200, "/hold: %s, status %d", rc_strerror(hrc), hst);
+    CHECK(xrc == RC_OK && xst == 200 && xbody == 0, "HEAD sent before the quiesce: %s, status %d, "
+          "%zu body bytes (expected 200 and none)", rc_strerror(xrc), xst, xbody);
+    CHECK(halfc != RC_TIMEOUT, "part of a head, then a half-close: still open after 5 s");
+    CHECK(silentc != RC_TIMEOUT, "a silent connection: still open after 5 s");
     CHECK(qs.rc == 0, "srv_server_stop: %d", qs.rc);
+    CHECK(qs.ms < 2000, "the stop took %lld ms of its 3000 ms grace: something held it (a "
+          "hostile client counted as arriving and never let go)", qs.ms);
 }
