@@ -133,19 +133,12 @@ typedef struct quiesce_stop {
     long long ms; /* how long srv_server_stop took */
 } quiesce_stop;
 
-static long long mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void *quiesce_stop_run(void *arg)
 {
     quiesce_stop *qs = arg;
-    long long t0 = mono_ms();
+    long long t0 = rc_now_ms();
     qs->rc = srv_server_stop(qs->srv, 3000);
-    qs->ms = mono_ms() - t0;
+    qs->ms = rc_now_ms() - t0;
     return NULL;
 }
 
