@@ -1,10 +1,12 @@
 /*
- * The loop for sockets an engine hands over (api/srv_sockloop.h): one
- * epoll thread that carries WebSockets (core/ws.c) and HTTP/2 connections
- * (core/h1conn.c, core/h2conn.c) over non-blocking descriptors, through
- * the srv__h1io a loop engine gives srv__h1conn (or the engine's
- * srv__sockio: threadpool's TLS). Everything but wake runs on this thread;
- * wake posts the socket on a list and writes an eventfd.
+ * The core's own event loop (api/srv_sockloop.h): one epoll thread that
+ * carries the core's connection (core/h1conn.c) - or a WebSocket handed
+ * over after its 101 (core/ws.c) - over non-blocking descriptors, through
+ * the srv__h1io a loop engine gives srv__h1conn, reading and writing the
+ * descriptor itself or through the engine's srv__sockio (threadpool's
+ * TLS). A loop that serves also accepts, admits and runs the layer's
+ * handshake. Everything but wake runs on this thread; wake posts the
+ * socket on a list and writes an eventfd.
  */
 #include "srv_core.h"
 #include "srv_h1conn.h"
@@ -14,20 +16,28 @@
 #endif
 
 #include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #define SL_TICK_MS 50           /* the deadlines' pace (srv__ws_time, srv__h1conn_time) */
 #define SL_READ 16384           /* one read's bytes */
-#define SL_STOP_WAIT_MS 1000    /* a stop's 1001 handshakes, then closed */
+#define SL_STOP_WAIT_MS 1000    /* a stop's last answers and 1001 handshakes, then closed */
 #define SL_EVENTS 64
+#define SL_ACCEPT_BATCH 64      /* connections accepted per readiness */
+#define SL_ACCEPT_BACKOFF_MS 20 /* accept failed for lack of descriptors */
+#define SL_SENDFILE_MAX (1u << 20) /* one sendfile(2) call's bytes at most */
 
 typedef struct sl_conn sl_conn;
 struct sl_conn {
@@ -35,9 +45,10 @@ struct sl_conn {
     int fd;
     const srv__sockio *sio; /* NULL: the socket's own bytes */
     void *sio_ctx;
+    srv__conn *pol;       /* the connection's policy: the engine's, or own */
     srv_ws *ws;           /* what it carries: a WebSocket, */
-    srv__h1conn *hc;      /* or the core's connection speaking HTTP/2 */
-    void (*done)(void *ctx);
+    srv__h1conn *hc;      /* or the core's connection; neither yet in a handshake */
+    void (*done)(void *ctx); /* handed over: the engine closes fd then */
     void *ctx;
     sl_conn *prev, *next; /* l->conns (loop) */
     sl_conn *anext;       /* l->adds (l->mu) */
@@ -46,13 +57,17 @@ struct sl_conn {
     sl_conn *dnext;       /* l->due (loop) */
     int due;              /* on l->due (loop) */
     /* ---- the loop's ---- */
-    int linked;           /* taken from l->adds: ws is set, wakes count */
+    int linked;           /* on l->conns: wakes count */
+    int accepted;         /* the loop's own: it closes fd, frees sio_ctx, closes own */
+    int handshake;        /* the layer's handshake runs: no protocol yet */
     int want;             /* srv__h1io.read on */
     int eof;              /* the peer ended (or the socket failed): told */
     char *in;             /* read, not taken yet: in[in_off, in_len) */
     size_t in_off, in_len;
     char *out;            /* a write's rest: out[out_off, out_len) */
     size_t out_off, out_len;
+    int sf_fd;            /* a file body by sendfile: its rest [sf_off, +sf_left) */
+    uint64_t sf_off, sf_left;
     int writing;          /* a write is under way */
     int written;          /* it is done: sl_p_written is due */
     int write_failed;
@@ -62,6 +77,9 @@ struct sl_conn {
     int gone;             /* then out of epoll (it reports those whatever it watches) */
     unsigned events;      /* what epoll watches now */
     int stale;            /* it reported what c no longer waits for */
+    srv__conn own;        /* accepted: its policy */
+    struct sockaddr_storage peer;
+    socklen_t peer_len;
 };
 
 struct srv__sockloop {
@@ -71,22 +89,28 @@ struct srv__sockloop {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    /* ---- set before the thread runs ---- */
+    int lfd;                        /* serving: the listening socket, else -1 */
+    srv__sockloop_layer layer;      /* serving over a layer: layer.sio set */
     /* ---- mu ---- */
     sl_conn *adds;   /* handed over, not on the loop yet */
     sl_conn *wakes;  /* posted by srv__h1io.wake */
-    unsigned open;   /* added and not done */
+    unsigned open;   /* on the loop or added, not freed */
     int quit;        /* stop: no more adds; the thread ends when open is 0 */
+    int quiesce_done; /* the loop took its backlog and stopped accepting */
     /* ---- any thread ---- */
     atomic_int quiescing;
     atomic_int stopping;
     /* ---- the loop's ---- */
+    int listening;   /* lfd is in the epoll set */
+    int spare_fd;    /* given up to accept-and-refuse when out of descriptors */
+    int quiesced;
     sl_conn *conns;
     sl_conn *due;
     uint64_t stop_at; /* stopping: sockets still open then are closed */
 };
 
 #ifdef SRV_HAVE_WSLAY
-
 int srv__sockloop_available(void)
 {
     return 1;
@@ -104,6 +128,24 @@ void srv__sockloop_upgrade_drop(srv_request *req)
     if (req->ws != NULL)
         srv__ws_discard(req);
 }
+#else
+int srv__sockloop_available(void)
+{
+    return 0;
+}
+
+const char *srv__sockloop_upgrade_head(const srv_request *req, size_t *len)
+{
+    (void)req;
+    *len = 0;
+    return NULL;
+}
+
+void srv__sockloop_upgrade_drop(srv_request *req)
+{
+    (void)req;
+}
+#endif
 
 static void sl_kick(srv__sockloop *l)
 {
@@ -112,42 +154,72 @@ static void sl_kick(srv__sockloop *l)
     (void)w;
 }
 
+static void sl_io_close(void *io, int abort);
+
 /* What the socket carries, told its events (the same for both). */
 static size_t sl_p_input(sl_conn *c, const char *d, size_t n)
 {
-    return c->hc ? srv__h1conn_input(c->hc, d, n) : srv__ws_input(c->ws, d, n);
+#ifdef SRV_HAVE_WSLAY
+    if (c->ws)
+        return srv__ws_input(c->ws, d, n);
+#endif
+    return srv__h1conn_input(c->hc, d, n);
 }
 
 static void sl_p_eof(sl_conn *c)
 {
+#ifdef SRV_HAVE_WSLAY
+    if (c->ws) {
+        srv__ws_eof(c->ws);
+        return;
+    }
+#endif
     if (c->hc)
         srv__h1conn_eof(c->hc);
     else
-        srv__ws_eof(c->ws);
+        sl_io_close(c, 0); /* in the handshake */
 }
 
 static void sl_p_written(sl_conn *c, int ok)
 {
+#ifdef SRV_HAVE_WSLAY
+    if (c->ws) {
+        srv__ws_written(c->ws, ok);
+        return;
+    }
+#endif
     if (c->hc)
         srv__h1conn_written(c->hc, ok);
-    else
-        srv__ws_written(c->ws, ok);
 }
 
 static void sl_p_wake(sl_conn *c)
 {
+#ifdef SRV_HAVE_WSLAY
+    if (c->ws) {
+        srv__ws_wake(c->ws);
+        return;
+    }
+#endif
     if (c->hc)
         srv__h1conn_wake(c->hc);
-    else
-        srv__ws_wake(c->ws);
 }
 
 static void sl_p_time(sl_conn *c, uint64_t now, int stopping, int quiescing)
 {
-    if (c->hc)
-        srv__h1conn_time(c->hc, now, stopping, quiescing);
-    else
+#ifdef SRV_HAVE_WSLAY
+    if (c->ws) {
         srv__ws_time(c->ws, now, stopping, quiescing);
+        return;
+    }
+#endif
+    if (c->hc) {
+        srv__h1conn_time(c->hc, now, stopping, quiescing);
+        return;
+    }
+    /* In the handshake: the first head's deadline (from the accept) covers it; a
+     * quiesce or a stop closes it (nothing was asked yet). */
+    if (srv__conn_due(c->pol, now, stopping, quiescing) != SRV_CONN_WAIT)
+        sl_io_close(c, 0);
 }
 
 /* Loop: have c looked at once the current step is over. */
@@ -161,13 +233,15 @@ static void sl_due(sl_conn *c)
 }
 
 /* What c waits for: input while the protocol wants it and none is held,
- * room while a write waits. */
+ * room while a write waits; in a handshake, what the layer waits for. */
 static unsigned sl_wanted(const sl_conn *c)
 {
+    if (c->handshake)
+        return c->sio->events(c->sio_ctx, EPOLLIN) | EPOLLRDHUP;
     unsigned ev = 0;
     if (c->want && c->in_off == c->in_len && !c->eof)
         ev |= EPOLLIN | EPOLLRDHUP;
-    if (c->out_off < c->out_len)
+    if (c->out_off < c->out_len || c->sf_left > 0)
         ev |= EPOLLOUT;
     if (c->sio && ev != 0)
         ev = c->sio->events(c->sio_ctx, ev);
@@ -188,6 +262,22 @@ static void sl_arm(sl_conn *c)
     struct epoll_event e = {.events = ev, .data.ptr = c};
     if (epoll_ctl(c->l->epfd, EPOLL_CTL_MOD, c->fd, &e) == 0)
         c->events = ev;
+}
+
+/* A write's bytes moved: its send deadline moves on (the policy cuts one
+ * that makes no progress). */
+static void sl_progress(sl_conn *c)
+{
+    if (c->pol->state == SRV_CONN_SEND)
+        srv__conn_progress(c->pol, srv__now_ms());
+}
+
+/* The write under way is over. */
+static void sl_write_done(sl_conn *c, int ok)
+{
+    c->write_failed = !ok;
+    c->written = 1;
+    sl_due(c);
 }
 
 /* ---- srv__h1io ---- */
@@ -211,15 +301,8 @@ static void sl_io_write(void *io, const srv__buf *bufs, size_t n)
     ssize_t w = c->closed ? -1 : c->sio ? 0 : sendmsg(c->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
         w = 0;
-    if (w < 0) {
-        c->write_failed = 1;
-        c->written = 1;
-        sl_due(c);
-        return;
-    }
-    if ((size_t)w == total) {
-        c->written = 1;
-        sl_due(c);
+    if (w < 0 || (size_t)w == total) {
+        sl_write_done(c, w >= 0);
         return;
     }
     /* The rest waits in a copy for room (the pieces are the caller's only
@@ -227,9 +310,7 @@ static void sl_io_write(void *io, const srv__buf *bufs, size_t n)
     size_t rest = total - (size_t)w;
     char *out = malloc(rest);
     if (out == NULL) {
-        c->write_failed = 1;
-        c->written = 1;
-        sl_due(c);
+        sl_write_done(c, 0);
         return;
     }
     size_t skip = (size_t)w, off = 0;
@@ -252,6 +333,49 @@ static void sl_io_write(void *io, const srv__buf *bufs, size_t n)
         sl_output(c);
     else
         sl_arm(c);
+}
+
+/* Loop: a file body's next bytes, while the socket takes them (then it
+ * waits for room: EPOLLOUT, which also lets the loop's others go first). */
+static void sl_sendfile(sl_conn *c)
+{
+    uint64_t sent = 0;
+    while (c->sf_left > 0 && sent < SRV__SENDFILE_BURST) {
+        off_t off = (off_t)c->sf_off;
+        size_t ask = c->sf_left < SL_SENDFILE_MAX ? (size_t)c->sf_left : SL_SENDFILE_MAX;
+        ssize_t w = sendfile(c->fd, c->sf_fd, &off, ask);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            break;
+        if (w <= 0) { /* the socket failed, or the file ended first (it shrank) */
+            c->sf_left = 0;
+            sl_write_done(c, 0);
+            return;
+        }
+        c->sf_off += (uint64_t)w;
+        c->sf_left -= (uint64_t)w;
+        sent += (uint64_t)w;
+    }
+    if (sent > 0)
+        sl_progress(c);
+    if (c->sf_left == 0)
+        sl_write_done(c, 1);
+    else
+        sl_arm(c);
+}
+
+static void sl_io_sendfile(void *io, int fd, uint64_t off, uint64_t len)
+{
+    sl_conn *c = io;
+    c->writing = 1;
+    c->sf_fd = fd;
+    c->sf_off = off;
+    c->sf_left = len;
+    if (len == 0)
+        sl_write_done(c, 1);
+    else
+        sl_sendfile(c);
 }
 
 static void sl_io_read(void *io, int on)
@@ -307,24 +431,35 @@ static void sl_io_wake(void *io)
         sl_kick(l);
 }
 
+static int sl_io_pending(void *io)
+{
+    sl_conn *c = io;
+    return c->in_off < c->in_len || srv__fd_input_waiting(c->fd);
+}
+
 static const srv__h1io sl_io = {
     .write = sl_io_write,
     .read = sl_io_read,
     .shut = sl_io_shut,
     .close = sl_io_close,
     .wake = sl_io_wake,
+    .sendfile = sl_io_sendfile,
+    .pending = sl_io_pending,
 };
 
 /* ---- the loop ---- */
 
-/* Loop: c is closed: the WebSocket lets go of it, the engine closes fd. */
+/* Loop: c is closed: what it carries lets go of it; the engine closes fd
+ * (handed over), or the loop does (accepted). */
 static void sl_free(srv__sockloop *l, sl_conn *c)
 {
     c->freeing = 1;
     if (c->hc) /* a request in the application is cancelled; no wake after it */
         srv__h1conn_free(c->hc);
-    else
+#ifdef SRV_HAVE_WSLAY
+    if (c->ws)
         srv__ws_free(c->ws); /* on_close if not yet; no wake after it */
+#endif
     if (c->due) /* queued again by the step that closed it */
         for (sl_conn **pp = &l->due; *pp; pp = &(*pp)->dnext)
             if (*pp == c) {
@@ -346,7 +481,14 @@ static void sl_free(srv__sockloop *l, sl_conn *c)
         l->conns = c->next;
     if (c->next)
         c->next->prev = c->prev;
-    c->done(c->ctx);
+    if (c->accepted) {
+        if (c->sio)
+            c->sio->free(c->sio_ctx);
+        close(c->fd);
+        srv__conn_close(&c->own);
+    } else {
+        c->done(c->ctx);
+    }
     free(c->in);
     free(c->out);
     free(c);
@@ -401,6 +543,7 @@ static void sl_input(sl_conn *c)
 /* Loop: room in the socket for a write's rest. */
 static void sl_output(sl_conn *c)
 {
+    size_t before = c->out_off;
     while (c->out_off < c->out_len) {
         ssize_t w = c->sio ? c->sio->send(c->sio_ctx, c->out + c->out_off,
                                           c->out_len - c->out_off)
@@ -409,6 +552,8 @@ static void sl_output(sl_conn *c)
         if (w < 0 && errno == EINTR)
             continue;
         if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if (c->out_off > before)
+                sl_progress(c);
             sl_arm(c);
             return;
         }
@@ -425,9 +570,64 @@ static void sl_output(sl_conn *c)
     sl_due(c);
 }
 
+/* Loop: the protocol on c's bytes, once they flow (at the accept in
+ * cleartext, after the handshake over a layer): the core's connection,
+ * which speaks HTTP/2 when ALPN chose "h2" or, in cleartext, when its
+ * first bytes are the prior-knowledge preface (the core sniffs them). */
+static void sl_proto_start(sl_conn *c, const unsigned char *alpn, unsigned alpn_len)
+{
+    c->hc = srv__h1conn_new(c->l->srv, c->pol, &sl_io, c, (struct sockaddr *)&c->peer,
+                            c->peer_len);
+    if (c->hc == NULL) { /* out of memory: closed unanswered */
+        sl_io_close(c, 0);
+        return;
+    }
+    c->want = 1;
+    if (alpn_len == 2 && memcmp(alpn, "h2", 2) == 0 && c->pol->admitted)
+        srv__h1conn_h2(c->hc);
+    if (c->sio == NULL) /* file bodies from the descriptor: the socket's bytes are theirs */
+        srv__h1conn_sendfile(c->hc);
+    sl_due(c); /* over a layer, bytes that came with its last flight */
+}
+
+/* Loop: shut c's write side, drop what came, close (a FIN, not a reset,
+ * when the client sent no more than that). */
+static void sl_shut_close(sl_conn *c)
+{
+    shutdown(c->fd, SHUT_WR);
+    char sink[4096];
+    while (recv(c->fd, sink, sizeof sink, MSG_DONTWAIT) > 0)
+        ;
+    sl_io_close(c, 0);
+}
+
+static void sl_handshake(sl_conn *c)
+{
+    const unsigned char *alpn = NULL;
+    unsigned alen = 0;
+    switch (c->sio->handshake(c->sio_ctx, &alpn, &alen)) {
+    case SRV__SIO_WAIT:
+        return;
+    case SRV__SIO_PLAIN:
+        sl_shut_close(c);
+        return;
+    case SRV__SIO_DONE:
+        c->handshake = 0;
+        if (atomic_load(&c->l->quiescing)) /* no request begun: closed, as in the clear */
+            sl_io_close(c, 0);
+        else
+            sl_proto_start(c, alpn, alen);
+        return;
+    default:
+        sl_io_close(c, 0);
+    }
+}
+
 /* Loop: what came due for c in the last step. */
 static void sl_step(srv__sockloop *l, sl_conn *c)
 {
+    if (!c->closed && c->handshake)
+        sl_handshake(c);
     if (!c->closed && c->written) {
         c->written = 0;
         c->writing = 0;
@@ -435,7 +635,7 @@ static void sl_step(srv__sockloop *l, sl_conn *c)
         c->write_failed = 0;
         sl_p_written(c, ok);
     }
-    if (!c->closed && c->want && (c->in_off < c->in_len || !c->eof))
+    if (!c->closed && !c->handshake && c->want && (c->in_off < c->in_len || !c->eof))
         sl_input(c);
     if (!c->closed && c->hup && !c->gone && (c->eof || !c->want)) {
         /* Reset, or both sides shut: read to the end if reading, then out
@@ -464,6 +664,19 @@ static void sl_run_due(srv__sockloop *l)
     }
 }
 
+/* Loop: c on the loop's list and in its epoll set (watching nothing yet:
+ * its first step arms it). -1: the kernel is out of memory. */
+static int sl_link(srv__sockloop *l, sl_conn *c)
+{
+    c->linked = 1;
+    c->next = l->conns;
+    if (l->conns)
+        l->conns->prev = c;
+    l->conns = c;
+    struct epoll_event e = {.events = 0, .data.ptr = c};
+    return epoll_ctl(l->epfd, EPOLL_CTL_ADD, c->fd, &e);
+}
+
 /* Loop: sockets handed over since the last look, and wakes. */
 static void sl_messages(srv__sockloop *l)
 {
@@ -478,20 +691,12 @@ static void sl_messages(srv__sockloop *l)
     while (adds) {
         sl_conn *c = adds;
         adds = c->anext;
-        c->linked = 1;
-        c->next = l->conns;
-        if (l->conns)
-            l->conns->prev = c;
-        l->conns = c;
-        struct epoll_event e = {.events = 0, .data.ptr = c};
-        if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, c->fd, &e) != 0) {
+        if (sl_link(l, c) != 0) {
             c->closed = 1; /* out of memory in the kernel: the WebSocket ends */
             sl_due(c);
             continue;
         }
         sl_p_wake(c); /* the open, and the early bytes */
-        if (c->hc) /* its early bytes, as input */
-            sl_due(c);
     }
     /* Each posted once (the list was detached whole). A socket stays
      * marked posted until its link is read, under mu: a wake meanwhile
@@ -511,19 +716,154 @@ static void sl_messages(srv__sockloop *l)
     sl_run_due(l);
 }
 
-static void sl_tick(srv__sockloop *l, uint64_t now)
+/* ---- accepting (a loop that serves) ---- */
+
+/* Past max_connections with SRV_REFUSE_MAX already being read, or out of
+ * memory: the 503 at once in cleartext (a layer's client cannot read it
+ * before a handshake), what came drained, closed, never blocking. */
+static void sl_refuse_now(srv__sockloop *l, int fd)
 {
-    int stopping = atomic_load(&l->stopping), quiescing = atomic_load(&l->quiescing);
+    if (l->layer.sio == NULL) {
+        size_t len = 0;
+        const char *answer = srv__refusal_503(&len);
+        ssize_t w = send(fd, answer, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+        (void)w;
+    }
+    shutdown(fd, SHUT_WR);
+    char sink[4096];
+    while (recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0)
+        ;
+    close(fd);
+}
+
+/* Loop: fd was accepted: admitted (or refused), then read. */
+static void sl_accepted(srv__sockloop *l, int fd, const struct sockaddr_storage *peer,
+                        socklen_t peer_len)
+{
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    sl_conn *c = srv__zalloc(sizeof *c);
+    if (c == NULL) { /* counted all the same */
+        srv__stats_connection_opened(l->srv);
+        sl_refuse_now(l, fd);
+        srv__stats_connection_closed(l->srv);
+        return;
+    }
+    /* Past max_connections a connection is still read (its head within
+     * min(header_timeout_ms, 2 s), at most SRV_REFUSE_MAX at once) so that
+     * the core's 503 answers it; more are refused at once. */
+    if (srv__conn_open(&c->own, l->srv, srv__now_ms()) == SRV_CONN_REFUSE_NOW) {
+        sl_refuse_now(l, fd);
+        srv__conn_close(&c->own);
+        free(c);
+        return;
+    }
+    c->l = l;
+    c->fd = fd;
+    c->pol = &c->own;
+    c->accepted = 1;
+    memcpy(&c->peer, peer, peer_len <= sizeof c->peer ? peer_len : sizeof c->peer);
+    c->peer_len = peer_len <= sizeof c->peer ? peer_len : (socklen_t)sizeof c->peer;
+    pthread_mutex_lock(&l->mu);
+    l->open++;
+    pthread_mutex_unlock(&l->mu);
+    if (sl_link(l, c) != 0) {
+        c->gone = 1;
+        sl_io_close(c, 0);
+        return;
+    }
+    if (l->layer.sio == NULL) {
+        sl_proto_start(c, NULL, 0);
+        return;
+    }
+    c->sio = l->layer.sio;
+    c->sio_ctx = l->layer.open(l->layer.arg, fd);
+    if (c->sio_ctx == NULL) { /* out of memory: nothing to say before a handshake */
+        c->sio = NULL;
+        sl_io_close(c, 0);
+        return;
+    }
+    c->handshake = 1;
+    sl_due(c);
+}
+
+/* Loop: up to `max` connections from the backlog. */
+static void sl_accept_some(srv__sockloop *l, int max)
+{
+    for (int i = 0; i < max; i++) {
+        struct sockaddr_storage peer;
+        socklen_t peer_len = sizeof peer;
+        int fd = accept4(l->lfd, (struct sockaddr *)&peer, &peer_len,
+                         SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd >= 0) {
+            sl_accepted(l, fd, &peer, peer_len);
+            continue;
+        }
+        switch (errno) {
+        case EINTR:
+        case ECONNABORTED:
+        case EPROTO:
+            continue;
+        case EMFILE:
+        case ENFILE:
+            /* Refuse the oldest waiting client with our spare descriptor
+             * rather than leave it hanging, then back off. */
+            if (l->spare_fd >= 0) {
+                close(l->spare_fd);
+                fd = accept4(l->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+                if (fd >= 0)
+                    sl_refuse_now(l, fd);
+                l->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+            }
+            nanosleep(&(struct timespec){0, SL_ACCEPT_BACKOFF_MS * 1000000L}, NULL);
+            return;
+        default: /* EAGAIN: all taken; ENOBUFS, ENOMEM, network errors */
+            return;
+        }
+    }
+}
+
+static void sl_unlisten(srv__sockloop *l)
+{
+    if (!l->listening)
+        return;
+    l->listening = 0;
+    epoll_ctl(l->epfd, EPOLL_CTL_DEL, l->lfd, NULL);
+}
+
+/* ---- time, quiesce, stop ---- */
+
+static void sl_tick(srv__sockloop *l, uint64_t now, int quiescing)
+{
+    int stopping = atomic_load(&l->stopping);
     for (sl_conn *c = l->conns, *next; c; c = next) {
         next = c->next;
         if (c->closed)
             continue;
         if (stopping && l->stop_at != 0 && now >= l->stop_at)
-            sl_io_close(c, 1); /* its 1001 got no answer in time */
+            sl_io_close(c, 1); /* its last answer or 1001 did not finish in time */
         else
             sl_p_time(c, now, stopping, quiescing);
     }
     sl_run_due(l);
+}
+
+/* Loop: the quiesce's request came: what the kernel completed before it
+ * is taken (closing the socket would reset it), then no more; idle
+ * connections close, and one whose request waits unread counts as
+ * arriving before the controller hears the loop is done. */
+static void sl_quiesce(srv__sockloop *l)
+{
+    l->quiesced = 1;
+    if (l->listening)
+        sl_accept_some(l, l->srv->cfg.backlog);
+    sl_unlisten(l);
+    sl_run_due(l);
+    sl_tick(l, srv__now_ms(), 1);
+    pthread_mutex_lock(&l->mu);
+    l->quiesce_done = 1;
+    pthread_cond_broadcast(&l->cv);
+    pthread_mutex_unlock(&l->mu);
 }
 
 static void *sl_main(void *arg)
@@ -548,14 +888,23 @@ static void *sl_main(void *arg)
                 messages = 1;
                 continue;
             }
+            if (evs[i].data.ptr == &l->lfd) {
+                if (l->listening)
+                    sl_accept_some(l, SL_ACCEPT_BATCH);
+                continue;
+            }
             sl_conn *c = evs[i].data.ptr;
             if (c->closed)
                 continue;
             /* Through a layer any event may be the one a write waits for. */
             if (c->out_off < c->out_len && ((evs[i].events & EPOLLOUT) || c->sio))
                 sl_output(c);
+            if (c->sf_left > 0 && !c->written && (evs[i].events & (EPOLLOUT | EPOLLERR)))
+                sl_sendfile(c);
             if (evs[i].events & (EPOLLHUP | EPOLLERR))
                 c->hup = 1;
+            if (c->handshake)
+                sl_due(c);
             if (evs[i].events & ~(sl_wanted(c) | EPOLLHUP | EPOLLERR)) {
                 c->stale = 1; /* watched no more once its step is over */
                 sl_due(c);
@@ -566,48 +915,75 @@ static void *sl_main(void *arg)
         sl_run_due(l);
         if (messages)
             sl_messages(l);
+        if (!l->quiesced && (atomic_load(&l->quiescing) || atomic_load(&l->stopping)))
+            sl_quiesce(l);
         now = srv__now_ms();
-        if (atomic_load(&l->stopping) && l->stop_at == 0)
+        int stopping = atomic_load(&l->stopping);
+        if (stopping && l->stop_at == 0)
             l->stop_at = now + SL_STOP_WAIT_MS;
-        if (now >= next_tick || atomic_load(&l->stopping)) {
-            sl_tick(l, now);
+        if (now >= next_tick || stopping) {
+            sl_tick(l, now, atomic_load(&l->quiescing));
             next_tick = now + SL_TICK_MS;
         }
     }
     return NULL;
 }
 
-int srv__sockloop_start(srv__sockloop **out, srv_server *srv)
+static void sl_dispose(srv__sockloop *l)
+{
+    if (l->epfd >= 0)
+        close(l->epfd);
+    if (l->evfd >= 0)
+        close(l->evfd);
+    if (l->spare_fd >= 0)
+        close(l->spare_fd);
+    pthread_cond_destroy(&l->cv);
+    pthread_mutex_destroy(&l->mu);
+    free(l);
+}
+
+int srv__sockloop_serve(srv__sockloop **out, srv_server *srv, int listen_fd,
+                        const srv__sockloop_layer *layer)
 {
     srv__sockloop *l = srv__zalloc(sizeof *l);
     if (l == NULL)
         return SRV_ENOMEM;
     l->srv = srv;
+    l->lfd = listen_fd;
+    l->spare_fd = -1;
+    if (layer)
+        l->layer = *layer;
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->cv, NULL);
     l->epfd = epoll_create1(EPOLL_CLOEXEC);
     l->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     struct epoll_event e = {.events = EPOLLIN, .data.ptr = l};
+    /* The listening socket wakes one loop per connect, not all. */
+    struct epoll_event le = {.events = EPOLLIN | EPOLLEXCLUSIVE, .data.ptr = &l->lfd};
     if (l->epfd < 0 || l->evfd < 0 || epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->evfd, &e) != 0 ||
-        pthread_mutex_init(&l->mu, NULL) != 0) {
-        if (l->epfd >= 0)
-            close(l->epfd);
-        if (l->evfd >= 0)
-            close(l->evfd);
-        free(l);
-        return SRV_ENOMEM;
+        (listen_fd >= 0 && epoll_ctl(l->epfd, EPOLL_CTL_ADD, listen_fd, &le) != 0)) {
+        int err = errno;
+        sl_dispose(l);
+        return err == ENOMEM ? SRV_ENOMEM : SRV_ESYS;
     }
-    pthread_cond_init(&l->cv, NULL);
+    if (listen_fd >= 0) {
+        l->listening = 1;
+        l->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    }
     if (srv__thread_create(&l->thread, NULL, sl_main, l) != 0) {
-        pthread_cond_destroy(&l->cv);
-        pthread_mutex_destroy(&l->mu);
-        close(l->epfd);
-        close(l->evfd);
-        free(l);
+        sl_dispose(l);
         return SRV_ETHREAD;
     }
     *out = l;
     return 0;
 }
 
+int srv__sockloop_start(srv__sockloop **out, srv_server *srv)
+{
+    return srv__sockloop_serve(out, srv, -1, NULL);
+}
+
+#ifdef SRV_HAVE_WSLAY
 int srv__sockloop_add(srv__sockloop *l, int fd, const srv__sockio *sio, void *sio_ctx,
                       srv_request *req, srv__conn *policy, const char *early, size_t n,
                       void (*done)(void *ctx), void *ctx)
@@ -621,6 +997,7 @@ int srv__sockloop_add(srv__sockloop *l, int fd, const srv__sockio *sio, void *si
     c->fd = fd;
     c->sio = sio;
     c->sio_ctx = sio_ctx;
+    c->pol = policy;
     c->done = done;
     c->ctx = ctx;
     pthread_mutex_lock(&l->mu);
@@ -650,56 +1027,25 @@ int srv__sockloop_add(srv__sockloop *l, int fd, const srv__sockio *sio, void *si
     sl_kick(l);
     return 0;
 }
+#else
+int srv__sockloop_add(srv__sockloop *l, int fd, const srv__sockio *sio, void *sio_ctx,
+                      srv_request *req, srv__conn *policy, const char *early, size_t n,
+                      void (*done)(void *ctx), void *ctx)
+{
+    (void)l, (void)fd, (void)sio, (void)sio_ctx, (void)req, (void)policy, (void)early, (void)n;
+    (void)done, (void)ctx;
+    return SRV_ESTATE;
+}
+#endif
 
-#ifdef SRV_HAVE_NGHTTP2
 int srv__sockloop_http2(void)
 {
+#ifdef SRV_HAVE_NGHTTP2
     return 1;
-}
-
-int srv__sockloop_add_h2(srv__sockloop *l, int fd, const srv__sockio *sio, void *sio_ctx,
-                         srv__conn *policy, const struct sockaddr *peer, socklen_t peer_len,
-                         const char *early, size_t n, void (*done)(void *ctx), void *ctx)
-{
-    sl_conn *c = srv__zalloc(sizeof *c);
-    /* The early bytes are offered first, from the read buffer (which a
-     * read then fills: at least SL_READ). */
-    char *in = n > 0 ? malloc(n > SL_READ ? n : SL_READ) : NULL;
-    if (c == NULL || (n > 0 && in == NULL)) {
-        free(c);
-        free(in);
-        return SRV_ENOMEM;
-    }
-    if (n > 0)
-        memcpy(in, early, n);
-    *c = (sl_conn){.l = l, .fd = fd, .sio = sio, .sio_ctx = sio_ctx, .done = done, .ctx = ctx,
-                   .in = in, .in_len = n, .want = 1};
-    pthread_mutex_lock(&l->mu);
-    int quit = l->quit;
-    if (!quit)
-        l->open++;
-    pthread_mutex_unlock(&l->mu);
-    c->hc = quit ? NULL : srv__h1conn_new(l->srv, policy, &sl_io, c, peer, peer_len);
-    if (c->hc != NULL)
-        srv__h1conn_h2(c->hc);
-    pthread_mutex_lock(&l->mu);
-    if (c->hc == NULL && !quit) {
-        l->open--;
-        pthread_cond_broadcast(&l->cv);
-    } else if (c->hc != NULL) {
-        c->anext = l->adds;
-        l->adds = c;
-    }
-    pthread_mutex_unlock(&l->mu);
-    if (c->hc == NULL) {
-        free(in);
-        free(c);
-        return quit ? SRV_ESTATE : SRV_ENOMEM;
-    }
-    sl_kick(l);
+#else
     return 0;
+#endif
 }
-#endif /* SRV_HAVE_NGHTTP2 */
 
 void srv__sockloop_quiesce(srv__sockloop *l)
 {
@@ -709,7 +1055,17 @@ void srv__sockloop_quiesce(srv__sockloop *l)
     sl_kick(l);
 }
 
-void srv__sockloop_stop(srv__sockloop *l)
+void srv__sockloop_quiesced(srv__sockloop *l)
+{
+    if (l == NULL)
+        return;
+    pthread_mutex_lock(&l->mu);
+    while (!l->quiesce_done)
+        pthread_cond_wait(&l->cv, &l->mu);
+    pthread_mutex_unlock(&l->mu);
+}
+
+void srv__sockloop_stopping(srv__sockloop *l)
 {
     if (l == NULL)
         return;
@@ -718,85 +1074,18 @@ void srv__sockloop_stop(srv__sockloop *l)
     l->quit = 1;
     pthread_mutex_unlock(&l->mu);
     sl_kick(l);
+}
+
+void srv__sockloop_stop(srv__sockloop *l)
+{
+    if (l == NULL)
+        return;
+    srv__sockloop_stopping(l);
     pthread_join(l->thread, NULL);
 }
 
 void srv__sockloop_free(srv__sockloop *l)
 {
-    if (l == NULL)
-        return;
-    close(l->epfd);
-    close(l->evfd);
-    pthread_cond_destroy(&l->cv);
-    pthread_mutex_destroy(&l->mu);
-    free(l);
+    if (l != NULL)
+        sl_dispose(l);
 }
-
-#else /* !SRV_HAVE_WSLAY: no WebSocket (nor HTTP/2), so nothing is ever handed over */
-
-int srv__sockloop_available(void)
-{
-    return 0;
-}
-
-const char *srv__sockloop_upgrade_head(const srv_request *req, size_t *len)
-{
-    (void)req;
-    *len = 0;
-    return NULL;
-}
-
-void srv__sockloop_upgrade_drop(srv_request *req)
-{
-    (void)req;
-}
-
-int srv__sockloop_start(srv__sockloop **out, srv_server *srv)
-{
-    (void)srv;
-    *out = NULL;
-    return 0;
-}
-
-int srv__sockloop_add(srv__sockloop *l, int fd, const srv__sockio *sio, void *sio_ctx,
-                      srv_request *req, srv__conn *policy, const char *early, size_t n,
-                      void (*done)(void *ctx), void *ctx)
-{
-    (void)l, (void)fd, (void)sio, (void)sio_ctx, (void)req, (void)policy, (void)early, (void)n;
-    (void)done, (void)ctx;
-    return SRV_ESTATE;
-}
-
-void srv__sockloop_quiesce(srv__sockloop *l)
-{
-    (void)l;
-}
-
-void srv__sockloop_stop(srv__sockloop *l)
-{
-    (void)l;
-}
-
-void srv__sockloop_free(srv__sockloop *l)
-{
-    (void)l;
-}
-
-#endif
-
-#if !defined(SRV_HAVE_WSLAY) || !defined(SRV_HAVE_NGHTTP2)
-/* A build without nghttp2 (or without the loop): no HTTP/2 is handed over. */
-int srv__sockloop_http2(void)
-{
-    return 0;
-}
-
-int srv__sockloop_add_h2(srv__sockloop *l, int fd, const srv__sockio *sio, void *sio_ctx,
-                         srv__conn *policy, const struct sockaddr *peer, socklen_t peer_len,
-                         const char *early, size_t n, void (*done)(void *ctx), void *ctx)
-{
-    (void)l, (void)fd, (void)sio, (void)sio_ctx, (void)policy, (void)peer, (void)peer_len;
-    (void)early, (void)n, (void)done, (void)ctx;
-    return SRV_ESTATE;
-}
-#endif
