@@ -240,11 +240,10 @@ typedef struct srv_config {
     /* TCP port; 0 asks the OS for a free one (see srv_server_port).
      * Default 8080. */
     int port;
-    /* Threads that run handlers (threadpool: threads that own a
-     * connection each). Default 200. */
+    /* Threads that run handlers (the worker pool). Default 200. */
     unsigned worker_threads;
-    /* I/O threads: event loops (h2o), polling threads (mhd), epoll pollers
-     * (threadpool); 0 means the number of CPUs. Default 0. */
+    /* I/O threads: event loops (threadpool's own epoll loops, h2o, uv),
+     * polling threads (mhd); 0 means the number of CPUs. Default 0. */
     unsigned io_threads;
     /* Open connections served at once; past it new connections wait in
      * the backlog or get a quick 503, never hang. Default 10000. */
@@ -284,7 +283,7 @@ typedef struct srv_config {
     /* A worker above worker_threads_min that found no job for this long
      * exits. Default 60000 ms (Tomcat's maxIdleTime). */
     unsigned worker_idle_timeout_ms;
-    /* Requests (threadpool: connections with a complete head) waiting for
+    /* Requests waiting for
      * a worker; past it a request is answered 503 at once instead of
      * queueing without bound. Default 10000. */
     unsigned max_queued;
@@ -470,8 +469,7 @@ int srv_config_from_env(srv_config *cfg, const char *prefix, char *err, size_t e
  * - an ordinary route's handler runs on a worker thread, never on an
  *   engine's I/O thread, and may block (sleep, wait on a database);
  * - a route registered with SRV_ROUTE_NONBLOCKING runs its handler on the
- *   I/O thread that parsed the request (threadpool: the connection's own
- *   thread), so a request answered at once never crosses threads. Such a
+ *   I/O thread that parsed the request, so a request answered at once never crosses threads. Such a
  *   handler must not block: it answers at once, arms srv_after, or hands
  *   the request to another thread that answers later.
  */
@@ -974,8 +972,8 @@ int srv_respond(srv_request *req, int status, const char *content_type,
  * the whole body had already arrived, so unread body bytes are never read
  * as a next request), or call srv_request_body_read to receive the body.
  * Pieces arrive in order on the engine's I/O thread that reads the
- * connection (threadpool: its poller; mhd: its polling thread; h2o: its
- * event loop): the callbacks must not block - copy, hash, hand the piece
+ * connection (threadpool, h2o, uv: its event loop; mhd: its polling
+ * thread): the callbacks must not block - copy, hash, hand the piece
  * to another thread, or pause. A piece is only valid during its call.
  *
  * Flow control: on_data returning SRV_EAGAIN keeps the piece (it was
@@ -1447,9 +1445,7 @@ enum {
  * answer (e.g. 401) and return SRV_FILTER_DONE.
  * Threads: a filter registered SRV_FILTER_NONBLOCKING runs on the I/O
  * thread that parsed the request as long as every filter before it in the
- * request's chain is non-blocking too (threadpool: when the whole request -
- * every filter of its chain and the handler - is non-blocking; otherwise
- * on the connection's worker); a blocking filter sends the request to a
+ * request's chain is non-blocking too; a blocking filter sends the request to a
  * worker, where it and every later filter and the handler run. A
  * non-blocking filter must not block (srv_config.nonblocking_warn_ms
  * counts it like a handler).
@@ -1508,8 +1504,7 @@ int srv_filter_add(srv_server *srv, const srv_filter_opts *opts);
 /*
  * A response hook adds headers (srv_set_header) to every response of a
  * request. It runs once per request, when the request is dispatched and
- * before any filter, on the dispatching thread (the I/O thread, or the
- * threadpool's worker): it must not block and must not answer. The headers
+ * before any filter, on the dispatching thread (the I/O thread): it must not block and must not answer. The headers
  * it sets go out with every answer once they ran: the application's
  * (handlers, filters), the core's routing answers (404, 405, the automatic
  * OPTIONS 204), its 408/413/503s to a request being served; and to a request

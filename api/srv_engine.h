@@ -94,7 +94,7 @@ struct srv_engine {
 
     /**
      * respond: the core calls this exactly once for every request given to
-     * srv__request_dispatch / srv__request_run / srv__request_fail, once
+     * srv__request_dispatch / srv__request_fail, once
      * its response is final (read it with srv__response_*). Any thread may
      * call it - a worker, the timer thread, an application thread, or the
      * engine's own thread from inside srv__request_dispatch (404, 405).
@@ -355,11 +355,6 @@ unsigned srv__pool_waiting(const srv_server *srv);
  * of memory. `peer` may be NULL (then the peer reads "-"). */
 srv_request *srv__request_new(srv_server *srv, const struct sockaddr *peer,
                               socklen_t peer_len);
-/* An engine that built a request ahead of handing it to the core (checked
- * its head early) restarts its clock when it does: its duration in the
- * access log and metrics counts from there, as for a request built then. */
-void srv__request_restart_clock(srv_request *req);
-
 /* Whether c is an RFC 9110 tchar, and s[0..n) a token (n > 0, tchars
  * only): what a method or a header name must be. */
 bool srv__http_is_tchar(int c);
@@ -429,24 +424,6 @@ void *srv__request_engine_data(const srv_request *req);
  * Either way respond is called exactly once later or now. Any engine thread.
  */
 void srv__request_dispatch(srv_request *req);
-
-/*
- * srv__request_nonblocking: true when srv__request_dispatch of this complete
- * request will not block the calling thread: its route is registered
- * SRV_ROUTE_NONBLOCKING (the handler runs inside dispatch), or there is no
- * route (404/405 answered inside dispatch). Looks the route up once and
- * keeps it for the dispatch. For engines that choose the thread (threadpool:
- * the poller or a worker). The engine's thread that owns the request.
- */
-bool srv__request_nonblocking(srv_request *req);
-
-/*
- * srv__request_run: like dispatch, but the handler runs on the calling
- * thread, which must be a worker-pool thread (the threadpool engine, whose
- * connection jobs are the workers). Returns when the handler returns; the
- * response may come later, through respond.
- */
-void srv__request_run(srv_request *req);
 
 /*
  * srv__request_fail: answer the request with `status` (4xx/5xx, a short
@@ -612,7 +589,7 @@ void srv__stream_detach(srv_request *req);
  */
 
 /* True when the complete head's route streams its body: dispatch now.
- * Looks the route up (as srv__request_nonblocking). The engine's thread. */
+ * Looks the route up once and keeps it for the dispatch. The engine's thread. */
 bool srv__request_streams_body(srv_request *req);
 
 /* True when some route streams its body (engines may skip looking for such

@@ -133,13 +133,6 @@ static inline void srv__http1_stream_body(srv_http1 *p)
     p->deliver = 1;
 }
 
-/* Ready a fresh parser (srv__http1_init) to read one streamed body whose
- * head another parser took (the h2o engine's HTTP/1 guard): chunked, or
- * `length` bytes; pieces as SRV_HTTP1_BODY events, then MESSAGE_COMPLETE
- * (at once for a zero length). Chunk framing, extensions and trailers get
- * the same rules and limits as after a head this parser read. */
-void srv__http1_body_begin(srv_http1 *p, int chunked, uint64_t length);
-
 /* Non-zero after HEAD_READY when a body follows (chunked or a non-zero
  * Content-Length): when the engine sends "100 Continue". */
 int srv__http1_body_expected(const srv_http1 *p);

@@ -258,23 +258,13 @@ void srv__request_fail(srv_request *req, int status)
     srv__inflight_answer(req, status, true, NULL, NULL, false);
 }
 
-bool srv__request_nonblocking(srv_request *req)
-{
-    srv__router_lookup(req);
-    if (req->routing.status == 400 || req->routing.status == 500)
-        return true; /* answered inside dispatch */
-    /* A filter may answer early, but which one does is known only once it
-     * ran: any blocking filter sends the whole request to a worker. */
-    return !req->routing.chain_blocks && !srv__terminal_blocks(req);
-}
-
-static void srv__request_route(srv_request *req, bool run_here)
+void srv__request_dispatch(srv_request *req)
 {
     srv_server *srv = req->srv;
     srv__inflight_add(req, true);
     srv__forwarded_resolve(req);
 
-    srv__router_lookup(req); /* srv__request_nonblocking may have done it */
+    srv__router_lookup(req); /* srv__request_streams_body may have done it */
     int status = req->routing.status;
     if (status == 400 || status == 500) { /* a path refused, or no memory */
         srv__inflight_answer(req, status, true, NULL, NULL, false);
@@ -288,7 +278,7 @@ static void srv__request_route(srv_request *req, bool run_here)
         srv__routing_answer(req);
         return;
     }
-    bool inline_start = !run_here && (chain || (rt->flags & SRV_ROUTE_NONBLOCKING));
+    bool inline_start = chain || (rt->flags & SRV_ROUTE_NONBLOCKING);
     if (inline_start) {
         if (srv__inflight_final(srv)) {
             srv__inflight_answer(req, 503, true, NULL, NULL, false);
@@ -313,13 +303,6 @@ static void srv__request_route(srv_request *req, bool run_here)
         return;
     }
 
-    if (run_here) {
-        if (chain)
-            srv__chain_worker(req);
-        else
-            srv__handler_call(req);
-        return;
-    }
     req->job.run = srv__handler_job;
     if (srv__pool_submit(srv, &req->job) != 0) {
         /* Shut down, or max_queued requests already wait: a quick 503
@@ -327,14 +310,4 @@ static void srv__request_route(srv_request *req, bool run_here)
         srv__inflight_answer(req, 503, true, NULL, NULL, false);
         srv__inflight_app_done(req);
     }
-}
-
-void srv__request_dispatch(srv_request *req)
-{
-    srv__request_route(req, false);
-}
-
-void srv__request_run(srv_request *req)
-{
-    srv__request_route(req, true);
 }

@@ -67,15 +67,6 @@ void srv__http1_trim(srv_http1 *p)
         srv__http1_free(p);
 }
 
-void srv__http1_body_begin(srv_http1 *p, int chunked, uint64_t length)
-{
-    p->state = H1_HEAD_DONE;
-    p->started = 1;
-    p->chunked = chunked != 0;
-    p->remaining = chunked ? 0 : length;
-    p->deliver = 1;
-}
-
 int srv__http1_body_expected(const srv_http1 *p)
 {
     return p->chunked || p->remaining > 0;

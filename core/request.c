@@ -126,11 +126,6 @@ srv_request *srv__request_new(srv_server *srv, const struct sockaddr *peer, sock
     return req;
 }
 
-void srv__request_restart_clock(srv_request *req)
-{
-    req->started_ms = srv__now_ms();
-}
-
 void srv__kv_free(srv__kv *kv, size_t n)
 {
     for (size_t i = 0; i < n; i++) {

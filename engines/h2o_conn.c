@@ -7,7 +7,7 @@
 
 #include <sys/socket.h>
 
-/* Deadlines are looked at this often (as threadpool's poller). */
+/* Deadlines are looked at this often (as core/sockloop.c's loops). */
 #define EH2O_TICK_MS 50
 /* Connections woken from other threads taken per loop turn (eh2o_take_posts). */
 #define EH2O_WAKE_BATCH 256

@@ -156,7 +156,7 @@ static void usage(FILE *out)
             "  --host ADDR            numeric IPv4/IPv6 address to bind (default 0.0.0.0)\n"
             "  --port N               TCP port, 0 for any free one (default 8080)\n"
             "  --threads N            worker threads running handlers (default 200)\n"
-            "  --io-threads N         I/O threads (loops, pollers), 0 = CPUs (default 0)\n"
+            "  --io-threads N         I/O threads (event loops), 0 = CPUs (default 0)\n"
             "  --max-connections N    connections served at once (default 10000)\n"
             "  --sleep-ms N           delay before each greeting (default 1000)\n"
             "  --async                wait with a timer instead of holding a worker\n"
