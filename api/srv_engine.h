@@ -673,6 +673,13 @@ void srv__conn_leave(srv_server *srv);
  * exists): *len bytes, static. */
 const char *srv__refusal_503(size_t *len);
 
+/* A connection refused at its accept (past SRV_REFUSE_MAX being read, or
+ * out of memory), never blocking: srv__refusal_503 as far as the socket
+ * takes it when `cleartext` (a TLS client cannot read it before a
+ * handshake), the write side shut, what already came drained (so the
+ * close sends a FIN, not a reset). The caller closes fd. Any thread. */
+void srv__refuse_fd(int fd, int cleartext);
+
 /* The answer to an HTTP/2 connection preface on a connection that serves
  * HTTP/1 only: an empty SETTINGS frame (the server preface RFC 9113 3.4
  * requires first), then GOAWAY with last-stream-id 0 and HTTP_1_1_REQUIRED

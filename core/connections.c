@@ -2,10 +2,13 @@
  * Connections, for every engine: the connection policy (api/srv_conn.h:
  * deadlines, pace, linger, admission past max_connections), the srv_stats
  * connection counters, and the canned answers for a refusal the core cannot
- * build a request for. A leaf: engines call it, no core file does.
+ * build a request for. A leaf: engines and the loops that carry their
+ * connections (core/h1conn.c, core/sockloop.c) call it.
  */
 #include "srv_core.h"
 #include "srv_conn.h"
+
+#include <sys/socket.h>
 
 bool srv__conn_admit(srv_server *srv)
 {
@@ -48,6 +51,20 @@ const char *srv__refusal_503(size_t *len)
                                  "Connection: close\r\n\r\n";
     *len = sizeof answer - 1;
     return answer;
+}
+
+void srv__refuse_fd(int fd, int cleartext)
+{
+    if (cleartext) {
+        size_t len = 0;
+        const char *answer = srv__refusal_503(&len);
+        ssize_t w = send(fd, answer, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+        (void)w;
+    }
+    shutdown(fd, SHUT_WR);
+    char sink[4096];
+    while (recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0)
+        ;
 }
 
 /* ------------------------------------------------------------------ */

@@ -34,7 +34,8 @@
 #define SL_TICK_MS 50           /* the deadlines' pace (srv__ws_time, srv__h1conn_time) */
 #define SL_READ 16384           /* one read's bytes */
 #define SL_STOP_WAIT_MS 1000    /* a stop's last answers and 1001 handshakes, then closed */
-#define SL_EVENTS 64
+#define SL_EVENTS 256
+#define SL_TICK_DEFER 8        /* full batches of events taken before a late tick */
 #define SL_ACCEPT_BATCH 64      /* connections accepted per readiness */
 #define SL_ACCEPT_BACKOFF_MS 20 /* accept failed for lack of descriptors */
 #define SL_SENDFILE_MAX (1u << 20) /* one sendfile(2) call's bytes at most */
@@ -108,6 +109,7 @@ struct srv__sockloop {
     sl_conn *conns;
     sl_conn *due;
     uint64_t stop_at; /* stopping: sockets still open then are closed */
+    char rbuf[SL_READ]; /* every read (what a protocol leaves is copied) */
 };
 
 #ifdef SRV_HAVE_WSLAY
@@ -498,9 +500,28 @@ static void sl_free(srv__sockloop *l, sl_conn *c)
     pthread_mutex_unlock(&l->mu);
 }
 
-/* Loop: offer held input, read more while the protocol wants it. */
+/* Loop: c keeps d[0, n) that the protocol did not take, offered first
+ * when it reads again. 0, or -1 when out of memory (then c closes: never
+ * a request with a hole). */
+static int sl_hold(sl_conn *c, const char *d, size_t n)
+{
+    c->in = malloc(n);
+    if (c->in == NULL) {
+        sl_io_close(c, 1);
+        return -1;
+    }
+    memcpy(c->in, d, n);
+    c->in_off = 0;
+    c->in_len = n;
+    return 0;
+}
+
+/* Loop: offer held input, read more while the protocol wants it. Reads go
+ * into the loop's buffer: a connection holds memory only for what its
+ * protocol left. */
 static void sl_input(sl_conn *c)
 {
+    char *buf = c->l->rbuf;
     while (!c->closed && c->want) {
         if (c->written) { /* told first: the protocol may want no more input */
             sl_due(c);
@@ -511,32 +532,27 @@ static void sl_input(sl_conn *c)
             c->in_off += took;
             if (c->in_off < c->in_len)
                 return; /* the rest waits for read on */
+            free(c->in);
+            c->in = NULL;
+            c->in_off = c->in_len = 0;
             continue;
         }
         if (c->eof)
             return;
-        if (c->in == NULL && (c->in = malloc(SL_READ)) == NULL) {
-            c->eof = 1;
-            sl_p_eof(c);
-            return;
-        }
-        ssize_t r = c->sio ? c->sio->recv(c->sio_ctx, c->in, SL_READ)
-                           : recv(c->fd, c->in, SL_READ, MSG_DONTWAIT);
+        ssize_t r = c->sio ? c->sio->recv(c->sio_ctx, buf, SL_READ)
+                           : recv(c->fd, buf, SL_READ, MSG_DONTWAIT);
         if (r < 0 && errno == EINTR)
             continue;
-        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            free(c->in); /* nothing held while idle */
-            c->in = NULL;
-            c->in_off = c->in_len = 0;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             return;
-        }
         if (r <= 0) {
             c->eof = 1;
             sl_p_eof(c);
             return;
         }
-        c->in_off = 0;
-        c->in_len = (size_t)r;
+        size_t took = c->closed ? (size_t)r : sl_p_input(c, buf, (size_t)r);
+        if (took < (size_t)r && !c->closed && sl_hold(c, buf + took, (size_t)r - took) != 0)
+            return;
     }
 }
 
@@ -590,17 +606,6 @@ static void sl_proto_start(sl_conn *c, const unsigned char *alpn, unsigned alpn_
     sl_due(c); /* over a layer, bytes that came with its last flight */
 }
 
-/* Loop: shut c's write side, drop what came, close (a FIN, not a reset,
- * when the client sent no more than that). */
-static void sl_shut_close(sl_conn *c)
-{
-    shutdown(c->fd, SHUT_WR);
-    char sink[4096];
-    while (recv(c->fd, sink, sizeof sink, MSG_DONTWAIT) > 0)
-        ;
-    sl_io_close(c, 0);
-}
-
 static void sl_handshake(sl_conn *c)
 {
     const unsigned char *alpn = NULL;
@@ -608,8 +613,9 @@ static void sl_handshake(sl_conn *c)
     switch (c->sio->handshake(c->sio_ctx, &alpn, &alen)) {
     case SRV__SIO_WAIT:
         return;
-    case SRV__SIO_PLAIN:
-        sl_shut_close(c);
+    case SRV__SIO_PLAIN: /* shut, what came dropped, closed (a FIN, not a reset) */
+        srv__refuse_fd(c->fd, 0);
+        sl_io_close(c, 0);
         return;
     case SRV__SIO_DONE:
         c->handshake = 0;
@@ -719,20 +725,10 @@ static void sl_messages(srv__sockloop *l)
 /* ---- accepting (a loop that serves) ---- */
 
 /* Past max_connections with SRV_REFUSE_MAX already being read, or out of
- * memory: the 503 at once in cleartext (a layer's client cannot read it
- * before a handshake), what came drained, closed, never blocking. */
+ * memory: the 503 at once in cleartext, closed. */
 static void sl_refuse_now(srv__sockloop *l, int fd)
 {
-    if (l->layer.sio == NULL) {
-        size_t len = 0;
-        const char *answer = srv__refusal_503(&len);
-        ssize_t w = send(fd, answer, len, MSG_DONTWAIT | MSG_NOSIGNAL);
-        (void)w;
-    }
-    shutdown(fd, SHUT_WR);
-    char sink[4096];
-    while (recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0)
-        ;
+    srv__refuse_fd(fd, l->layer.sio == NULL);
     close(fd);
 }
 
@@ -871,6 +867,7 @@ static void *sl_main(void *arg)
     srv__sockloop *l = arg;
     struct epoll_event evs[SL_EVENTS];
     uint64_t next_tick = srv__now_ms() + SL_TICK_MS;
+    int deferred = 0;
     for (;;) {
         pthread_mutex_lock(&l->mu);
         int done = l->quit && l->open == 0 && l->adds == NULL;
@@ -882,6 +879,11 @@ static void *sl_main(void *arg)
         int n = epoll_wait(l->epfd, evs, SL_EVENTS, timeout);
         if (n < 0 && errno != EINTR)
             break;
+        /* Deadlines are judged as of this wait: what came before it is in
+         * this batch and is read first, however long the batch takes (a
+         * loop busy creating workers under load must not close a
+         * connection whose request is waiting in its socket). */
+        uint64_t polled = srv__now_ms();
         int messages = 0;
         for (int i = 0; i < n; i++) {
             if (evs[i].data.ptr == l) {
@@ -921,8 +923,15 @@ static void *sl_main(void *arg)
         int stopping = atomic_load(&l->stopping);
         if (stopping && l->stop_at == 0)
             l->stop_at = now + SL_STOP_WAIT_MS;
+        /* A full batch means more events are ready: they go before a tick,
+         * within reason. */
+        if (n == SL_EVENTS && !stopping && deferred < SL_TICK_DEFER) {
+            deferred++;
+            continue;
+        }
         if (now >= next_tick || stopping) {
-            sl_tick(l, now, atomic_load(&l->quiescing));
+            deferred = 0;
+            sl_tick(l, polled, atomic_load(&l->quiescing));
             next_tick = now + SL_TICK_MS;
         }
     }

@@ -49,17 +49,7 @@ static void eh2o_body_kick(void *state, srv_request *sreq)
  * only (a TLS client cannot read it before a handshake), what came drained, closed. */
 static void eh2o_refuse_now(eh2o_thread *t, h2o_socket_t *sock, srv__conn *adm)
 {
-    int fd = h2o_socket_get_fd(sock);
-    if (!srv__tls_enabled(t->server->srv)) {
-        size_t len = 0;
-        const char *answer = srv__refusal_503(&len);
-        ssize_t w = send(fd, answer, len, MSG_DONTWAIT | MSG_NOSIGNAL);
-        (void)w;
-    }
-    shutdown(fd, SHUT_WR);
-    char sink[4096];
-    while (recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0)
-        ;
+    srv__refuse_fd(h2o_socket_get_fd(sock), !srv__tls_enabled(t->server->srv));
     h2o_socket_close(sock);
     srv__conn_close(adm);
 }

@@ -701,18 +701,8 @@ static void euv_close(euv_conn *c, int abort)
 static void euv_refuse_now(euv_conn *c)
 {
     uv_os_fd_t fd;
-    if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0) {
-        if (c->loop->tls == NULL) {
-            size_t len = 0;
-            const char *answer = srv__refusal_503(&len);
-            ssize_t w = send(fd, answer, len, MSG_DONTWAIT | MSG_NOSIGNAL);
-            (void)w;
-        }
-        shutdown(fd, SHUT_WR);
-        char sink[4096];
-        while (recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0)
-            ;
-    }
+    if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0)
+        srv__refuse_fd(fd, c->loop->tls == NULL);
     euv_close(c, 0);
 }
 
