@@ -879,10 +879,6 @@ static void *sl_main(void *arg)
         int n = epoll_wait(l->epfd, evs, SL_EVENTS, timeout);
         if (n < 0 && errno != EINTR)
             break;
-        /* Deadlines are judged as of this wait: what came before it is in
-         * this batch and is read first, however long the batch takes (a
-         * loop busy creating workers under load must not close a
-         * connection whose request is waiting in its socket). */
         uint64_t polled = srv__now_ms();
         int messages = 0;
         for (int i = 0; i < n; i++) {
@@ -923,17 +919,20 @@ static void *sl_main(void *arg)
         int stopping = atomic_load(&l->stopping);
         if (stopping && l->stop_at == 0)
             l->stop_at = now + SL_STOP_WAIT_MS;
-        /* A full batch means more events are ready: they go before a tick,
-         * within reason. */
-        if (n == SL_EVENTS && !stopping && deferred < SL_TICK_DEFER) {
+        if (now < next_tick && !stopping)
+            continue;
+        /* Events that came while this batch ran (a full one, or a slow
+         * one: a loop creating workers under load) are taken before the
+         * deadlines are looked at, within reason: a connection whose
+         * request waits in its socket is read, not closed as late. */
+        if ((n == SL_EVENTS || now - polled > SL_TICK_MS) && !stopping &&
+            deferred < SL_TICK_DEFER) {
             deferred++;
             continue;
         }
-        if (now >= next_tick || stopping) {
-            deferred = 0;
-            sl_tick(l, polled, atomic_load(&l->quiescing));
-            next_tick = now + SL_TICK_MS;
-        }
+        deferred = 0;
+        sl_tick(l, now, atomic_load(&l->quiescing));
+        next_tick = now + SL_TICK_MS;
     }
     return NULL;
 }
