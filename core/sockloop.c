@@ -63,6 +63,8 @@ struct sl_conn {
     int handshake;        /* the layer's handshake runs: no protocol yet */
     int want;             /* srv__h1io.read on */
     int eof;              /* the peer ended (or the socket failed): told */
+    int drained;          /* cleartext: the last read took all there was; the
+                           * next waits for EPOLLIN (no read just for EAGAIN) */
     char *in;             /* read, not taken yet: in[in_off, in_len) */
     size_t in_off, in_len;
     char *out;            /* a write's rest: out[out_off, out_len) */
@@ -537,7 +539,7 @@ static void sl_input(sl_conn *c)
             c->in_off = c->in_len = 0;
             continue;
         }
-        if (c->eof)
+        if (c->eof || c->drained)
             return;
         ssize_t r = c->sio ? c->sio->recv(c->sio_ctx, buf, SL_READ)
                            : recv(c->fd, buf, SL_READ, MSG_DONTWAIT);
@@ -550,6 +552,8 @@ static void sl_input(sl_conn *c)
             sl_p_eof(c);
             return;
         }
+        /* Less than asked: most likely all there is (a layer may hold more). */
+        c->drained = c->sio == NULL && r < SL_READ;
         size_t took = c->closed ? (size_t)r : sl_p_input(c, buf, (size_t)r);
         if (took < (size_t)r && !c->closed && sl_hold(c, buf + took, (size_t)r - took) != 0)
             return;
@@ -769,6 +773,7 @@ static void sl_accepted(srv__sockloop *l, int fd, const struct sockaddr_storage 
         return;
     }
     if (l->layer.sio == NULL) {
+        c->drained = 1; /* its request comes with EPOLLIN, most likely after the accept */
         sl_proto_start(c, NULL, 0);
         return;
     }
@@ -907,8 +912,10 @@ static void *sl_main(void *arg)
                 c->stale = 1; /* watched no more once its step is over */
                 sl_due(c);
             }
-            if (evs[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+            if (evs[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+                c->drained = 0;
                 sl_due(c);
+            }
         }
         sl_run_due(l);
         if (messages)
