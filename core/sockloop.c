@@ -81,8 +81,6 @@ struct sl_conn {
     unsigned events;      /* what epoll watches now */
     int stale;            /* it reported what c no longer waits for */
     srv__conn own;        /* accepted: its policy */
-    struct sockaddr_storage peer;
-    socklen_t peer_len;
 };
 
 struct srv__sockloop {
@@ -594,10 +592,10 @@ static void sl_output(sl_conn *c)
  * cleartext, after the handshake over a layer): the core's connection,
  * which speaks HTTP/2 when ALPN chose "h2" or, in cleartext, when its
  * first bytes are the prior-knowledge preface (the core sniffs them). */
-static void sl_proto_start(sl_conn *c, const unsigned char *alpn, unsigned alpn_len)
+static void sl_proto_start(sl_conn *c, const struct sockaddr *peer, socklen_t peer_len,
+                           const unsigned char *alpn, unsigned alpn_len)
 {
-    c->hc = srv__h1conn_new(c->l->srv, c->pol, &sl_io, c, (struct sockaddr *)&c->peer,
-                            c->peer_len);
+    c->hc = srv__h1conn_new(c->l->srv, c->pol, &sl_io, c, peer, peer_len);
     if (c->hc == NULL) { /* out of memory: closed unanswered */
         sl_io_close(c, 0);
         return;
@@ -621,13 +619,19 @@ static void sl_handshake(sl_conn *c)
         srv__refuse_fd(c->fd, 0);
         sl_io_close(c, 0);
         return;
-    case SRV__SIO_DONE:
+    case SRV__SIO_DONE: {
         c->handshake = 0;
-        if (atomic_load(&c->l->quiescing)) /* no request begun: closed, as in the clear */
+        if (atomic_load(&c->l->quiescing)) { /* no request begun: closed, as in the clear */
             sl_io_close(c, 0);
-        else
-            sl_proto_start(c, alpn, alen);
+            return;
+        }
+        struct sockaddr_storage peer;
+        socklen_t plen = sizeof peer;
+        if (getpeername(c->fd, (struct sockaddr *)&peer, &plen) != 0)
+            plen = 0;
+        sl_proto_start(c, (struct sockaddr *)&peer, plen, alpn, alen);
         return;
+    }
     default:
         sl_io_close(c, 0);
     }
@@ -762,8 +766,6 @@ static void sl_accepted(srv__sockloop *l, int fd, const struct sockaddr_storage 
     c->fd = fd;
     c->pol = &c->own;
     c->accepted = 1;
-    memcpy(&c->peer, peer, peer_len <= sizeof c->peer ? peer_len : sizeof c->peer);
-    c->peer_len = peer_len <= sizeof c->peer ? peer_len : (socklen_t)sizeof c->peer;
     pthread_mutex_lock(&l->mu);
     l->open++;
     pthread_mutex_unlock(&l->mu);
@@ -774,7 +776,7 @@ static void sl_accepted(srv__sockloop *l, int fd, const struct sockaddr_storage 
     }
     if (l->layer.sio == NULL) {
         c->drained = 1; /* its request comes with EPOLLIN, most likely after the accept */
-        sl_proto_start(c, NULL, 0);
+        sl_proto_start(c, (const struct sockaddr *)peer, peer_len, NULL, 0);
         return;
     }
     c->sio = l->layer.sio;
