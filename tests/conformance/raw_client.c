@@ -526,13 +526,22 @@ static int add_header(rc_response *r, const char *line, size_t n)
     return 0;
 }
 
+/* By doubling: a chunked body of many pieces must not cost a copy of all
+ * of it per piece (16 MB in 64 KB chunks kept a sanitized client from
+ * reading for seconds, and a server's send deadline cut it). */
 static int append_body(rc_response *r, const char *p, size_t n)
 {
-    char *nb = realloc(r->body, r->body_len + n + 1);
-    if (!nb)
-        return RC_SYSERR;
-    memcpy(nb + r->body_len, p, n);
-    r->body = nb;
+    if (r->body_len + n + 1 > r->body_cap) {
+        size_t cap = r->body_cap ? r->body_cap : 4096;
+        while (cap < r->body_len + n + 1)
+            cap *= 2;
+        char *nb = realloc(r->body, cap);
+        if (!nb)
+            return RC_SYSERR;
+        r->body = nb;
+        r->body_cap = cap;
+    }
+    memcpy(r->body + r->body_len, p, n);
     r->body_len += n;
     r->body[r->body_len] = '\0';
     return 0;

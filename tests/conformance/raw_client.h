@@ -50,6 +50,7 @@ typedef struct rc_response {
     size_t nheaders;
     char *body;         /* NUL-terminated for convenience */
     size_t body_len;
+    size_t body_cap;    /* body's room past body_len (grown by doubling) */
     int chunked;        /* the body came chunked */
 } rc_response;
 
