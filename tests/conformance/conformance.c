@@ -484,10 +484,12 @@ static int fx_setup(void **state, enum preset p)
     case P_MANY_WORKERS:
         f->cfg.worker_threads = 200;
         f->cfg.request_timeout_ms = 30000;
-        /* 300 TLS handshakes at once cost the 2 I/O threads seconds of CPU
-         * under the sanitizers, all inside the first head's deadline. */
-        if (g_tls)
-            f->cfg.header_timeout_ms = 40000;
+        /* 300 connections at once (TLS handshakes most of all) cost the 2
+         * I/O threads seconds under the sanitizers - and creating 200
+         * workers under TSan, on the thread that dispatches - all inside
+         * the first head's deadline: mhd's 408s under TSan on CI. The case
+         * is about serving them, not about that deadline. */
+        f->cfg.header_timeout_ms = 40000;
         break;
     case P_IPV6_ANY:
         f->cfg.host = "::";
