@@ -392,6 +392,11 @@ int srv__request_add_header(srv_request *req, const char *name, size_t name_len,
  */
 int srv__request_headers_done(srv_request *req);
 
+/* The body's framing srv__request_headers_done accepted (after it returned
+ * 0): 1 for chunked; else 0, with *length the Content-Length (0 when the
+ * head had none). Any thread holding the request. */
+int srv__request_framing(const srv_request *req, uint64_t *length);
+
 /* Non-zero when the client sent "Expect: 100-continue" (the engine sends
  * the interim 100 itself before reading the body, or lets its library). */
 int srv__request_expects_continue(const srv_request *req);

@@ -4,7 +4,7 @@
  * carried out through the engine's srv__h1io. The connection's rules are
  * the core's: parsing (core/http1.c), the connection policy
  * (core/connections.c), framing of answers and streams (core/response.c,
- * core/stream.c). No sockets, no clock reads but srv__now_ms.
+ * core/stream.c). No sockets, no clock reads but srv__now_ms (once per event, h1_now).
  */
 #include "srv_core.h"
 #include "srv_h1conn.h"
@@ -16,7 +16,10 @@
 #include "srv_ws.h"
 #endif
 
+#include <netinet/in.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,7 +64,13 @@ struct srv__h1conn {
     srv__conn *pol;
     const srv__h1io *ops;
     void *io;
-    struct sockaddr_storage peer;
+    /* The client's address (IPv4 or IPv6, all the core formats): a
+     * sockaddr_storage would be 100 bytes more on every connection. */
+    union {
+        struct sockaddr sa;
+        struct sockaddr_in in;
+        struct sockaddr_in6 in6;
+    } peer;
     socklen_t peer_len;
     enum h1_phase phase;
     srv_http1 parser;
@@ -88,10 +97,13 @@ struct srv__h1conn {
 #ifdef SRV_HAVE_WSLAY
     srv_ws *ws;       /* it carries a WebSocket (core/ws.c): every event goes there */
 #endif
-    /* Set by any thread (mu); read and cleared on the loop. */
+    /* Another thread's respond or kick holds mu while it wakes the loop
+     * (srv__h1conn_free takes it before freeing). */
     pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int answered; /* respond came for cur (until cur is done) */
+    atomic_int answered; /* respond came for cur (until cur is done); cleared on the loop */
+    /* The clock as read once in this event (0: not yet): a request moves
+     * through five states in one, one read serves them all (h1_now). */
+    uint64_t now;
 };
 
 /* The connection whose events the loop thread is handling: the core's
@@ -105,9 +117,16 @@ static int h1_run(srv__h1conn *hc);
 /* Small steps                                                         */
 /* ------------------------------------------------------------------ */
 
+static uint64_t h1_now(srv__h1conn *hc)
+{
+    if (hc->now == 0)
+        hc->now = srv__now_ms();
+    return hc->now;
+}
+
 static void h1_set(srv__h1conn *hc, enum srv__conn_state state)
 {
-    srv__conn_set(hc->pol, state, srv__now_ms());
+    srv__conn_set(hc->pol, state, h1_now(hc));
 }
 
 static void h1_read(srv__h1conn *hc, int on)
@@ -146,12 +165,9 @@ static void h1_write(srv__h1conn *hc, enum h1_write what, const void *a, size_t 
 
 static int h1_answered(srv__h1conn *hc, int clear)
 {
-    pthread_mutex_lock(&hc->mu);
-    int a = hc->answered;
-    if (clear)
-        hc->answered = 0;
-    pthread_mutex_unlock(&hc->mu);
-    return a;
+    if (!clear)
+        return atomic_load(&hc->answered);
+    return atomic_exchange(&hc->answered, 0);
 }
 
 static void h1_pend_drop(srv__h1conn *hc)
@@ -187,7 +203,7 @@ static int h1_pend_add(srv__h1conn *hc, const char *d, size_t n)
 static srv_request *h1_request(srv__h1conn *hc)
 {
     if (!hc->req) {
-        hc->req = srv__request_new(hc->srv, hc->peer_len ? (const struct sockaddr *)&hc->peer : NULL,
+        hc->req = srv__request_new(hc->srv, hc->peer_len ? &hc->peer.sa : NULL,
                                    hc->peer_len);
         if (hc->req)
             hc->req->h1 = hc;
@@ -265,6 +281,7 @@ static void h1_dispatch(srv__h1conn *hc, srv_request *req, enum h1_phase phase)
     hc->phase = phase;
     h1_read(hc, 0);
     srv__request_dispatch(req); /* may respond here: answered */
+    hc->now = 0;                /* an inline handler may have taken long */
     h1_set(hc, SRV_CONN_APP);   /* in flight (counted by dispatch) */
 }
 
@@ -304,7 +321,7 @@ static int h1_parse(srv__h1conn *hc)
         ev = srv__http1_feed(&hc->parser, req, d + off, n - off, &used);
         off += used;
         if (ev != SRV_HTTP1_FAIL && !srv__http1_idle(&hc->parser) && !hc->pol->begun)
-            srv__conn_begun(hc->pol, srv__now_ms());
+            srv__conn_begun(hc->pol, h1_now(hc));
         if (ev == SRV_HTTP1_FAIL) {
             h1_pend_drop(hc);
             return h1_fail(hc, srv__http1_status(&hc->parser));
@@ -432,7 +449,7 @@ static void h1_body_feed(srv__h1conn *hc)
         enum srv_http1_event ev = srv__http1_feed(&hc->parser, req, d + off, n - off, &u);
         off += u;
         if (ev == SRV_HTTP1_BODY) {
-            srv__conn_body_bytes(hc->pol, hc->parser.piece_len, srv__now_ms());
+            srv__conn_body_bytes(hc->pol, hc->parser.piece_len, h1_now(hc));
             int k = srv__body_data(req, hc->parser.piece, hc->parser.piece_len);
             if (k == SRV__BODY_OVER)
                 hc->bmode = H1_B_OVER;
@@ -567,11 +584,6 @@ srv__h1conn *srv__h1conn_new(srv_server *srv, srv__conn *policy, const srv__h1io
         free(hc);
         return NULL;
     }
-    if (pthread_cond_init(&hc->cv, NULL) != 0) {
-        pthread_mutex_destroy(&hc->mu);
-        free(hc);
-        return NULL;
-    }
     hc->srv = srv;
     hc->pol = policy;
     hc->ops = ops;
@@ -604,7 +616,7 @@ static int h1_to_h2(srv__h1conn *hc)
 {
     hc->sniff = 0;
     hc->h2 = srv__h2conn_new(hc->srv, hc->pol, hc->ops, hc->io,
-                             hc->peer_len ? (const struct sockaddr *)&hc->peer : NULL,
+                             hc->peer_len ? &hc->peer.sa : NULL,
                              hc->peer_len);
     if (!hc->h2) { /* out of memory: closed unanswered */
         h1_close(hc);
@@ -641,6 +653,7 @@ static int h1_sniff(srv__h1conn *hc)
 
 void srv__h1conn_h2(srv__h1conn *hc)
 {
+    hc->now = 0; /* an event: the clock is read anew (h1_now) */
 #ifdef SRV_HAVE_NGHTTP2
     if (hc->phase == H1_READ && !hc->h2 && hc->pend_len == hc->pend_off)
         h1_to_h2(hc);
@@ -656,6 +669,7 @@ void srv__h1conn_sendfile(srv__h1conn *hc)
 
 size_t srv__h1conn_input(srv__h1conn *hc, const char *d, size_t n)
 {
+    hc->now = 0; /* an event: the clock is read anew (h1_now) */
 #ifdef SRV_HAVE_NGHTTP2
     if (hc->h2)
         return srv__h2conn_input(hc->h2, d, n);
@@ -667,7 +681,7 @@ size_t srv__h1conn_input(srv__h1conn *hc, const char *d, size_t n)
     if (hc->phase == H1_CLOSED || n == 0)
         return n;
     if (hc->phase == H1_LINGER) {
-        if (!srv__conn_linger_bytes(hc->pol, n, srv__now_ms()))
+        if (!srv__conn_linger_bytes(hc->pol, n, h1_now(hc)))
             h1_close(hc);
         return n;
     }
@@ -694,6 +708,7 @@ size_t srv__h1conn_input(srv__h1conn *hc, const char *d, size_t n)
 
 void srv__h1conn_eof(srv__h1conn *hc)
 {
+    hc->now = 0; /* an event: the clock is read anew (h1_now) */
 #ifdef SRV_HAVE_NGHTTP2
     if (hc->h2) {
         srv__h2conn_eof(hc->h2);
@@ -749,6 +764,7 @@ static void h1_upgrade(srv__h1conn *hc)
 
 void srv__h1conn_written(srv__h1conn *hc, int ok)
 {
+    hc->now = 0; /* an event: the clock is read anew (h1_now) */
 #ifdef SRV_HAVE_NGHTTP2
     if (hc->h2) {
         srv__h2conn_written(hc->h2, ok);
@@ -793,6 +809,7 @@ void srv__h1conn_written(srv__h1conn *hc, int ok)
 
 void srv__h1conn_wake(srv__h1conn *hc)
 {
+    hc->now = 0; /* an event: the clock is read anew (h1_now) */
 #ifdef SRV_HAVE_NGHTTP2
     if (hc->h2) {
         srv__h2conn_wake(hc->h2);
@@ -811,6 +828,7 @@ void srv__h1conn_wake(srv__h1conn *hc)
 
 void srv__h1conn_time(srv__h1conn *hc, uint64_t now, int stopping, int quiescing)
 {
+    hc->now = 0; /* an event: the clock is read anew (h1_now) */
 #ifdef SRV_HAVE_NGHTTP2
     if (hc->h2) {
         srv__h2conn_time(hc->h2, now, stopping, quiescing);
@@ -870,14 +888,14 @@ void srv__h1conn_free(srv__h1conn *hc)
     if (cur) {
         if (hc->bmode != H1_B_NONE)
             srv__body_detach(cur);
-        if (!h1_answered(hc, 0) && !srv__request_cancel(cur)) {
-            /* Answered from another thread meanwhile: its respond may not
-             * have reached hc yet, and hc must outlive it. */
-            pthread_mutex_lock(&hc->mu);
-            while (!hc->answered)
-                pthread_cond_wait(&hc->cv, &hc->mu);
-            pthread_mutex_unlock(&hc->mu);
-        }
+        /* Answered from another thread meanwhile: its respond may not
+         * have reached hc yet, and hc must outlive it. It is a few
+         * instructions away (srv__respond claims, then h1_note). */
+        if (!h1_answered(hc, 0) && !srv__request_cancel(cur))
+            while (!h1_answered(hc, 0))
+                sched_yield();
+        pthread_mutex_lock(&hc->mu); /* and h1_note has let go of hc */
+        pthread_mutex_unlock(&hc->mu);
         if (srv__response_streamed(cur))
             srv__stream_detach(cur);
 #ifdef SRV_HAVE_WSLAY
@@ -889,7 +907,6 @@ void srv__h1conn_free(srv__h1conn *hc)
     h1_current = outer;
     srv__http1_free(&hc->parser);
     free(hc->pend);
-    pthread_cond_destroy(&hc->cv);
     pthread_mutex_destroy(&hc->mu);
     free(hc);
 }
@@ -910,13 +927,17 @@ static int h1_note(srv_request *req, int answer)
     srv__h1conn *hc = req->h1;
     if (!hc)
         return 0;
-    pthread_mutex_lock(&hc->mu);
-    if (answer) {
-        hc->answered = 1;
-        pthread_cond_broadcast(&hc->cv);
+    if (h1_current == hc) { /* the loop, inside hc's events: it looks next */
+        if (answer)
+            atomic_store(&hc->answered, 1);
+        return 1;
     }
-    if (h1_current != hc)
-        hc->ops->wake(hc->io);
+    /* Another thread: the loop's srv__h1conn_free waits for mu before
+     * freeing hc, so the wake cannot touch a freed connection. */
+    pthread_mutex_lock(&hc->mu);
+    if (answer)
+        atomic_store(&hc->answered, 1);
+    hc->ops->wake(hc->io);
     pthread_mutex_unlock(&hc->mu);
     return 1;
 }

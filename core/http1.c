@@ -244,12 +244,9 @@ static int h1_head_done(srv_http1 *p, srv_request *req)
     if (rc != 0)
         return rc;
     /* The core allows only "chunked" and a valid, single-valued length. */
-    p->chunked = srv_request_header(req, "Transfer-Encoding") != NULL;
-    p->remaining = 0;
-    const char *cl = srv_request_header(req, "Content-Length");
-    if (!p->chunked && cl)
-        for (; *cl; cl++)
-            p->remaining = p->remaining * 10 + (uint64_t)(*cl - '0');
+    uint64_t length = 0;
+    p->chunked = srv__request_framing(req, &length) != 0;
+    p->remaining = length;
     return 0;
 }
 

@@ -311,24 +311,36 @@ int srv__request_headers_done(srv_request *req)
     bool empty_host = false;
     for (size_t i = 0; i < req->header_count; i++) {
         const srv__kv *h = &req->headers[i];
-        if (strcasecmp(h->name, "Transfer-Encoding") == 0) {
+        /* By the first letter: one compare at most, none for most names. */
+        switch (h->name[0] | 0x20) {
+        case 't':
+            if (strcasecmp(h->name, "Transfer-Encoding") != 0)
+                break;
             if (te != NULL) /* repeated: a coding list we do not support */
                 return 501;
             te = h->value;
-        } else if (strcasecmp(h->name, "Content-Length") == 0) {
-            size_t v;
+            break;
+        case 'c':
+            if (strcasecmp(h->name, "Content-Length") != 0)
+                break;
             /* Repeated, even with the same value (RFC 9110 8.6 allows
              * either): a proxy may have read only one of them. */
+            size_t v;
             if (have_length || !srv__parse_length(h->value, &v))
                 return 400;
             have_length = true;
             length = v;
-        } else if (strcasecmp(h->name, "Host") == 0) {
+            break;
+        case 'h':
+            if (strcasecmp(h->name, "Host") != 0)
+                break;
             hosts++;
             empty_host = h->value[0] == '\0';
-        } else if (strcasecmp(h->name, "Expect") == 0) {
-            if (strcasecmp(h->value, "100-continue") != 0)
+            break;
+        case 'e':
+            if (strcasecmp(h->name, "Expect") == 0 && strcasecmp(h->value, "100-continue") != 0)
                 return 417;
+            break;
         }
     }
     /* RFC 9112 3.2: HTTP/1.1 needs exactly one Host (we also refuse an
@@ -342,7 +354,15 @@ int srv__request_headers_done(srv_request *req)
         return 501;
     if (have_length && length > srv__body_limit(req))
         return 413;
+    req->te_chunked = te != NULL;
+    req->content_length = have_length ? length : 0;
     return 0;
+}
+
+int srv__request_framing(const srv_request *req, uint64_t *length)
+{
+    *length = req->te_chunked ? 0 : req->content_length;
+    return req->te_chunked;
 }
 
 int srv__request_expects_continue(const srv_request *req)
@@ -484,8 +504,9 @@ const char *srv_request_header(const srv_request *req, const char *name)
 {
     if (name == NULL)
         return NULL;
+    int first = name[0] | 0x20; /* a cheap look first: most names differ there */
     for (size_t i = 0; i < req->header_count; i++)
-        if (strcasecmp(req->headers[i].name, name) == 0)
+        if ((req->headers[i].name[0] | 0x20) == first && strcasecmp(req->headers[i].name, name) == 0)
             return req->headers[i].value;
     return NULL;
 }

@@ -27,7 +27,8 @@ void srv__request_set_close(srv_request *req)
 static bool srv__connection_has(const srv_request *req, const char *token)
 {
     for (size_t i = 0; i < req->header_count; i++)
-        if (strcasecmp(req->headers[i].name, "Connection") == 0 &&
+        if ((req->headers[i].name[0] | 0x20) == 'c' &&
+            strcasecmp(req->headers[i].name, "Connection") == 0 &&
             srv__header_has_token(req->headers[i].value, token))
             return true;
     return false;

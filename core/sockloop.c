@@ -54,32 +54,32 @@ struct sl_conn {
     sl_conn *prev, *next; /* l->conns (loop) */
     sl_conn *anext;       /* l->adds (l->mu) */
     sl_conn *wnext;       /* l->wakes (l->mu) */
-    int posted;           /* on l->wakes (l->mu) */
+    int posted;           /* on l->wakes (l->mu): a whole int, as other threads write it */
     sl_conn *dnext;       /* l->due (loop) */
-    int due;              /* on l->due (loop) */
-    /* ---- the loop's ---- */
-    int linked;           /* on l->conns: wakes count */
-    int accepted;         /* the loop's own: it closes fd, frees sio_ctx, closes own */
-    int handshake;        /* the layer's handshake runs: no protocol yet */
-    int want;             /* srv__h1io.read on */
-    int eof;              /* the peer ended (or the socket failed): told */
-    int drained;          /* cleartext: the last read took all there was; the
-                           * next waits for EPOLLIN (no read just for EAGAIN) */
     char *in;             /* read, not taken yet: in[in_off, in_len) */
     size_t in_off, in_len;
     char *out;            /* a write's rest: out[out_off, out_len) */
     size_t out_off, out_len;
     int sf_fd;            /* a file body by sendfile: its rest [sf_off, +sf_left) */
     uint64_t sf_off, sf_left;
-    int writing;          /* a write is under way */
-    int written;          /* it is done: sl_p_written is due */
-    int write_failed;
-    int closed;           /* srv__h1io.close came */
-    int freeing;          /* sl_free runs: nothing is due any more */
-    int hup;              /* epoll reported a hang-up or error */
-    int gone;             /* then out of epoll (it reports those whatever it watches) */
     unsigned events;      /* what epoll watches now */
-    int stale;            /* it reported what c no longer waits for */
+    /* ---- the loop's alone: bits (one word, 2,700 connections ~150 KB less) ---- */
+    unsigned due : 1;          /* on l->due */
+    unsigned linked : 1;       /* on l->conns: wakes count */
+    unsigned accepted : 1;     /* the loop's own: it closes fd, frees sio_ctx, closes own */
+    unsigned handshake : 1;    /* the layer's handshake runs: no protocol yet */
+    unsigned want : 1;         /* srv__h1io.read on */
+    unsigned eof : 1;          /* the peer ended (or the socket failed): told */
+    unsigned drained : 1;      /* cleartext: the last read took all there was; the
+                                * next waits for EPOLLIN (no read just for EAGAIN) */
+    unsigned writing : 1;      /* a write is under way */
+    unsigned written : 1;      /* it is done: sl_p_written is due */
+    unsigned write_failed : 1;
+    unsigned closed : 1;       /* srv__h1io.close came */
+    unsigned freeing : 1;      /* sl_free runs: nothing is due any more */
+    unsigned hup : 1;          /* epoll reported a hang-up or error */
+    unsigned gone : 1;         /* then out of epoll (it reports those whatever it watches) */
+    unsigned stale : 1;        /* it reported what c no longer waits for */
     srv__conn own;        /* accepted: its policy */
 };
 
@@ -383,7 +383,7 @@ static void sl_io_sendfile(void *io, int fd, uint64_t off, uint64_t len)
 static void sl_io_read(void *io, int on)
 {
     sl_conn *c = io;
-    c->want = on;
+    c->want = on != 0;
     /* Held input (or the end) goes first; a layer may hold some too. */
     if (on && (c->in_off < c->in_len || c->eof || c->sio))
         sl_due(c);

@@ -442,6 +442,10 @@ struct srv_request {
     int minor;
     bool is_head;
     bool head_done; /* srv__request_headers_done ran: method, target and headers are whole */
+    /* The body's framing as srv__request_headers_done accepted it: chunked,
+     * or content_length bytes (0 without a Content-Length). */
+    bool te_chunked;
+    uint64_t content_length;
     bool counted; /* in srv->inflight.in_flight */
     void *engine_data;
     /* core/h1conn.c: the connection that read it (NULL: the engine's own);
