@@ -894,8 +894,6 @@ void srv__h1conn_free(srv__h1conn *hc)
         if (!h1_answered(hc, 0) && !srv__request_cancel(cur))
             while (!h1_answered(hc, 0))
                 sched_yield();
-        pthread_mutex_lock(&hc->mu); /* and h1_note has let go of hc */
-        pthread_mutex_unlock(&hc->mu);
         if (srv__response_streamed(cur))
             srv__stream_detach(cur);
 #ifdef SRV_HAVE_WSLAY
@@ -905,6 +903,11 @@ void srv__h1conn_free(srv__h1conn *hc)
         srv__request_release(cur);
     }
     h1_current = outer;
+    /* A respond or kick of another thread (h1_note) may still hold mu,
+     * past setting `answered` that the loop already acted on: it lets go
+     * of hc before this returns. None comes after the detaches above. */
+    pthread_mutex_lock(&hc->mu);
+    pthread_mutex_unlock(&hc->mu);
     srv__http1_free(&hc->parser);
     free(hc->pend);
     pthread_mutex_destroy(&hc->mu);
