@@ -289,6 +289,41 @@ static void test_chunked(void **state)
     expect_fail("POST /e HTTP/1.1\r\n" H "Transfer-Encoding: gzip, chunked\r\n\r\n", 501);
 }
 
+/* The framing headers are found whatever their case (the header check
+ * looks at a name's first letter before comparing it), and the hostile
+ * mixes are refused in every spelling. */
+static void test_framing_names_any_case(void **state)
+{
+    (void)state;
+    result r;
+    run_str("POST /e HTTP/1.1\r\nhOST: x\r\ncONTENT-lENGTH: 2\r\n\r\nokGET /n HTTP/1.1\r\n"
+            "HOST: x\r\n\r\n",
+            &r);
+    assert_int_equal(r.fail, 0);
+    assert_int_equal(r.nmsgs, 2);
+    assert_int_equal(r.body_len[0], 2);
+    assert_memory_equal(r.body[0], "ok", 2);
+    assert_string_equal(r.target[1], "/n");
+    run_str("POST /e HTTP/1.1\r\n" H "tRANSFER-eNCODING: chunked\r\n\r\n2\r\nAB\r\n0\r\n\r\n", &r);
+    assert_int_equal(r.fail, 0);
+    assert_int_equal(r.nmsgs, 1);
+    assert_memory_equal(r.body[0], "AB", 2);
+    /* smuggling: both framings, a repeated length or Host, in other cases */
+    expect_fail("POST /e HTTP/1.1\r\n" H "TRANSFER-ENCODING: chunked\r\ncontent-length: 2\r\n\r\n", 400);
+    expect_fail("POST /e HTTP/1.1\r\n" H "content-length: 2\r\nCONTENT-LENGTH: 2\r\n\r\nok", 400);
+    expect_fail("GET / HTTP/1.1\r\nhost: x\r\nHOST: y\r\n\r\n", 400);
+    expect_fail("GET / HTTP/1.1\r\nX-Host: x\r\n\r\n", 400); /* no Host at all */
+    expect_fail("POST /e HTTP/1.1\r\n" H "EXPECT: 200-ok\r\n\r\n", 417);
+    expect_fail("POST /e HTTP/1.1\r\n" H "tRANSFER-eNCODING: gzip\r\n\r\n", 501);
+    /* names that share a first letter are not taken for the framing ones */
+    run_str("GET /c HTTP/1.1\r\n" H "Content-Type: x\r\nTE: trailers\r\nHost-X: 1\r\n"
+            "Ex: 1\r\n\r\n",
+            &r);
+    assert_int_equal(r.fail, 0);
+    assert_int_equal(r.nmsgs, 1);
+    assert_int_equal(r.body_len[0], 0);
+}
+
 #define CHUNKED_HEAD "POST /e HTTP/1.1\r\n" H "Transfer-Encoding: chunked\r\n\r\n"
 
 static void test_chunked_framing_errors(void **state)
@@ -515,6 +550,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_simple_and_pipelined, setup, teardown),
         cmocka_unit_test_setup_teardown(test_content_length_body, setup, teardown),
         cmocka_unit_test_setup_teardown(test_chunked, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_framing_names_any_case, setup, teardown),
         cmocka_unit_test_setup_teardown(test_chunked_framing_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_chunked_bounds, setup, teardown),
         cmocka_unit_test_setup_teardown(test_request_line, setup, teardown),
