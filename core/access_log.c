@@ -174,8 +174,8 @@ void srv__access_log(const srv_request *req)
     if (mode == SRV_ACCESS_LOG_JSON) {
         char client[80], peer[80], scheme[16], host[1600], method[400], target[3100],
             ref[3100], ua[1600];
-        srv__json_string(client, sizeof client, req->client, 64);
-        srv__json_string(peer, sizeof peer, req->peer, 64);
+        srv__json_string(client, sizeof client, srv__request_client_text(req), 64);
+        srv__json_string(peer, sizeof peer, srv__request_peer_text(req), 64);
         srv__json_string(scheme, sizeof scheme, srv_request_scheme(req), 8);
         srv__json_string(host, sizeof host, srv_request_host(req), 256);
         srv__json_string(method, sizeof method, req->method, 64);
@@ -203,9 +203,9 @@ void srv__access_log(const srv_request *req)
             snprintf(size, sizeof size, "%llu", bytes);
         n = snprintf(line, sizeof line,
                      "%s - - [%02d/%s/%04d:%02d:%02d:%02d +0000] \"%s %s %s\" %d %s",
-                     req->client, tm.tm_mday, months[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour,
-                     tm.tm_min, tm.tm_sec, method, target, srv_request_protocol(req),
-                     req->status, size);
+                     srv__request_client_text(req), tm.tm_mday, months[tm.tm_mon],
+                     tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec, method, target,
+                     srv_request_protocol(req), req->status, size);
         if (n > 0 && (size_t)n < sizeof line && mode == SRV_ACCESS_LOG_COMBINED) {
             char ref[512 * 4 + 1], ua[256 * 4 + 1];
             srv__log_escape(ref, sizeof ref, referer ? referer : "-", 512);

@@ -397,7 +397,7 @@ void srv__forwarded_resolve(srv_request *req)
 
 const char *srv_request_client_addr(const srv_request *req)
 {
-    return req->client;
+    return srv__request_client_text(req);
 }
 
 const char *srv_request_scheme(const srv_request *req)

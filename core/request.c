@@ -30,66 +30,103 @@ static char *srv__put_uint(char *p, unsigned v)
     return p;
 }
 
-/* "IP:port" or "[IPv6]:port" into out (64 bytes), "-" when unknown. IPv4 by
- * hand: inet_ntop and snprintf were a sixth of a light request's CPU. */
-static void srv__format_peer(char out[64], const struct sockaddr *peer, socklen_t peer_len)
+/* The peer's address kept binary (srv_request.peer_addr): its texts wait
+ * for srv__request_peer_text. */
+static void srv__peer_keep(srv_request *req, const struct sockaddr *peer, socklen_t peer_len)
 {
-    strcpy(out, "-");
+    static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
     if (peer != NULL && peer->sa_family == AF_INET && peer_len >= sizeof(struct sockaddr_in)) {
         const struct sockaddr_in *in = (const struct sockaddr_in *)peer;
-        const unsigned char *a = (const unsigned char *)&in->sin_addr;
-        char *p = out;
-        for (int i = 0; i < 4; i++) {
-            p = srv__put_uint(p, a[i]);
-            *p++ = i < 3 ? '.' : ':';
-        }
-        p = srv__put_uint(p, ntohs(in->sin_port));
-        *p = '\0';
+        memcpy(req->peer_addr, &in->sin_addr, 4);
+        req->peer_family = AF_INET;
+        req->peer_port = ntohs(in->sin_port);
     } else if (peer != NULL && peer->sa_family == AF_INET6 &&
                peer_len >= sizeof(struct sockaddr_in6)) {
         const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)peer;
-        char ip[INET6_ADDRSTRLEN];
-        if (inet_ntop(AF_INET6, &in6->sin6_addr, ip, sizeof ip) != NULL)
-            snprintf(out, 64, "[%s]:%u", ip, ntohs(in6->sin6_port));
-    }
-}
-
-/* The peer's address alone: binary for trusted_proxies, and as text for
- * srv_request_client_addr until a trusted proxy says otherwise (into
- * `client`, "-" when unknown). IPv4 as IPv4 even through a dual-stack
- * socket (::ffff:a.b.c.d). `text` is the peer as srv__format_peer wrote it. */
-static void srv__peer_address(srv_request *req, const char *text, const struct sockaddr *peer,
-                              socklen_t peer_len, char client[64])
-{
-    static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-    strcpy(client, "-");
-    if (peer != NULL && peer->sa_family == AF_INET && peer_len >= sizeof(struct sockaddr_in)) {
-        memcpy(req->peer_addr, &((const struct sockaddr_in *)peer)->sin_addr, 4);
-        req->peer_family = AF_INET;
-    } else if (peer != NULL && peer->sa_family == AF_INET6 &&
-               peer_len >= sizeof(struct sockaddr_in6)) {
-        const unsigned char *a = (const unsigned char *)&((const struct sockaddr_in6 *)peer)->sin6_addr;
-        if (memcmp(a, mapped, 12) == 0) {
+        const unsigned char *a = (const unsigned char *)&in6->sin6_addr;
+        req->peer_v6 = true;
+        req->peer_port = ntohs(in6->sin6_port);
+        if (memcmp(a, mapped, 12) == 0) { /* IPv4 through a dual-stack socket */
             memcpy(req->peer_addr, a + 12, 4);
             req->peer_family = AF_INET;
         } else {
             memcpy(req->peer_addr, a, 16);
             req->peer_family = AF_INET6;
         }
-    } else {
-        return;
     }
-    if (req->peer_family == AF_INET && peer->sa_family == AF_INET) {
-        /* "a.b.c.d:port" already: cut the port */
-        const char *colon = strrchr(text, ':');
-        size_t n = colon ? (size_t)(colon - text) : strlen(text);
-        memcpy(client, text, n);
+}
+
+/* "IP:port" or "[IPv6]:port" into peer, the address alone into client
+ * (an IPv4-mapped one as IPv4), "-" when unknown; 64 bytes each. IPv4 by
+ * hand: inet_ntop and snprintf were a sixth of a light request's CPU. */
+static void srv__peer_format(const srv_request *req, char peer[64], char client[64])
+{
+    strcpy(peer, "-");
+    strcpy(client, "-");
+    if (req->peer_family == 0)
+        return;
+    if (!req->peer_v6) {
+        char *p = peer;
+        for (int i = 0; i < 4; i++) {
+            p = srv__put_uint(p, req->peer_addr[i]);
+            *p++ = i < 3 ? '.' : ':';
+        }
+        size_t n = (size_t)(p - 1 - peer);
+        p = srv__put_uint(p, req->peer_port);
+        *p = '\0';
+        memcpy(client, peer, n);
         client[n] = '\0';
         return;
     }
-    /* IPv6, or IPv4 mapped (the peer printed as IPv6) */
+    unsigned char a[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (req->peer_family == AF_INET)
+        memcpy(a + 12, req->peer_addr, 4);
+    else
+        memcpy(a, req->peer_addr, 16);
+    char ip[INET6_ADDRSTRLEN];
+    if (inet_ntop(AF_INET6, a, ip, sizeof ip) != NULL)
+        snprintf(peer, 64, "[%s]:%u", ip, req->peer_port);
     if (inet_ntop(req->peer_family, req->peer_addr, client, 64) == NULL)
         strcpy(client, "-");
+}
+
+/* The peer's two texts, "peer\0client\0", made by whichever thread asks
+ * first (the others then use its copy); NULL when memory ran out. */
+static const char *srv__peer_texts(const srv_request *req)
+{
+    srv_request *r = (srv_request *)req; /* the texts are made once, atomically */
+    char *t = atomic_load_explicit(&r->peer_texts, memory_order_acquire);
+    if (t != NULL)
+        return t;
+    char peer[64], client[64];
+    srv__peer_format(req, peer, client);
+    size_t pn = strlen(peer) + 1, cn = strlen(client) + 1;
+    char *mine = malloc(pn + cn);
+    if (mine == NULL)
+        return NULL;
+    memcpy(mine, peer, pn);
+    memcpy(mine + pn, client, cn);
+    char *none = NULL;
+    if (!atomic_compare_exchange_strong_explicit(&r->peer_texts, &none, mine,
+                                                 memory_order_acq_rel, memory_order_acquire)) {
+        free(mine);
+        return none; /* another thread's, the same text */
+    }
+    return mine;
+}
+
+const char *srv__request_peer_text(const srv_request *req)
+{
+    const char *t = srv__peer_texts(req);
+    return t != NULL ? t : "-";
+}
+
+const char *srv__request_client_text(const srv_request *req)
+{
+    if (req->client != NULL)
+        return req->client;
+    const char *t = srv__peer_texts(req);
+    return t != NULL ? t + strlen(t) + 1 : "-";
 }
 
 srv_request *srv__request_new(srv_server *srv, const struct sockaddr *peer, socklen_t peer_len)
@@ -109,20 +146,7 @@ srv_request *srv__request_new(srv_server *srv, const struct sockaddr *peer, sock
     req->minor = 1;
     req->keep_alive = -1;
     req->started_ms = srv__now_ms();
-    char text[64], client[64];
-    srv__format_peer(text, peer, peer_len);
-    srv__peer_address(req, text, peer, peer_len, client);
-    /* Both texts in the arena, in one piece ("-" when memory ran out). */
-    size_t tn = strlen(text) + 1, cn = strlen(client) + 1;
-    char *both = srv__arena_alloc(&req->arena, tn + cn);
-    if (both != NULL) {
-        memcpy(both, text, tn);
-        memcpy(both + tn, client, cn);
-        req->peer = both;
-        req->client = both + tn;
-    } else {
-        req->peer = req->client = "-";
-    }
+    srv__peer_keep(req, peer, peer_len);
     return req;
 }
 
@@ -153,6 +177,7 @@ void srv__request_unref(srv_request *req)
         free(req->resp_body);
     }
     free(req->head);
+    free(atomic_load_explicit(&req->peer_texts, memory_order_relaxed));
     if (req->stream != NULL) {
         if (req->stream->has_file && req->stream->file_release != NULL)
             req->stream->file_release(req->stream->file_ctx);
@@ -537,7 +562,7 @@ const void *srv_request_body(const srv_request *req, size_t *len)
 
 const char *srv_request_peer(const srv_request *req)
 {
-    return req->peer;
+    return srv__request_peer_text(req);
 }
 
 const char *srv_request_protocol(const srv_request *req)

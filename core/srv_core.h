@@ -426,15 +426,20 @@ struct srv_request {
     char *body;
     size_t body_len;
     size_t body_cap;
-    /* Texts in the arena ("-" when unknown): a waiting request carries no
-     * fixed-size buffers for them. */
-    const char *peer; /* "192.0.2.7:41000", "[2001:db8::1]:41000" */
-    /* The peer's address, for trusted_proxies (peer_family 0: unknown). */
+    /* The peer's address: binary, for trusted_proxies (peer_family 0:
+     * unknown; IPv4-mapped IPv6 as IPv4), its port, and whether the socket
+     * was IPv6 (its text is then "[...]:port"). */
     unsigned char peer_addr[16];
     int peer_family;
-    /* forwarded.c: the client's address (the peer's without its port, or
-     * the trusted proxies' word for it), and the scheme and host they
-     * forwarded (NULL: the port's own scheme, the Host header). */
+    unsigned short peer_port;
+    bool peer_v6;
+    /* The peer's texts, "192.0.2.7:41000\0192.0.2.7\0" (malloc'd), made
+     * at the first ask from any thread (srv__request_peer_text): most
+     * requests never print them. */
+    _Atomic(char *) peer_texts;
+    /* forwarded.c: the client's address as the trusted proxies give it
+     * (NULL: the peer's, srv__request_client_text), and the scheme and
+     * host they forwarded (NULL: the port's own scheme, the Host header). */
     const char *client;
     const char *scheme;
     const char *host;
@@ -526,6 +531,11 @@ static inline const srv__filter *srv__chain_at(const srv_request *req, size_t i)
 
 /* Free n malloc'd name/value pairs and the array. */
 void srv__kv_free(srv__kv *kv, size_t n);
+/* The peer as text ("192.0.2.7:41000", "[2001:db8::1]:41000"; "-" when
+ * unknown) and the client's address (the trusted proxies' word for it, or
+ * the peer's address without its port). Any thread; valid with req. */
+const char *srv__request_peer_text(const srv_request *req);
+const char *srv__request_client_text(const srv_request *req);
 /* The body of an answer the core makes for `status` (cfg.error_format:
  * "404 Not Found\n" text, or Spring Boot's JSON with the request's path)
  * into out (cap bytes, NUL-terminated); its length, and *content_type. */
